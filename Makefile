@@ -1,0 +1,35 @@
+# Closed network: no usage reports, no telemetry.
+export RAY_USAGE_STATS_ENABLED := 0
+export RAY_USAGE_STATS_REPORT_URL := http://127.0.0.1:9/
+export MLFLOW_DISABLE_TELEMETRY := true
+export DO_NOT_TRACK := true
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: install quickstart test test-fast report clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# torch/torchvision first, pinned (see DEVELOPERS notes: other versions do not import together here)
+	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+
+## The main job on the embedded default: local Ray, MLflow in ./mlflow.db, the `digits` dataset.
+quickstart: install
+	$(PY) -m orchestration.sweep experiments/quickstart.yaml
+	$(PY) -m reports.build experiments/quickstart.yaml --out reports/out/quickstart
+
+test: install
+	$(PY) -m pytest -q
+
+test-fast: install
+	$(PY) -m pytest -q -m "not slow"
+
+clean:
+	rm -rf outputs ray_results reports/out .pytest_cache

@@ -1,0 +1,113 @@
+"""Atomic, checksummed checkpoints, and finding the newest good one.
+
+A checkpoint ``ckpt_<step>.pt`` is written to a temporary file in the same folder, flushed to disk and renamed
+into place, then its sha256 is written beside it (``ckpt_<step>.pt.sha256``, also atomically). A checkpoint whose
+checksum is missing or wrong, or which fails to load, is skipped with a warning and the previous one is used; a run
+folder that has checkpoint files but no loadable one raises instead of silently restarting from scratch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = ["atomic_write_bytes", "save_checkpoint", "load_checkpoint", "latest_checkpoint", "list_checkpoints",
+           "CheckpointError", "prune_checkpoints", "sha256_file"]
+
+_NAME = re.compile(r"^ckpt_(\d+)\.pt$")
+
+
+class CheckpointError(RuntimeError):
+    pass
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def save_checkpoint(state: dict[str, Any], directory: Path, step: int) -> Path:
+    """Write ``state`` as ``directory/ckpt_<step>.pt`` atomically with its checksum; return the path."""
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    data = buf.getvalue()
+    path = Path(directory) / f"ckpt_{step:08d}.pt"
+    atomic_write_bytes(path, data)
+    atomic_write_bytes(path.with_name(path.name + ".sha256"), hashlib.sha256(data).hexdigest().encode())
+    return path
+
+
+def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Load a checkpoint after verifying its checksum (``weights_only=True``); raise CheckpointError if bad."""
+    path = Path(path)
+    sidecar = path.with_name(path.name + ".sha256")
+    if not sidecar.is_file():
+        raise CheckpointError(f"{path}: checksum file {sidecar.name} is missing (write interrupted?)")
+    expected = sidecar.read_text().strip()
+    actual = sha256_file(path)
+    if actual != expected:
+        raise CheckpointError(f"{path}: checksum mismatch (file truncated or corrupted)")
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as e:  # a file that hashes right but does not unpickle is still unusable
+        raise CheckpointError(f"{path}: cannot be loaded: {e}") from e
+
+
+def list_checkpoints(directory: Path) -> list[tuple[int, Path]]:
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := _NAME.match(p.name))]
+    return sorted(found)
+
+
+def latest_checkpoint(directory: Path, map_location: str | torch.device = "cpu") -> tuple[Path, dict] | None:
+    """The newest checkpoint that verifies and loads, warning about each newer one skipped.
+
+    Returns None when the folder holds no checkpoint at all; raises CheckpointError when it holds checkpoints
+    but none of them is usable (a resume must never silently restart from scratch).
+    """
+    ckpts = list_checkpoints(directory)
+    problems = []
+    for _, path in reversed(ckpts):
+        try:
+            return path, load_checkpoint(path, map_location)
+        except CheckpointError as e:
+            problems.append(str(e))
+            warnings.warn(f"skipping unusable checkpoint: {e}; trying the previous one", RuntimeWarning,
+                          stacklevel=2)
+    if ckpts:
+        raise CheckpointError("no usable checkpoint in " + str(directory) + ":\n  " + "\n  ".join(problems))
+    return None
+
+
+def prune_checkpoints(directory: Path, keep: int) -> None:
+    for _, path in list_checkpoints(directory)[:-keep]:
+        path.unlink(missing_ok=True)
+        path.with_name(path.name + ".sha256").unlink(missing_ok=True)

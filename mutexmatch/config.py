@@ -1,0 +1,475 @@
+"""One typed schema for a training run, loaded from YAML and validated once.
+
+A run is described by :class:`RunConfig` (sections ``data``, ``model``, ``algorithm``, ``optim``, ``train`` and
+``output_dir``). Every field is documented below and in ``docs/config.md`` (generated from this module by
+``python -m mutexmatch.config --doc``). Unknown keys are rejected and every value is range-checked; a bad value
+raises :class:`ConfigError` with one line per problem naming the field, the value and what is allowed, e.g.
+``algorithm.tau=1.5: must be in (0, 1]`` — before any data is touched.
+
+Command-line overrides use dotted paths: ``--set algorithm.tau=0.9 --set train.iterations=2000``; the value is
+parsed with ``yaml.safe_load`` so ``true``, ``0.5`` and ``[1, 2]`` get their natural types.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any, Literal, Sequence
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+__all__ = [
+    "ConfigError",
+    "DataConfig",
+    "ModelConfig",
+    "AlgorithmConfig",
+    "OptimConfig",
+    "TrainConfig",
+    "RunConfig",
+    "load_config",
+    "parse_config",
+    "apply_overrides",
+    "resolve_k",
+    "config_hash",
+]
+
+DATASET_NAMES = ("digits", "cifar10", "cifar100", "svhn", "stl10", "miniimagenet", "tinyimagenet")
+_K_PATTERN = re.compile(r"^\s*(?:(\d*\.?\d+)\s*\*?\s*)?C\s*$")
+
+
+class ConfigError(ValueError):
+    """A configuration problem; the message has one ``field=value: what is allowed`` line per problem."""
+
+
+def _interval(name: str, value: float, lo: float | None, hi: float | None, lo_open: bool, hi_open: bool) -> float:
+    ok = True
+    if lo is not None:
+        ok &= value > lo if lo_open else value >= lo
+    if hi is not None:
+        ok &= value < hi if hi_open else value <= hi
+    if not ok:
+        left = "(" if lo_open else "["
+        right = ")" if hi_open else "]"
+        lo_s = "-inf" if lo is None else f"{lo:g}"
+        hi_s = "inf" if hi is None else f"{hi:g}"
+        raise ValueError(f"must be in {left}{lo_s}, {hi_s}{right}")
+    return value
+
+
+class _Section(BaseModel):
+    # strict=True keeps YAML's "0.5" string from silently becoming a float, and forbids unknown keys.
+    model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True, frozen=False)
+
+
+class DataConfig(_Section):
+    """Which images, which labels, which fold."""
+
+    dataset: Literal[DATASET_NAMES] = Field(  # type: ignore[valid-type]
+        "digits", description="Dataset name. `digits` ships inside scikit-learn (no download).")
+    root: str = Field(
+        "data", description="Folder holding the datasets (each in its torchvision layout). Relative paths are "
+        "resolved against the current directory when the config is loaded.")
+    download: bool = Field(False, description="Fetch the dataset with torchvision's downloader if it is missing.")
+    num_labels: int = Field(20, description="Total labeled images; must be divisible by the number of classes.")
+    fold: int = Field(0, description="Labeled fold: 0-4 (the paper's five folds; seeds 1-5 under `official`).")
+    split_rule: Literal["official", "balanced"] = Field(
+        "official", description="`official`: the released code's np.random.seed + per-class choice draw; "
+        "`balanced`: our own numpy Generator per fold.")
+    val_per_class: int = Field(
+        0, description="Images per class held out of the training set for validation (hyper-parameter search "
+        "uses these, never the test set). 0 = no validation split.")
+    unlabeled_includes_labeled: bool = Field(
+        True, description="The unlabeled pool is the whole training set, labeled images included (the paper's "
+        "protocol). False removes the labeled images from it.")
+    svhn_extra: bool = Field(False, description="SVHN only: append the 531k `extra` images to the training set.")
+    image_size: int | None = Field(
+        None, description="Side length images are resized to at load time; null = the dataset's default "
+        "(digits 16, CIFAR/SVHN 32, STL-10 96, mini-ImageNet 84, Tiny-ImageNet 64).")
+
+    @field_validator("num_labels")
+    @classmethod
+    def _positive_labels(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError("must be a positive integer")
+        return v
+
+    @field_validator("fold", "val_per_class")
+    @classmethod
+    def _non_negative(cls, v: int) -> int:
+        if v < 0:
+            raise ValueError("must be >= 0")
+        return v
+
+    @field_validator("image_size")
+    @classmethod
+    def _image_size(cls, v: int | None) -> int | None:
+        if v is not None and not 8 <= v <= 512:
+            raise ValueError("must be null or in [8, 512]")
+        return v
+
+
+class ModelConfig(_Section):
+    """The backbone θ with its linear TPC; MutexMatch adds a linear TNC on the same features."""
+
+    backbone: str = Field(
+        "small_cnn", description="Registered backbone: wrn28_2, wrn28_8, wrn37_2, cnn13, resnet18, small_cnn.")
+    channels_last: bool = Field(True, description="Use channels-last memory format (faster convolutions).")
+
+
+class AlgorithmConfig(_Section):
+    """The semi-supervised algorithm and its hyper-parameters (the paper's symbols in brackets).
+
+    Each registered algorithm declares which of these fields it reads; setting a field the chosen algorithm does
+    not read is an error, so a typo'd ablation can't silently run the default method.
+    """
+
+    name: str = Field("mutexmatch", description="Registered algorithm (see `mutexmatch.algorithms.ALGORITHMS`).")
+    form: Literal["paper", "official"] = Field(
+        "paper", description="MutexMatch loss form: `paper` = Algorithm 1 / Eqs. (sep), (p), (ln) as printed; "
+        "`official` = what the released code computes (L_sep over all rows, no 1/k, one λu). Use `official` to "
+        "reproduce the published numbers.")
+    tau: float = Field(0.95, description="[τ] confidence threshold splitting high- and low-confidence samples.")
+    k: int | str = Field(
+        "C", description="[k] top-k classes kept in the TNC consistency L_n: an integer 1..C, `C` (all classes) "
+        "or a fraction of C such as `0.6C` (rounded to the nearest integer, at least 1).")
+    lambda_sep: float = Field(1.0, description="[λ_sep] weight of L_sep, the TNC's separate training loss.")
+    lambda_p: float = Field(1.0, description="[λ_p] weight of L_p, the TPC positive consistency loss.")
+    lambda_n: float = Field(1.0, description="[λ_n] weight of L_n, the TNC negative consistency loss.")
+    dist_align: bool = Field(False, description="ReMixMatch distribution alignment of p^w (fixmatch, mutexmatch).")
+    sep_stop_grad: bool = Field(
+        True, description="Stop the gradient of L_sep at the features (θ̂ in Eq. sep). False lets L_sep train θ "
+        "(the SVHN-40 ablation table).")
+    tnc_consistency: Literal["low", "all"] = Field(
+        "low", description="Apply L_n to low-confidence samples only (paper) or to all samples (ablation).")
+    tnc_target: Literal["soft", "hard"] = Field(
+        "soft", description="TNC consistency target: soft r^w (paper) or hard top-1 (ablation, top-k set to 1).")
+    comp_rank: int = Field(
+        1, description="[m] complementary label = the m-th smallest TPC class (1 = argmin, the paper's choice).")
+    lambda_ab1: float = Field(1.0, description="[λ_ab1] weight of the low-confidence loss in the FULL/SOFT/MSE "
+                              "ablations.")
+    nce_variant: int = Field(1, description="UPS-style negative cross-entropy baseline variant: 1, 2 or 3.")
+    tau_p: float = Field(0.95, description="[τ_p] positive threshold of the NCE baselines.")
+    tau_n: float = Field(0.05, description="[τ_n] negative threshold of the NCE baselines.")
+
+    @field_validator("tau", "tau_p")
+    @classmethod
+    def _unit_interval(cls, v: float) -> float:
+        return _interval("", v, 0.0, 1.0, True, False)
+
+    @field_validator("tau_n")
+    @classmethod
+    def _tau_n(cls, v: float) -> float:
+        return _interval("", v, 0.0, 1.0, False, True)
+
+    @field_validator("lambda_sep", "lambda_p", "lambda_n", "lambda_ab1")
+    @classmethod
+    def _weights(cls, v: float) -> float:
+        return _interval("", v, 0.0, None, False, True)
+
+    @field_validator("k")
+    @classmethod
+    def _k_syntax(cls, v: int | str) -> int | str:
+        if isinstance(v, bool):
+            raise ValueError("must be an integer, `C` or a fraction like `0.6C`")
+        if isinstance(v, int):
+            if v < 1:
+                raise ValueError("must be >= 1 (or `C`, or a fraction like `0.6C`)")
+            return v
+        m = _K_PATTERN.match(v)
+        if not m:
+            raise ValueError("must be an integer, `C` or a fraction like `0.6C`")
+        if m.group(1) is not None and not 0 < float(m.group(1)) <= 1:
+            raise ValueError("fraction of C must be in (0, 1]")
+        return v
+
+    @field_validator("comp_rank")
+    @classmethod
+    def _comp_rank(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError("must be >= 1")
+        return v
+
+    @field_validator("nce_variant")
+    @classmethod
+    def _nce_variant(cls, v: int) -> int:
+        if v not in (1, 2, 3):
+            raise ValueError("must be 1, 2 or 3")
+        return v
+
+
+class OptimConfig(_Section):
+    """SGD with Nesterov momentum and the FixMatch cosine schedule."""
+
+    lr: float = Field(0.03, description="Base learning rate.")
+    momentum: float = Field(0.9, description="SGD momentum.")
+    nesterov: bool = Field(True, description="Nesterov momentum.")
+    weight_decay: float = Field(5e-4, description="Weight decay (coupled, as SGD's); BatchNorm parameters get none.")
+    schedule: Literal["cosine", "constant"] = Field(
+        "cosine", description="`cosine`: LR factor cos(c·π·t/T) per step (T = train.iterations); `constant`: none.")
+    cosine_factor: float = Field(7 / 16, description="[c] in cos(c·π·t/T); FixMatch and MutexMatch use 7/16.")
+
+    @field_validator("lr")
+    @classmethod
+    def _lr(cls, v: float) -> float:
+        return _interval("", v, 0.0, 10.0, True, False)
+
+    @field_validator("momentum")
+    @classmethod
+    def _momentum(cls, v: float) -> float:
+        return _interval("", v, 0.0, 1.0, False, True)
+
+    @field_validator("weight_decay")
+    @classmethod
+    def _wd(cls, v: float) -> float:
+        return _interval("", v, 0.0, 1.0, False, True)
+
+    @field_validator("cosine_factor")
+    @classmethod
+    def _cf(cls, v: float) -> float:
+        return _interval("", v, 0.0, 0.5, False, False)
+
+
+class TrainConfig(_Section):
+    """The loop: batch sizes, length, evaluation, EMA, checkpoints, device and precision."""
+
+    iterations: int = Field(2**20, description="[T] training steps (the paper: 2^20 = 1024 epochs × 1024).")
+    batch_size: int = Field(64, description="[B] labeled images per step.")
+    mu: int = Field(7, description="[μ] unlabeled-to-labeled ratio: μB weak and μB strong images per step.")
+    eval_interval: int = Field(1024, description="Steps between evaluations of the EMA (and raw) model.")
+    eval_batch_size: int = Field(1024, description="Batch size for evaluation.")
+    ema: float = Field(0.999, description="EMA decay of the parameters (BN buffers are copied). 0 disables EMA.")
+    median_window: int = Field(20, description="Evaluations in the `median` accuracy (FixMatch: last 20).")
+    checkpoint_every: int = Field(1, description="Write a checkpoint every N evaluations (and always at the end).")
+    keep_checkpoints: int = Field(2, description="Checkpoints kept on disk (older ones are deleted).")
+    seed: int = Field(0, description="Seed of every RNG of the run (model init, sampling, augmentation).")
+    device: str = Field("auto", description="`auto` (CUDA if available), `cpu`, `cuda` or `cuda:N`.")
+    precision: Literal["fp32", "bf16", "fp16"] = Field(
+        "fp32", description="Autocast precision for the forward pass; bf16 recommended on CUDA.")
+    compile: bool = Field(False, description="Wrap the model in torch.compile.")
+    num_threads: int = Field(0, description="torch CPU threads; 0 keeps torch's default.")
+    progress: bool = Field(True, description="Show a tqdm progress bar.")
+
+    @field_validator("iterations", "batch_size", "mu", "eval_interval", "eval_batch_size", "median_window",
+                     "checkpoint_every", "keep_checkpoints")
+    @classmethod
+    def _positive(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError("must be >= 1")
+        return v
+
+    @field_validator("seed", "num_threads")
+    @classmethod
+    def _nonneg(cls, v: int) -> int:
+        if v < 0:
+            raise ValueError("must be >= 0")
+        return v
+
+    @field_validator("ema")
+    @classmethod
+    def _ema(cls, v: float) -> float:
+        return _interval("", v, 0.0, 1.0, False, True)
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", v):
+            raise ValueError("must be `auto`, `cpu`, `cuda` or `cuda:N`")
+        return v
+
+
+class RunConfig(_Section):
+    """A whole training run."""
+
+    data: DataConfig = Field(default_factory=DataConfig, description="Dataset, labels and fold.")
+    model: ModelConfig = Field(default_factory=ModelConfig, description="Backbone.")
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig, description="Algorithm and losses.")
+    optim: OptimConfig = Field(default_factory=OptimConfig, description="Optimiser and LR schedule.")
+    train: TrainConfig = Field(default_factory=TrainConfig, description="Training loop.")
+    output_dir: str = Field("outputs/run", description="Run folder: config, split, checkpoints, metrics.jsonl.")
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> "RunConfig":
+        errors: list[str] = []
+        num_classes = _num_classes(self.data.dataset)
+        d = self.data
+        if d.num_labels % num_classes:
+            errors.append(f"data.num_labels={d.num_labels}: must be divisible by the {num_classes} classes of "
+                          f"{d.dataset}")
+        if d.split_rule == "official" and d.fold > 4:
+            errors.append(f"data.fold={d.fold}: the `official` split rule has folds 0-4 (seeds 1-5); use "
+                          "`data.split_rule: balanced` for more")
+        if d.dataset == "stl10" and d.num_labels not in (1000, 5000):
+            errors.append(f"data.num_labels={d.num_labels}: STL-10 uses its predefined folds: 1000 or 5000")
+        if d.svhn_extra and d.dataset != "svhn":
+            errors.append(f"data.svhn_extra=True: only valid for dataset svhn, not {d.dataset}")
+        if d.dataset != "digits" and not d.download and not Path(d.root).is_dir():
+            errors.append(f"data.root={d.root!r}: folder does not exist (create it with the dataset inside, or set "
+                          "`data.download: true`)")
+        try:
+            resolve_k(self.algorithm.k, num_classes)
+        except ValueError as e:
+            errors.append(f"algorithm.k={self.algorithm.k!r}: {e}")
+        errors += _check_algorithm(self.algorithm)
+        errors += _check_backbone(self.model.backbone)
+        if errors:
+            raise ConfigError("\n".join(errors))
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+def _num_classes(dataset: str) -> int:
+    from mutexmatch.datasets import DATASETS  # lazy: keeps config importable without torch start-up cost
+
+    return DATASETS[dataset].num_classes
+
+
+def _check_algorithm(alg: AlgorithmConfig) -> list[str]:
+    from mutexmatch.algorithms import ALGORITHMS
+
+    if alg.name not in ALGORITHMS:
+        return [f"algorithm.name={alg.name!r}: unknown; registered: {', '.join(sorted(ALGORITHMS))}"]
+    accepted = set(ALGORITHMS[alg.name].params)
+    unused = sorted(f for f in alg.model_fields_set if f != "name" and f not in accepted)
+    return [f"algorithm.{f}={getattr(alg, f)!r}: not used by algorithm {alg.name!r} (it reads: "
+            f"{', '.join(sorted(accepted)) or 'nothing'})" for f in unused]
+
+
+def _check_backbone(name: str) -> list[str]:
+    from mutexmatch.models import BACKBONES
+
+    if name not in BACKBONES:
+        return [f"model.backbone={name!r}: unknown; registered: {', '.join(sorted(BACKBONES))}"]
+    return []
+
+
+def resolve_k(k: int | str, num_classes: int) -> int:
+    """Turn ``algorithm.k`` (an int, ``C`` or ``0.6C``) into an integer 1..C."""
+    if isinstance(k, int):
+        if not 1 <= k <= num_classes:
+            raise ValueError(f"must be in [1, {num_classes}] (the number of classes)")
+        return k
+    m = _K_PATTERN.match(k)
+    if not m:
+        raise ValueError("must be an integer, `C` or a fraction like `0.6C`")
+    frac = float(m.group(1)) if m.group(1) is not None else 1.0
+    return max(1, min(num_classes, int(round(frac * num_classes))))
+
+
+def _format_validation_error(err: ValidationError, raw: dict[str, Any]) -> str:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"])
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            parent = _model_at(RunConfig, e["loc"][:-1])
+            allowed = ", ".join(parent.model_fields) if parent is not None else "?"
+            lines.append(f"{loc}: unknown key; allowed keys: {allowed}")
+            continue
+        if e["type"] == "value_error" and msg.startswith("Value error, "):
+            msg = msg[len("Value error, "):]
+        if e["type"] == "assertion_error" or "\n" in msg and e["type"] == "value_error":
+            lines.append(msg)  # a cross-field check already formatted its lines
+            continue
+        if loc:
+            lines.append(f"{loc}={e.get('input')!r}: {msg}")
+        else:
+            lines.append(msg)
+    return "\n".join(lines)
+
+
+def _model_at(model: type[BaseModel], loc: Sequence[Any]) -> type[BaseModel] | None:
+    for part in loc:
+        field = model.model_fields.get(str(part))
+        if field is None or not (isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)):
+            return None
+        model = field.annotation
+    return model
+
+
+def parse_config(raw: dict[str, Any] | None) -> RunConfig:
+    """Validate a plain mapping (e.g. parsed YAML) into a :class:`RunConfig`; raise :class:`ConfigError`."""
+    raw = {} if raw is None else raw
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config: must be a mapping of sections, got {type(raw).__name__}")
+    try:
+        return RunConfig.model_validate(raw)
+    except ValidationError as err:
+        raise ConfigError(_format_validation_error(err, raw)) from None
+
+
+def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """Apply ``a.b=value`` overrides to a raw config mapping (values parsed by ``yaml.safe_load``)."""
+    out = copy.deepcopy(raw)
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE with a dotted key such as algorithm.tau=0.9")
+        parts = key.strip().split(".")
+        node = out
+        for p in parts[:-1]:
+            nxt = node.setdefault(p, {})
+            if not isinstance(nxt, dict):
+                raise ConfigError(f"--set {item!r}: {p} is not a section")
+            node = nxt
+        node[parts[-1]] = yaml.safe_load(value) if value.strip() else None
+    return out
+
+
+def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> RunConfig:
+    """Load a YAML run config (or the defaults when ``path`` is None), apply overrides, validate once."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"--config {str(path)!r}: file not found")
+        raw = yaml.safe_load(p.read_text()) or {}
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: must be a YAML mapping of sections")
+    return parse_config(apply_overrides(raw, overrides))
+
+
+_HASH_EXCLUDE = {("output_dir",), ("data", "root"), ("data", "download"), ("train", "progress"),
+                 ("train", "num_threads"), ("train", "device")}
+
+
+def config_hash(cfg: RunConfig) -> str:
+    """Short sha256 over the fields that change results (paths, device and display options excluded)."""
+    d = cfg.to_dict()
+    for path in _HASH_EXCLUDE:
+        node = d
+        for p in path[:-1]:
+            node = node[p]
+        node.pop(path[-1], None)
+    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def config_markdown() -> str:
+    """Reference documentation of every field, generated from the schema."""
+    lines = ["# Run configuration reference", "", "Generated by `python -m mutexmatch.config --doc`.", ""]
+    for name, field in RunConfig.model_fields.items():
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            lines += [f"## `{name}` — {field.description}", "", (ann.__doc__ or "").strip().splitlines()[0], "",
+                      "| field | default | description |", "| --- | --- | --- |"]
+            for sub, f in ann.model_fields.items():
+                default = f.default_factory() if f.default_factory else f.default
+                lines.append(f"| `{name}.{sub}` | `{default!r}` | {f.description} |")
+            lines.append("")
+        else:
+            lines += [f"## `{name}`", "", f"{field.description} Default `{field.default!r}`.", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    import sys
+
+    if "--doc" in sys.argv:
+        print(config_markdown())
+    else:
+        print(yaml.safe_dump(RunConfig.model_construct().model_dump(mode="json"), sort_keys=False))

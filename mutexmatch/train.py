@@ -1,0 +1,509 @@
+"""The training loop and its command line.
+
+``python -m mutexmatch.train --config FILE [--set key=value ...]`` trains one run into ``output_dir``:
+``config.yaml`` (resolved), ``run.json`` (hashes), ``split.json`` (labeled indices with digest),
+``checkpoints/ckpt_<step>.pt`` (atomic, checksummed), ``metrics.jsonl`` (one line per evaluation),
+``best_model.pt`` and ``final_model.pt`` (EMA weights). ``--resume DIR`` continues a run exactly where its newest
+usable checkpoint left it: same data order, same augmentations, same weights as an uninterrupted run.
+
+One step, as the released code: one forward over the concatenation [labeled weak | unlabeled weak | unlabeled strong]
+(BatchNorm over all rows), the algorithm's loss, SGD (Nesterov) with the cos(7πt/16T) factor, then the EMA update.
+Augmentation runs batched on the training device. Metrics accumulate on the device and are read once per
+evaluation, so the loop does not synchronise with the host every step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import random
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+import yaml
+from torch import nn
+
+from mutexmatch.algorithms import ALGORITHMS, StepInputs
+from mutexmatch.augment import normalize, strong_augment, weak_augment
+from mutexmatch.callbacks import Callback, EvalEvent, RunSummary
+from mutexmatch.checkpoint import (CheckpointError, atomic_write_bytes, latest_checkpoint, list_checkpoints,
+                                   load_checkpoint, prune_checkpoints, save_checkpoint)
+from mutexmatch.config import ConfigError, RunConfig, config_hash, load_config, parse_config, resolve_k
+from mutexmatch.datasets import DatasetBundle, load_dataset
+from mutexmatch.ema import ModelEMA
+from mutexmatch.models import build_model
+from mutexmatch.sampler import SSLSampler
+from mutexmatch.splits import Split, make_split
+
+__all__ = ["Trainer", "NonFiniteLossError", "main", "RUN_MARKER"]
+
+RUN_MARKER = "run.json"
+_TERMS = ("loss", "sup", "sep", "p", "n")
+
+
+class NonFiniteLossError(FloatingPointError):
+    pass
+
+
+def resolve_device(spec: str) -> torch.device:
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if spec.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"train.device={spec!r}: CUDA is not available on this machine (use `cpu` or `auto`)")
+    return torch.device(spec)
+
+
+def _param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Weight decay on every parameter except those of BatchNorm layers (selected by module type, not name)."""
+    no_decay = {id(p) for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)
+                for p in m.parameters(recurse=False)}
+    decay = [p for p in model.parameters() if id(p) not in no_decay]
+    skip = [p for p in model.parameters() if id(p) in no_decay]
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": skip, "weight_decay": 0.0}]
+
+
+def _rng_state() -> dict:
+    np_state = np.random.get_state()
+    state = {
+        "python": random.getstate(),
+        "numpy": {"name": np_state[0], "keys": torch.from_numpy(np_state[1].astype(np.int64)),
+                  "pos": int(np_state[2]), "has_gauss": int(np_state[3]), "gauss": float(np_state[4])},
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    n = state["numpy"]
+    np.random.set_state((n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+class Trainer:
+    """Trains one run described by a :class:`RunConfig`, reporting through :class:`Callback` objects.
+
+    ``resume``: ``False`` starts fresh (and refuses an output folder that already holds checkpoints), ``True``
+    continues from the newest usable checkpoint (error if there is none), ``"auto"`` continues if a checkpoint
+    exists and starts fresh otherwise (what a restarted Tune trial wants), a path continues from that checkpoint file.
+    """
+
+    def __init__(self, cfg: RunConfig, callbacks: Sequence[Callback] = (), *,
+                 resume: bool | str | Path = False, bundle: DatasetBundle | None = None):
+        self.cfg = cfg
+        self.callbacks = list(callbacks)
+        self.out = Path(cfg.output_dir).resolve()
+        self.ckpt_dir = self.out / "checkpoints"
+        self.device = resolve_device(cfg.train.device)
+        if cfg.train.num_threads:
+            torch.set_num_threads(cfg.train.num_threads)
+        resume_state = self._find_resume_state(resume)
+
+        _seed_everything(cfg.train.seed)
+        self.bundle = bundle or load_dataset(cfg.data.dataset, cfg.data.root, download=cfg.data.download,
+                                             svhn_extra=cfg.data.svhn_extra, image_size=cfg.data.image_size)
+        info = self.bundle.info
+        self.num_classes = info.num_classes
+        self.split = self._make_split()
+
+        alg_cls = ALGORITHMS[cfg.algorithm.name]
+        params = {name: getattr(cfg.algorithm, name) for name in alg_cls.params}
+        if "k" in params:
+            params["k"] = resolve_k(cfg.algorithm.k, self.num_classes)
+        self.algorithm = alg_cls(params, self.num_classes)
+
+        self.model = build_model(cfg.model.backbone, num_classes=self.num_classes, in_channels=info.channels,
+                                 image_size=self.bundle.train.x.shape[-1], with_tnc=alg_cls.uses_tnc)
+        self.memory_format = torch.channels_last if cfg.model.channels_last else torch.contiguous_format
+        self.model.to(self.device, memory_format=self.memory_format)
+        self.ema = ModelEMA(self.model, cfg.train.ema)
+        self.forward = torch.compile(self.model) if cfg.train.compile else self.model
+        o = cfg.optim
+        self.optimizer = torch.optim.SGD(_param_groups(self.model, o.weight_decay), lr=o.lr, momentum=o.momentum,
+                                         nesterov=o.nesterov)
+        total = cfg.train.iterations
+        factor = (lambda t: math.cos(o.cosine_factor * math.pi * t / total)) if o.schedule == "cosine" else (
+            lambda t: 1.0)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, factor)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.train.precision == "fp16")
+        self.autocast_dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[cfg.train.precision]
+
+        # Images stay uint8 on the training device; batches are gathered by index and augmented there.
+        self.train_x = self.bundle.train.x.to(self.device)
+        self.train_y = self.bundle.train.y.to(self.device)
+        extra = self.bundle.extra_unlabeled
+        self.ulb_x = torch.cat([self.train_x, extra.x.to(self.device)]) if extra is not None else self.train_x
+        self.ulb_y = torch.cat([self.train_y, extra.y.to(self.device)]) if extra is not None else self.train_y
+        self.sampler = SSLSampler(torch.from_numpy(self.split.labeled), torch.from_numpy(self.split.unlabeled),
+                                  batch_size=cfg.train.batch_size, mu=cfg.train.mu, seed=cfg.train.seed,
+                                  with_unlabeled=alg_cls.uses_unlabeled)
+        self.aug_generator = torch.Generator(device=self.device).manual_seed(cfg.train.seed + 1)
+
+        self.step = 0
+        self.history: list[float] = []   # EMA test accuracy at every evaluation
+        self.best_acc = -1.0
+        self.best_val = -1.0
+        self._reset_accumulators()
+        if resume_state is not None:
+            self._load_state(*resume_state)
+        else:
+            self._write_run_files()
+
+    # ---------------------------------------------------------------- setup
+    def _find_resume_state(self, resume: bool | str | Path) -> tuple[Path, dict] | None:
+        if resume is False:
+            if list_checkpoints(self.ckpt_dir):
+                raise FileExistsError(
+                    f"output_dir={str(self.out)!r} already holds a run with checkpoints; continue it with "
+                    f"`--resume {self.out}` or choose another output_dir")
+            return None
+        if isinstance(resume, (str, Path)) and resume != "auto":
+            path = Path(resume)
+            return path, load_checkpoint(path)
+        found = latest_checkpoint(self.ckpt_dir)
+        if found is None and resume is True:
+            raise CheckpointError(f"{self.out}: no checkpoint to resume from")
+        return found
+
+    def _make_split(self) -> Split:
+        d = self.cfg.data
+        extra = self.bundle.extra_unlabeled
+        split = make_split(self.bundle.train.y.numpy(), dataset=d.dataset, num_labels=d.num_labels,
+                           num_classes=self.num_classes, fold=d.fold, rule=d.split_rule,
+                           val_per_class=d.val_per_class, unlabeled_includes_labeled=d.unlabeled_includes_labeled,
+                           num_extra_unlabeled=0 if extra is None else len(extra.y),
+                           predefined_folds=self.bundle.predefined_folds)
+        return split
+
+    def _write_run_files(self) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(self.out / "config.yaml", yaml.safe_dump(self.cfg.to_dict(), sort_keys=False).encode())
+        self.split.save(self.out / "split.json")
+        marker = {"mutexmatch_run": 1, "config_hash": config_hash(self.cfg), "split_digest": self.split.digest()}
+        atomic_write_bytes(self.out / RUN_MARKER, json.dumps(marker, indent=2).encode())
+        (self.out / "metrics.jsonl").unlink(missing_ok=True)
+
+    # ---------------------------------------------------------------- state
+    def state_dict(self) -> dict:
+        return {
+            "step": self.step, "model": self.model.state_dict(), "ema": self.ema.state_dict(),
+            "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(), "sampler": self.sampler.state_dict(),
+            "aug_generator": self.aug_generator.get_state(), "algorithm": self.algorithm.state_dict(),
+            "rng": _rng_state(), "history": list(self.history), "best_acc": self.best_acc,
+            "best_val": self.best_val, "config_hash": config_hash(self.cfg), "split_digest": self.split.digest(),
+        }
+
+    def _load_state(self, path: Path, state: dict) -> None:
+        if state.get("config_hash") != config_hash(self.cfg):
+            raise CheckpointError(f"{path}: written by a run with another configuration (config hash "
+                                  f"{state.get('config_hash')} != {config_hash(self.cfg)})")
+        if state.get("split_digest") != self.split.digest():
+            raise CheckpointError(f"{path}: written with another labeled split")
+        self.model.load_state_dict(state["model"])
+        self.ema.load_state_dict(state["ema"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.scaler.load_state_dict(state["scaler"])
+        self.sampler.load_state_dict(state["sampler"])
+        self.aug_generator.set_state(state["aug_generator"])
+        self.algorithm.load_state_dict(state["algorithm"])
+        _set_rng_state(state["rng"])
+        self.step = int(state["step"])
+        self.history = list(state["history"])
+        self.best_acc = float(state["best_acc"])
+        self.best_val = float(state["best_val"])
+        self.out.mkdir(parents=True, exist_ok=True)
+        metrics = self.out / "metrics.jsonl"
+        if metrics.exists():  # drop evaluations logged after this checkpoint: they will be redone
+            kept = [ln for ln in metrics.read_text().splitlines() if ln and json.loads(ln)["step"] <= self.step]
+            atomic_write_bytes(metrics, "".join(ln + "\n" for ln in kept).encode())
+        self.resumed_from = path
+
+    # ---------------------------------------------------------------- step
+    def _reset_accumulators(self) -> None:
+        C = self.num_classes
+        dev = self.device
+        self._terms = torch.zeros(len(_TERMS), device=dev)
+        self._first_bad = torch.full((len(_TERMS),), -1, dtype=torch.long, device=dev)
+        # [masked, seen-with-label, pl correct among masked, pl correct all, comp correct, tnc comp correct, tnc seen]
+        self._stats = torch.zeros(7, device=dev)
+        self._pl_counts = torch.zeros(C * C, dtype=torch.long, device=dev)
+        self._comp_counts = torch.zeros(C * C, dtype=torch.long, device=dev)
+        self._steps_since = 0
+        self._ulb_seen = 0
+        self._t_data = 0.0
+        self._t_compute = 0.0
+        self._t_start = time.perf_counter()
+
+    def _batch(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+        info = self.bundle.info
+        idx = self.sampler.next()
+        g = self.aug_generator
+        lb = idx.lb.to(self.device, non_blocking=True)
+        views = [weak_augment(self.train_x[lb], flip=info.flip, pad=info.pad, pad_mode=info.pad_mode, generator=g)]
+        ulb = idx.ulb.to(self.device, non_blocking=True)
+        if ulb.numel():
+            x_u = self.ulb_x[ulb]
+            views.append(weak_augment(x_u, flip=info.flip, pad=info.pad, pad_mode=info.pad_mode, generator=g))
+            views.append(strong_augment(x_u, flip=info.flip, pad=info.pad, pad_mode=info.pad_mode, generator=g))
+        x = normalize(torch.cat(views), info.mean, info.std, channels_last=self.cfg.model.channels_last)
+        return x, self.train_y[lb], ulb, len(ulb)
+
+    def _autocast(self):
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.autocast_dtype)
+
+    def train_step(self) -> None:
+        t0 = time.perf_counter()
+        x, y_lb, ulb, num_ulb = self._batch()
+        t1 = time.perf_counter()
+        self.model.train()
+        with self._autocast():
+            feats = self.forward(x)
+            out = self.algorithm.compute(self.model, StepInputs(
+                feats=feats, num_lb=len(y_lb), num_ulb=num_ulb, targets_lb=y_lb, ulb_idx=ulb, step=self.step))
+        loss = out["loss"]
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.scheduler.step()
+        self.ema.update()
+        self._accumulate(out, ulb)
+        self.step += 1
+        self._t_data += t1 - t0
+        self._t_compute += time.perf_counter() - t1
+
+    @torch.no_grad()
+    def _accumulate(self, out: dict, ulb: torch.Tensor) -> None:
+        zero = torch.zeros((), device=self.device)
+        terms = torch.stack([out.get(t, zero).detach().float() for t in _TERMS])
+        self._terms += terms
+        bad = ~torch.isfinite(terms) & (self._first_bad < 0)
+        self._first_bad = torch.where(bad, torch.full_like(self._first_bad, self.step), self._first_bad)
+        self._steps_since += 1
+        if not ulb.numel() or "pseudo_label" not in out:
+            return
+        C = self.num_classes
+        y = self.ulb_y[ulb]
+        known = y >= 0  # STL-10's extra unlabeled images have no true label
+        yk = y.clamp_min(0)
+        mask = out["mask"].float() if "mask" in out else torch.ones_like(y, dtype=torch.float)
+        pl = out["pseudo_label"]
+        correct = (pl == y) & known
+        stats = [mask.sum(), known.sum(), (correct.float() * mask).sum(), correct.sum()]
+        if "comp_label" in out:
+            stats.append(((out["comp_label"] != y) & known).sum())
+        else:
+            stats.append(zero)
+        self._pl_counts += torch.bincount((yk * C + pl)[known], minlength=C * C)
+        if "tnc_comp_label" in out:
+            tcl = out["tnc_comp_label"]
+            stats += [((tcl != y) & known).sum(), known.sum()]
+            self._comp_counts += torch.bincount((yk * C + tcl)[known], minlength=C * C)
+        else:
+            stats += [zero, zero]
+        self._stats += torch.stack([s.float() for s in stats])
+        self._ulb_seen += len(ulb)
+
+    # ---------------------------------------------------------------- evaluation
+    @torch.no_grad()
+    def accuracy(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+        info = self.bundle.info
+        was_training = model.training
+        model.eval()
+        correct = torch.zeros((), device=self.device)
+        bs = self.cfg.train.eval_batch_size
+        for i in range(0, len(y), bs):
+            xb = normalize(x[i:i + bs].to(self.device), info.mean, info.std,
+                           channels_last=self.cfg.model.channels_last)
+            with self._autocast():
+                logits = model.forward_tpc(xb)
+            correct += (logits.argmax(1) == y[i:i + bs].to(self.device)).sum()
+        model.train(was_training)
+        return correct.item() / max(1, len(y))
+
+    def evaluate(self) -> EvalEvent:
+        n = max(1, self._steps_since)
+        terms = (self._terms / n).tolist()
+        first_bad = self._first_bad.tolist()
+        for name, bad_step in zip(_TERMS, first_bad):
+            if bad_step >= 0:
+                raise NonFiniteLossError(f"non-finite loss term {name!r} at step {bad_step} "
+                                         f"(algorithm {self.cfg.algorithm.name}); the run is stopped")
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        elapsed = time.perf_counter() - self._t_start
+        test = self.bundle.test
+        acc = self.accuracy(self.ema.module, test.x, test.y)
+        acc_raw = self.accuracy(self.model, test.x, test.y)
+        self.history.append(acc)
+        self.best_acc = max(self.best_acc, acc)
+        window = self.history[-self.cfg.train.median_window:]
+        s = self._stats.tolist()
+        per_step_imgs = self.cfg.train.batch_size + 2 * self._ulb_seen / n
+        metrics = {f"train/{t}": v for t, v in zip(_TERMS, terms)}
+        metrics.update({
+            "test/acc": acc, "test/acc_raw": acc_raw, "test/best_acc": self.best_acc,
+            "test/median_acc": float(statistics.median(window)),
+            "train/lr": self.scheduler.get_last_lr()[0],
+            "perf/img_per_s": per_step_imgs * n / max(elapsed, 1e-9),
+            "perf/data_s": self._t_data / n, "perf/compute_s": self._t_compute / n,
+        })
+        if self._ulb_seen:
+            metrics.update({
+                "train/mask_ratio": s[0] / self._ulb_seen,
+                "train/pl_acc": s[2] / s[0] if s[0] else float("nan"),
+                "train/pl_acc_all": s[3] / s[1] if s[1] else float("nan"),
+                "train/cpa": s[4] / s[1] if s[1] else float("nan"),
+            })
+            if s[6]:
+                metrics["train/tnc_cpa"] = s[5] / s[6]
+        if len(self.split.val):
+            val_idx = torch.from_numpy(self.split.val)
+            val = self.accuracy(self.ema.module, self.bundle.train.x[val_idx], self.bundle.train.y[val_idx])
+            self.best_val = max(self.best_val, val)
+            metrics.update({"val/acc": val, "val/best_acc": self.best_val})
+        C = self.num_classes
+        counts = {"pseudo_label_counts": self._pl_counts.view(C, C).cpu().numpy()}
+        if self.model.tnc is not None:
+            counts["comp_label_counts"] = self._comp_counts.view(C, C).cpu().numpy()
+        if acc >= self.best_acc:
+            self._save_weights("best_model.pt")
+        return EvalEvent(step=self.step, metrics=metrics, class_counts=counts)
+
+    def _save_weights(self, name: str) -> Path:
+        import io
+
+        buf = io.BytesIO()
+        torch.save(self.ema.state_dict(), buf)
+        path = self.out / name
+        atomic_write_bytes(path, buf.getvalue())
+        return path
+
+    def save_checkpoint(self) -> Path:
+        path = save_checkpoint(self.state_dict(), self.ckpt_dir, self.step)
+        prune_checkpoints(self.ckpt_dir, self.cfg.train.keep_checkpoints)
+        return path
+
+    # ---------------------------------------------------------------- loop
+    def fit(self, stop_at: int | None = None) -> RunSummary:
+        """Train to ``train.iterations`` (or stop early at step ``stop_at``, keeping the schedule of the full run)."""
+        cfg = self.cfg.train
+        end = cfg.iterations if stop_at is None else min(stop_at, cfg.iterations)
+        for cb in self.callbacks:
+            cb.on_start(self)
+        bar = None
+        if cfg.progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=cfg.iterations, initial=self.step, dynamic_ncols=True, file=sys.stderr,
+                       desc=f"{self.cfg.algorithm.name}")
+        last_event: EvalEvent | None = None
+        last_ckpt: Path | None = None
+        evals_since_ckpt = 0
+        stop = False
+        self._reset_accumulators()
+        while self.step < end and not stop:
+            self.train_step()
+            if bar is not None:
+                bar.update(1)
+            at_end = self.step == end
+            if self.step % cfg.eval_interval == 0 or at_end:
+                event = self.evaluate()
+                evals_since_ckpt += 1
+                if evals_since_ckpt >= cfg.checkpoint_every or at_end:
+                    last_ckpt = event.checkpoint = self.save_checkpoint()
+                    evals_since_ckpt = 0
+                with open(self.out / "metrics.jsonl", "a") as f:
+                    f.write(json.dumps({"step": self.step, **event.metrics}) + "\n")
+                if bar is not None:
+                    m = event.metrics
+                    bar.set_postfix(loss=f"{m['train/loss']:.3f}", acc=f"{m['test/acc']:.4f}",
+                                    best=f"{m['test/best_acc']:.4f}", img_s=f"{m['perf/img_per_s']:.0f}")
+                for cb in self.callbacks:
+                    stop |= bool(cb.on_eval(event))
+                if stop and event.checkpoint is None:
+                    last_ckpt = event.checkpoint = self.save_checkpoint()
+                last_event = event
+                self._reset_accumulators()
+        if bar is not None:
+            bar.close()
+        final_weights = self._save_weights("final_model.pt") if self.step >= cfg.iterations else None
+        metrics = last_event.metrics if last_event else {}
+        summary = RunSummary(step=self.step, metrics=metrics, output_dir=self.out, final_checkpoint=last_ckpt,
+                             best_weights=self.out / "best_model.pt" if (self.out / "best_model.pt").exists()
+                             else None, final_weights=final_weights)
+        for cb in self.callbacks:
+            cb.on_end(summary)
+        return summary
+
+
+# -------------------------------------------------------------------- command line
+def _load_run_dir(run_dir: Path, overrides: Sequence[str]) -> RunConfig:
+    if not run_dir.is_dir():
+        raise SystemExit(f"--resume {run_dir}: directory not found")
+    if not (run_dir / RUN_MARKER).is_file() or not (run_dir / "config.yaml").is_file():
+        raise SystemExit(f"--resume {run_dir}: not a mutexmatch run directory (no {RUN_MARKER} / config.yaml)")
+    raw = yaml.safe_load((run_dir / "config.yaml").read_text())
+    raw["output_dir"] = str(run_dir.resolve())
+    allowed = ("train.device", "train.progress", "train.num_threads")
+    for item in overrides:
+        if not item.split("=", 1)[0].strip().startswith(allowed):
+            raise SystemExit(f"--set {item!r}: only {', '.join(allowed)} can change on --resume")
+    from mutexmatch.config import apply_overrides
+
+    return parse_config(apply_overrides(raw, overrides))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mutexmatch.train", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", type=Path, help="run config YAML (see docs/config.md)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config field, e.g. --set algorithm.tau=0.9 (repeatable)")
+    parser.add_argument("--resume", type=Path, metavar="DIR", help="continue the run in DIR")
+    parser.add_argument("--stop-at", type=int, default=None, help="stop at this step (schedule of the full run)")
+    args = parser.parse_args(argv)
+    try:
+        if args.resume is not None:
+            if args.config is not None:
+                raise SystemExit("--resume DIR uses the config saved in DIR; do not pass --config")
+            cfg = _load_run_dir(args.resume, args.overrides)
+            trainer = Trainer(cfg, resume=True)
+        else:
+            cfg = load_config(args.config, args.overrides)
+            trainer = Trainer(cfg)
+    except (ConfigError, CheckpointError, FileExistsError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        summary = trainer.fit(stop_at=args.stop_at)
+    m = summary.metrics
+    print(json.dumps({"step": summary.step, "output_dir": str(summary.output_dir),
+                      **{k: m[k] for k in ("test/acc", "test/best_acc", "test/median_acc") if k in m}}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

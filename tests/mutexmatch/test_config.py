@@ -1,0 +1,132 @@
+"""The run config: defaults valid, YAML + overrides, and a table of malformed configs each rejected by name."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from mutexmatch.config import (ConfigError, RunConfig, apply_overrides, config_hash, config_markdown, load_config,
+                               parse_config, resolve_k)
+
+
+def test_defaults_are_valid():
+    cfg = parse_config({})
+    assert cfg.data.dataset == "digits"
+    assert cfg.algorithm.tau == 0.95
+    assert cfg.train.iterations == 2**20
+
+
+def test_yaml_and_overrides(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump({"algorithm": {"tau": 0.9, "k": "0.6C"}, "train": {"iterations": 100}}))
+    cfg = load_config(path, ["algorithm.lambda_n=0.5", "train.seed=3", "data.split_rule=balanced"])
+    assert cfg.algorithm.tau == 0.9
+    assert cfg.algorithm.lambda_n == 0.5
+    assert cfg.train.seed == 3
+    assert cfg.data.split_rule == "balanced"
+    assert resolve_k(cfg.algorithm.k, 10) == 6
+
+
+@pytest.mark.parametrize("k,C,expected", [("C", 10, 10), ("0.6C", 10, 6), ("0.6C", 100, 60), (3, 10, 3),
+                                          ("0.01C", 10, 1), ("1C", 7, 7)])
+def test_resolve_k(k, C, expected):
+    assert resolve_k(k, C) == expected
+
+
+def test_override_creates_no_silent_keys():
+    raw = apply_overrides({}, ["algorithm.tua=0.5"])
+    with pytest.raises(ConfigError, match=r"algorithm\.tua: unknown key"):
+        parse_config(raw)
+
+
+def test_config_hash_ignores_paths_only():
+    a = parse_config({"output_dir": "/tmp/a"})
+    b = parse_config({"output_dir": "/tmp/b"})
+    c = parse_config({"algorithm": {"tau": 0.9}})
+    assert config_hash(a) == config_hash(b)
+    assert config_hash(a) != config_hash(c)
+
+
+def test_every_field_documented():
+    for section in RunConfig.model_fields.values():
+        assert section.description
+        sub = section.annotation
+        if hasattr(sub, "model_fields"):
+            for name, f in sub.model_fields.items():
+                assert f.description, name
+    doc = config_markdown()
+    assert "`algorithm.tau`" in doc and "`train.ema`" in doc
+
+
+# (raw config, the field the message must name, a fragment of what is allowed)
+MALFORMED = [
+    ({"algorithm": {"tau": 1.5}}, "algorithm.tau=1.5", "must be in (0, 1]"),
+    ({"algorithm": {"tau": 0.0}}, "algorithm.tau=0.0", "(0, 1]"),
+    ({"algorithm": {"tau": "high"}}, "algorithm.tau='high'", "float"),
+    ({"algorithm": {"k": 11}}, "algorithm.k=11", "[1, 10]"),
+    ({"algorithm": {"k": 0}}, "algorithm.k=0", ">= 1"),
+    ({"algorithm": {"k": "0.6"}}, "algorithm.k='0.6'", "fraction"),
+    ({"algorithm": {"k": "1.5C"}}, "algorithm.k='1.5C'", "(0, 1]"),
+    ({"algorithm": {"k": True}}, "algorithm.k", ""),
+    ({"algorithm": {"lambda_sep": -1.0}}, "algorithm.lambda_sep=-1.0", "[0, inf)"),
+    ({"algorithm": {"lambda_n": "1"}}, "algorithm.lambda_n='1'", "float"),
+    ({"algorithm": {"name": "meanteacher"}}, "algorithm.name='meanteacher'", "registered"),
+    ({"algorithm": {"form": "released"}}, "algorithm.form='released'", "paper"),
+    ({"algorithm": {"name": "fixmatch", "lambda_sep": 0.5}}, "algorithm.lambda_sep=0.5", "not used by"),
+    ({"algorithm": {"comp_rank": 0}}, "algorithm.comp_rank=0", ">= 1"),
+    ({"algorithm": {"bogus": 1}}, "algorithm.bogus", "unknown key"),
+    ({"data": {"num_labels": 25}}, "data.num_labels=25", "divisible by the 10 classes"),
+    ({"data": {"num_labels": 0}}, "data.num_labels=0", "positive"),
+    ({"data": {"num_labels": 20.0}}, "data.num_labels=20.0", "integer"),
+    ({"data": {"fold": -1}}, "data.fold=-1", ">= 0"),
+    ({"data": {"fold": 7}}, "data.fold=7", "folds 0-4"),
+    ({"data": {"dataset": "mnist"}}, "data.dataset='mnist'", "cifar10"),
+    ({"data": {"dataset": "cifar10", "root": "/nonexistent/data"}}, "data.root='/nonexistent/data'",
+     "download: true"),
+    ({"data": {"split_rule": "random"}}, "data.split_rule='random'", "official"),
+    ({"data": {"val_per_class": -2}}, "data.val_per_class=-2", ">= 0"),
+    ({"data": {"svhn_extra": True}}, "data.svhn_extra=True", "only valid for dataset svhn"),
+    ({"data": {"image_size": 4}}, "data.image_size=4", "[8, 512]"),
+    ({"data": {"dataset": "stl10", "num_labels": 40, "download": True}}, "data.num_labels=40", "1000 or 5000"),
+    ({"model": {"backbone": "vit_b16"}}, "model.backbone='vit_b16'", "registered"),
+    ({"model": {"depth": 28}}, "model.depth", "unknown key"),
+    ({"optim": {"lr": 0.0}}, "optim.lr=0.0", "(0, 10]"),
+    ({"optim": {"momentum": 1.0}}, "optim.momentum=1.0", "[0, 1)"),
+    ({"optim": {"weight_decay": -1e-4}}, "optim.weight_decay=-0.0001", "[0, 1)"),
+    ({"optim": {"schedule": "step"}}, "optim.schedule='step'", "cosine"),
+    ({"train": {"iterations": 0}}, "train.iterations=0", ">= 1"),
+    ({"train": {"batch_size": -64}}, "train.batch_size=-64", ">= 1"),
+    ({"train": {"mu": 0}}, "train.mu=0", ">= 1"),
+    ({"train": {"ema": 1.0}}, "train.ema=1.0", "[0, 1)"),
+    ({"train": {"device": "tpu"}}, "train.device='tpu'", "cuda:N"),
+    ({"train": {"precision": "fp8"}}, "train.precision='fp8'", "bf16"),
+    ({"train": {"eval_interval": "often"}}, "train.eval_interval='often'", "integer"),
+    ({"train": "fast"}, "train='fast'", ""),
+    ({"trian": {}}, "trian", "unknown key"),
+]
+
+
+@pytest.mark.parametrize("raw,field,allowed", MALFORMED, ids=[m[1] for m in MALFORMED])
+def test_malformed_config_rejected_with_field_name(raw, field, allowed):
+    assert len(MALFORMED) >= 30
+    with pytest.raises(ConfigError) as info:
+        parse_config(raw)
+    msg = str(info.value)
+    assert field in msg, msg
+    assert allowed in msg, msg
+
+
+def test_multiple_errors_reported_together():
+    with pytest.raises(ConfigError) as info:
+        parse_config({"algorithm": {"tau": 2.0}, "train": {"mu": 0}})
+    assert "algorithm.tau" in str(info.value) and "train.mu" in str(info.value)
+
+
+def test_missing_config_file():
+    with pytest.raises(ConfigError, match="file not found"):
+        load_config("/nonexistent/run.yaml")
+
+
+def test_bad_override_syntax():
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        load_config(None, ["algorithm.tau"])
