@@ -1,0 +1,283 @@
+"""Labeled / unlabeled / validation index splits of a training set.
+
+The paper reports every setting as the mean over five "folds" (Sec. 5.1: "five different folds of labeled/unlabeled
+data"); in the released code fold f is simply the labeled draw with numpy seed f + 1 (seeds 1-5), and STL-10 uses its
+own predefined folds. Two draw rules are offered:
+
+- ``official``: the released code's draw, bit for bit (``official_labeled_indices``).
+- ``balanced``: the same class-balanced draw from a private ``np.random.Generator(PCG64(seed))``, so it neither reads
+  nor disturbs numpy's global RNG and allows any number of folds.
+
+The released code never saved its labeled indices; ``Split`` carries a digest and saves to JSON so a run can prove
+which images it was trained on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import numbers
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+NUM_OFFICIAL_FOLDS = 5
+# The validation draw gets its own seed stream, far from the labeled-draw seeds 1..5.
+VAL_SEED_OFFSET = 10_000
+_SPLIT_FORMAT = 1
+
+
+def _check_int(field_name: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{field_name} must be an integer, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{field_name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def _as_labels(labels: np.ndarray, num_classes: int) -> np.ndarray:
+    """Labels as a 1-D int64 array with values in [-1, num_classes); -1 marks images no draw may pick."""
+    num_classes = _check_int("num_classes", num_classes, 1)
+    arr = np.asarray(labels)
+    if arr.ndim != 1 or not (np.issubdtype(arr.dtype, np.integer) or arr.size == 0):
+        raise ValueError(f"labels must be a 1-D integer array, got dtype {arr.dtype} and shape {arr.shape}")
+    arr = arr.astype(np.int64, copy=False)
+    if arr.size and (arr.min() < -1 or arr.max() >= num_classes):
+        raise ValueError(f"labels must lie in [0, {num_classes}) (or -1 for excluded images), found "
+                         f"[{arr.min()}, {arr.max()}]")
+    return arr
+
+
+def _labels_per_class(labels: np.ndarray, num_labels: int, num_classes: int) -> int:
+    """Validate ``data.num_labels`` against the labels that may still be drawn (label >= 0)."""
+    num_labels = _check_int("data.num_labels", num_labels, 1)
+    if num_labels % num_classes:
+        raise ValueError(f"data.num_labels={num_labels} is not divisible by the {num_classes} classes; the labeled "
+                         f"set holds num_labels / num_classes images of every class, so use a multiple of "
+                         f"{num_classes}")
+    per_class = num_labels // num_classes
+    counts = np.bincount(labels[labels >= 0], minlength=num_classes)
+    short = np.flatnonzero(counts < per_class)
+    if short.size:
+        c = int(short[0])
+        raise ValueError(f"data.num_labels={num_labels} needs {per_class} images of each class, but class {c} has "
+                         f"only {int(counts[c])} available ({short.size} class(es) too small; validation images "
+                         f"from data.val_per_class are not available)")
+    return per_class
+
+
+def official_labeled_indices(labels: np.ndarray, num_labels: int, num_classes: int, seed: int) -> np.ndarray:
+    """The released code's labeled draw, exactly.
+
+    ``np.random.seed(seed)``, then for every class ``c`` in order
+    ``np.random.choice(np.where(labels == c)[0], num_labels // num_classes, replace=False)``; the picks are
+    concatenated in class order. The legacy global RNG is saved before and restored after, so callers' global
+    numpy randomness is untouched. Images labeled -1 are never picked.
+    """
+    labels = _as_labels(labels, num_classes)
+    per_class = _labels_per_class(labels, num_labels, num_classes)
+    state = np.random.get_state()
+    try:
+        np.random.seed(seed)
+        picks = [np.random.choice(np.where(labels == c)[0], per_class, replace=False) for c in range(num_classes)]
+    finally:
+        np.random.set_state(state)
+    return np.concatenate(picks).astype(np.int64)
+
+
+def balanced_labeled_indices(labels: np.ndarray, num_labels: int, num_classes: int, seed: int) -> np.ndarray:
+    """``num_labels // num_classes`` images of every class without replacement, from a private
+    ``np.random.Generator(PCG64(seed))``, concatenated in class order. Images labeled -1 are never picked."""
+    labels = _as_labels(labels, num_classes)
+    per_class = _labels_per_class(labels, num_labels, num_classes)
+    rng = np.random.Generator(np.random.PCG64(seed))
+    picks = [rng.choice(np.flatnonzero(labels == c), per_class, replace=False) for c in range(num_classes)]
+    return np.concatenate(picks).astype(np.int64)
+
+
+SPLIT_RULES: dict[str, Callable[[np.ndarray, int, int, int], np.ndarray]] = {
+    "official": official_labeled_indices,
+    "balanced": balanced_labeled_indices,
+}
+
+
+@dataclass
+class Split:
+    """Index sets into the training set.
+
+    ``unlabeled`` indices ``>= meta["num_train"]`` refer to extra unlabeled images (STL-10's 100k split), the j-th
+    extra image having index ``num_train + j``. ``val`` never overlaps ``labeled`` or ``unlabeled``.
+    """
+
+    labeled: np.ndarray
+    unlabeled: np.ndarray
+    val: np.ndarray
+    meta: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("labeled", "unlabeled", "val"):
+            arr = np.asarray(getattr(self, name))
+            if arr.ndim != 1 or not (np.issubdtype(arr.dtype, np.integer) or arr.size == 0):
+                raise ValueError(f"Split.{name} must be a 1-D integer array, got {arr.dtype} {arr.shape}")
+            setattr(self, name, arr.astype(np.int64, copy=False))
+        for name in ("labeled", "unlabeled"):
+            overlap = np.intersect1d(self.val, getattr(self, name))
+            if overlap.size:
+                raise ValueError(f"Split: {overlap.size} validation indices are also in {name} (e.g. {overlap[0]})")
+
+    def digest(self) -> str:
+        """sha256 (hex) over the three index arrays in order and the JSON of ``meta``."""
+        h = hashlib.sha256()
+        for name in ("labeled", "unlabeled", "val"):
+            arr = np.ascontiguousarray(getattr(self, name), dtype="<i8")
+            h.update(f"{name}:{arr.size}:".encode())
+            h.update(arr.tobytes())
+        h.update(json.dumps(self.meta, sort_keys=True, separators=(",", ":")).encode())
+        return h.hexdigest()
+
+    def save(self, path: str | Path) -> None:
+        """Write meta, digest and the index lists as JSON, atomically (temp file + ``os.replace``)."""
+        path = Path(path)
+        doc = {"format": _SPLIT_FORMAT, "digest": self.digest(), "meta": self.meta,
+               "labeled": self.labeled.tolist(), "unlabeled": self.unlabeled.tolist(), "val": self.val.tolist()}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(doc, f, separators=(",", ":"))
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    @classmethod
+    def load(cls, path: str | Path) -> Split:
+        """Read a file written by ``save``; raises ``ValueError`` if its contents do not match its digest."""
+        path = Path(path)
+        try:
+            doc = json.loads(path.read_text())
+            if doc["format"] != _SPLIT_FORMAT:
+                raise ValueError(f"format {doc['format']!r}, expected {_SPLIT_FORMAT}")
+            split = cls(labeled=np.asarray(doc["labeled"], dtype=np.int64),
+                        unlabeled=np.asarray(doc["unlabeled"], dtype=np.int64),
+                        val=np.asarray(doc["val"], dtype=np.int64), meta=doc["meta"])
+            stored = doc["digest"]
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"{path}: not a valid split file ({err!r})") from err
+        actual = split.digest()
+        if actual != stored:
+            raise ValueError(f"{path}: split digest mismatch (file says {stored}, its contents give {actual}); the "
+                             f"file was edited or corrupted")
+        return split
+
+
+def _draw_val(labels: np.ndarray, val_per_class: int, num_classes: int, fold: int) -> np.ndarray:
+    """``val_per_class`` images of every class (labels >= 0 only) from Generator(PCG64(VAL_SEED_OFFSET + fold))."""
+    if val_per_class == 0:
+        return np.empty(0, dtype=np.int64)
+    counts = np.bincount(labels[labels >= 0], minlength=num_classes)
+    short = np.flatnonzero(counts < val_per_class)
+    if short.size:
+        c = int(short[0])
+        raise ValueError(f"data.val_per_class={val_per_class} exceeds the {int(counts[c])} images of class {c} "
+                         f"available for validation")
+    rng = np.random.Generator(np.random.PCG64(VAL_SEED_OFFSET + fold))
+    picks = [rng.choice(np.flatnonzero(labels == c), val_per_class, replace=False) for c in range(num_classes)]
+    return np.concatenate(picks).astype(np.int64)
+
+
+def make_split(labels: np.ndarray, *, dataset: str, num_labels: int, num_classes: int, fold: int,
+               rule: str = "official", val_per_class: int = 0, unlabeled_includes_labeled: bool = True,
+               num_extra_unlabeled: int = 0, predefined_folds: list[np.ndarray] | None = None) -> Split:
+    """Build the split of fold ``fold`` for ``num_labels`` labels.
+
+    Without ``predefined_folds``: fold f draws its labeled set with ``SPLIT_RULES[rule]`` and seed f + 1 (the
+    released code's seeds 1-5; ``official`` allows folds 0-4, ``balanced`` any fold >= 0). When
+    ``val_per_class > 0``, ``val_per_class`` images per class are drawn first (seed ``VAL_SEED_OFFSET + fold``)
+    and excluded from the labeled draw by relabelling them -1; the ``official`` draw is therefore identical to the
+    released code only for ``val_per_class == 0``.
+
+    With ``predefined_folds`` (STL-10): ``num_labels`` equal to a fold's size (1,000) uses predefined fold
+    ``fold``; ``num_labels`` equal to the number of labeled train images (5,000) uses all of them (the released
+    code silently trained on one 1,000-image fold here; we do not copy that bug). ``rule`` is validated but not
+    used, and ``meta["rule"]`` is ``"predefined"``. Validation images come from the train images outside the
+    labeled set.
+
+    The unlabeled pool is every train image except validation images (minus the labeled ones when
+    ``unlabeled_includes_labeled`` is False; the released code includes them), followed by the indices
+    ``len(labels) + j`` of ``num_extra_unlabeled`` extra unlabeled images.
+    """
+    labels = _as_labels(labels, num_classes)
+    if rule not in SPLIT_RULES:
+        raise ValueError(f"data.split_rule must be one of {', '.join(sorted(SPLIT_RULES))}, got {rule!r}")
+    fold = _check_int("data.fold", fold, 0)
+    val_per_class = _check_int("data.val_per_class", val_per_class, 0)
+    num_extra_unlabeled = _check_int("num_extra_unlabeled", num_extra_unlabeled, 0)
+    num_labels = _check_int("data.num_labels", num_labels, 1)
+    num_train = len(labels)
+
+    if predefined_folds is not None:
+        labeled = _predefined_labeled(labels, num_labels, fold, predefined_folds, dataset)
+        candidates = labels.copy()
+        candidates[labeled] = -1
+        val = _draw_val(candidates, val_per_class, num_classes, fold)
+        seed: int | None = None
+        rule_used = "predefined"
+    else:
+        if rule == "official" and fold >= NUM_OFFICIAL_FOLDS:
+            raise ValueError(f"data.fold must be in [0, {NUM_OFFICIAL_FOLDS - 1}] for data.split_rule 'official' "
+                             f"(the released code's seeds 1-{NUM_OFFICIAL_FOLDS}), got {fold}; use data.split_rule "
+                             f"'balanced' for more folds")
+        val = _draw_val(labels, val_per_class, num_classes, fold)
+        candidates = labels.copy()
+        candidates[val] = -1
+        seed = fold + 1
+        labeled = SPLIT_RULES[rule](candidates, num_labels, num_classes, seed)
+        rule_used = rule
+
+    pool = np.ones(num_train, dtype=bool)
+    pool[val] = False
+    if not unlabeled_includes_labeled:
+        pool[labeled] = False
+    unlabeled = np.concatenate([np.flatnonzero(pool), num_train + np.arange(num_extra_unlabeled)]).astype(np.int64)
+
+    meta = {
+        "dataset": dataset, "num_labels": num_labels, "num_classes": int(num_classes), "fold": fold,
+        "rule": rule_used, "seed": seed, "val_per_class": val_per_class,
+        "val_seed": VAL_SEED_OFFSET + fold if val_per_class else None,
+        "unlabeled_includes_labeled": bool(unlabeled_includes_labeled), "num_train": num_train,
+        "num_extra_unlabeled": num_extra_unlabeled,
+    }
+    return Split(labeled=labeled, unlabeled=unlabeled, val=val, meta=meta)
+
+
+def _predefined_labeled(labels: np.ndarray, num_labels: int, fold: int, predefined_folds: list[np.ndarray],
+                        dataset: str) -> np.ndarray:
+    folds = [np.asarray(f, dtype=np.int64) for f in predefined_folds]
+    all_labeled = np.flatnonzero(labels >= 0)
+    fold_sizes = sorted({len(f) for f in folds})
+    if num_labels in fold_sizes:
+        if fold >= len(folds):
+            raise ValueError(f"data.fold must be in [0, {len(folds) - 1}] for {dataset}'s predefined folds, "
+                             f"got {fold}")
+        labeled = folds[fold]
+        if labeled.size != num_labels:
+            raise ValueError(f"data.num_labels={num_labels}: {dataset}'s predefined fold {fold} holds "
+                             f"{labeled.size} images")
+        if labeled.size and (labeled.min() < 0 or labeled.max() >= len(labels) or (labels[labeled] < 0).any()):
+            raise ValueError(f"{dataset}'s predefined fold {fold} indexes images outside the labeled train set")
+        return labeled
+    if num_labels == all_labeled.size:
+        if fold >= len(folds):
+            raise ValueError(f"data.fold must be in [0, {len(folds) - 1}] for {dataset}, got {fold}")
+        return all_labeled
+    allowed = ", ".join(str(v) for v in sorted({*fold_sizes, int(all_labeled.size)}))
+    raise ValueError(f"data.num_labels={num_labels} is not available for {dataset}, whose labeled sets are "
+                     f"predefined: allowed values are {allowed} (one predefined fold, or all labeled images)")
