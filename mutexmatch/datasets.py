@@ -79,7 +79,8 @@ class DatasetInfo:
         if len(self.mean) != self.channels or len(self.std) != self.channels:
             raise ValueError(f"DatasetInfo {self.name!r}: mean/std need {self.channels} values (one per channel)")
         if self.pad_mode not in ("constant", "reflect"):
-            raise ValueError(f"DatasetInfo {self.name!r}: pad_mode must be 'constant' or 'reflect', got {self.pad_mode!r}")
+            raise ValueError(f"DatasetInfo {self.name!r}: pad_mode must be 'constant' or 'reflect', "
+                             f"got {self.pad_mode!r}")
 
 
 DATASETS: dict[str, DatasetInfo] = {
@@ -529,7 +530,8 @@ def _load_miniimagenet(info: DatasetInfo, root: Path, ddir: Path, size: int) -> 
             return ImageData(x, torch.tensor([index[lab] for lab in labels], dtype=torch.int64))
         return decode
 
-    return tuple(_cached_images(_cache_path(ddir, s, size), decoder(s)) for s in ("train", "test"))  # type: ignore[return-value]
+    return (_cached_images(_cache_path(ddir, "train", size), decoder("train")),
+            _cached_images(_cache_path(ddir, "test", size), decoder("test")))
 
 
 def _load_tinyimagenet(info: DatasetInfo, root: Path, ddir: Path) -> tuple[ImageData, ImageData]:

@@ -350,6 +350,12 @@ def test_digits_offline_split_and_stats(tmp_path, monkeypatch):
     got = torch.cat([small, test.x[:, :, ::2, ::2]]).reshape(1797, 64).numpy()
     key = lambda a: np.lexsort(a.T[::-1])  # noqa: E731
     np.testing.assert_array_equal(got[key(got)], expected[key(expected)])
+    # ... each with its own label
+    label_of: dict[bytes, set[int]] = {}
+    for img, lab in zip(expected, reference.target):
+        label_of.setdefault(img.tobytes(), set()).add(int(lab))
+    got_labels = torch.cat([train.y, test.y]).tolist()
+    assert all(lab in label_of[img.tobytes()] for img, lab in zip(got, got_labels))
     assert train.x[train.x > 0].min() >= 16 and train.x.max() == 255
     # the registry's statistics are the train split's
     pixels = train.x.double() / 255
