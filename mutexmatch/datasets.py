@@ -193,8 +193,9 @@ class ImageData:
 class DatasetBundle:
     """One loaded dataset.
 
-    ``info.image_size`` (and for mini-ImageNet ``info.pad``) reflect the ``image_size`` actually loaded.
+    ``info.image_size`` (and for mini-ImageNet and digits ``info.pad``) reflect the ``image_size`` actually loaded.
     ``predefined_folds`` (STL-10 only) holds the 10 index arrays of ``fold_indices.txt``, each indexing ``train``.
+    Tensors loaded from the cache are memory-mapped copy-on-write: in-place writes never reach the cache file.
     """
 
     info: DatasetInfo
@@ -605,6 +606,7 @@ def _load_digits(info: DatasetInfo, ddir: Path, size: int) -> tuple[ImageData, I
         y = torch.from_numpy(digits.target.astype(np.int64))
         train_idx, test_idx = train_test_split(np.arange(len(y)), test_size=DIGITS_NUM_TEST, stratify=digits.target,
                                                random_state=_DIGITS_SPLIT_SEED)
+        assert (len(train_idx), len(test_idx)) == (DIGITS_NUM_TRAIN, DIGITS_NUM_TEST)
         parts = []
         for idx in (np.sort(train_idx), np.sort(test_idx)):
             t = torch.from_numpy(idx)
