@@ -1,0 +1,414 @@
+"""mutexmatch.algorithms: registry, every algorithm trains, each ablation changes only its term, DA, validation."""
+from __future__ import annotations
+
+import io
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mutexmatch.algorithms import (ALGORITHMS, Algorithm, DistributionAlignment, StepInputs, build_algorithm,
+                                   random_complementary_label, register_algorithm)
+from mutexmatch.losses import mutexmatch_loss
+
+torch.set_num_threads(1)
+B, U, D_IN, D, C = 4, 8, 5, 6, 4
+
+
+class FakeNet(nn.Module):
+    """Stands in for MutexNet: a Linear "backbone" giving the features, Linear TPC and (optional) TNC heads."""
+
+    def __init__(self, tnc: bool = True, seed: int = 0) -> None:
+        super().__init__()
+        torch.manual_seed(seed)
+        self.backbone = nn.Linear(D_IN, D)
+        self.tpc = nn.Linear(D, C)
+        self.tnc = nn.Linear(D, C) if tnc else None
+
+
+def batch(model: FakeNet, algo: type[Algorithm] | Algorithm, seed: int = 1, scale: float = 4.0) -> StepInputs:
+    gen = torch.Generator().manual_seed(seed)
+    u = U if algo.uses_unlabeled else 0
+    x = torch.randn(B + 2 * u, D_IN, generator=gen) * scale
+    return StepInputs(feats=model.backbone(x), num_lb=B, num_ulb=u, targets_lb=torch.randint(C, (B,), generator=gen),
+                      ulb_idx=torch.arange(u), step=0)
+
+
+def tau_between(model: FakeNet, inp: StepInputs) -> float:
+    """A threshold with about half the unlabeled rows above it and half below."""
+    w = model.tpc(inp.feats[B:B + U]).detach()
+    return float(torch.softmax(w, 1).max(1).values.sort().values[U // 2])
+
+
+def run(name: str, params: dict | None = None, seed: int = 1) -> tuple[Algorithm, FakeNet, StepInputs, dict]:
+    cls = ALGORITHMS[name]
+    model = FakeNet(tnc=cls.uses_tnc)
+    inp = batch(model, cls, seed=seed)
+    params = dict(params or {})
+    if "tau" in cls.params and "tau" not in params:
+        params["tau"] = tau_between(model, inp)
+    algo = cls(params, C)
+    return algo, model, inp, algo.compute(model, inp)
+
+
+def grad_sum(model: FakeNet, loss: torch.Tensor) -> dict[str, float]:
+    model.zero_grad(set_to_none=True)
+    loss.backward(retain_graph=True)
+    return {n: sum(0.0 if p.grad is None else p.grad.abs().sum().item() for p in m.parameters())
+            for n, m in (("backbone", model.backbone), ("tpc", model.tpc), ("tnc", model.tnc)) if m is not None}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Registry-wide.
+# ---------------------------------------------------------------------------------------------------------------------
+def test_registry_contents() -> None:
+    expected = {"supervised", "fixmatch", "mutexmatch", "mutexmatch_hard_hard", "mutexmatch_rand_soft",
+                "mutexmatch_rev_norm", "lowconf_full", "lowconf_soft", "lowconf_mse", "fixmatch_nce"}
+    assert set(ALGORITHMS) == expected
+    assert all(cls.name == name for name, cls in ALGORITHMS.items())
+    assert not ALGORITHMS["supervised"].uses_unlabeled and not ALGORITHMS["supervised"].uses_tnc
+    assert not ALGORITHMS["fixmatch"].uses_tnc and ALGORITHMS["mutexmatch"].uses_tnc
+
+
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_every_algorithm_trains_and_round_trips_state(name: str) -> None:
+    cls = ALGORITHMS[name]
+    params = {"dist_align": True} if "dist_align" in cls.params else {}
+    model = FakeNet(tnc=cls.uses_tnc)
+    algo = build_algorithm(name, params, C)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    for step in range(3):
+        out = algo.compute(model, batch(model, cls, seed=step))
+        assert torch.isfinite(out["loss"]) and out["loss"].dim() == 0
+        opt.zero_grad()
+        out["loss"].backward()
+        assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+        opt.step()
+    for key, value in out.items():
+        if key != "loss" and isinstance(value, torch.Tensor) and key not in ("sup", "sep", "p", "n", "ab1", "nce"):
+            assert not value.requires_grad, key
+    buffer = io.BytesIO()
+    torch.save(algo.state_dict(), buffer)
+    buffer.seek(0)
+    state = torch.load(buffer, weights_only=True)
+    fresh = build_algorithm(name, params, C)
+    fresh.load_state_dict(state)
+    assert fresh.state_dict().keys() == algo.state_dict().keys()
+    if "dist_align" in cls.params:
+        assert fresh.state_dict()["dist_align"]["count"] == 3
+        assert torch.equal(fresh.state_dict()["dist_align"]["history"], algo.state_dict()["dist_align"]["history"])
+        probs = torch.softmax(torch.randn(5, C), 1)
+        assert torch.equal(fresh.dist_align(probs), algo.dist_align(probs))
+
+
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_every_algorithm_rejects_unknown_params(name: str) -> None:
+    with pytest.raises(ValueError, match=r"algorithm\.bogus: not a parameter of algorithm"):
+        build_algorithm(name, {"bogus": 1}, C)
+
+
+def test_load_state_rejects_mismatch() -> None:
+    with pytest.raises(ValueError, match="dist_align"):
+        build_algorithm("fixmatch", {}, C).load_state_dict({"dist_align": {}})
+
+
+def test_register_rejects_duplicates_and_unvalidated_params() -> None:
+    with pytest.raises(ValueError, match=r"algorithm\.name='fixmatch': already registered"):
+        register_algorithm("fixmatch")(type("X", (Algorithm,), {}))
+    with pytest.raises(ValueError, match=r"no validator in PARAM_CHECKS for \['gamma'\]"):
+        register_algorithm("gamma_algo")(type("Y", (Algorithm,), {"params": {"gamma": 1.0}}))
+    assert "gamma_algo" not in ALGORITHMS
+    with pytest.raises(ValueError, match=r"algorithm\.name='nope': must be one of"):
+        build_algorithm("nope", {}, C)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Methods.
+# ---------------------------------------------------------------------------------------------------------------------
+def test_supervised_needs_no_unlabeled_rows() -> None:
+    algo, model, inp, out = run("supervised")
+    assert inp.num_ulb == 0
+    expected = F.cross_entropy(model.tpc(inp.feats), inp.targets_lb)
+    assert out["loss"].item() == pytest.approx(expected.item(), rel=1e-6)
+
+
+def test_fixmatch_equals_mutexmatch_without_tnc_terms() -> None:
+    model = FakeNet(tnc=True)
+    inp = batch(model, ALGORITHMS["mutexmatch"])
+    tau = tau_between(model, inp)
+    fm = ALGORITHMS["fixmatch"]({"tau": tau}, C).compute(model, inp)
+    mm = ALGORITHMS["mutexmatch"]({"tau": tau, "lambda_sep": 0.0, "lambda_n": 0.0}, C).compute(model, inp)
+    assert 0 < fm["mask"].sum() < U
+    assert fm["loss"].item() == mm["loss"].item()
+    assert torch.equal(fm["mask"], mm["mask"]) and torch.equal(fm["pseudo_label"], mm["pseudo_label"])
+
+
+@pytest.mark.parametrize("form", ["paper", "official"])
+def test_mutexmatch_is_the_loss_function_on_the_model_outputs(form: str) -> None:
+    algo, model, inp, out = run("mutexmatch", {"form": form, "k": 2})
+    feats = inp.feats
+    logits = model.tpc(feats)
+    lb, w, s = logits.split([B, U, U])
+    tnc_det = model.tnc(feats.detach())
+    extra = dict(sep_logits=logits, sep_tnc_logits=tnc_det) if form == "official" else {}
+    ref = mutexmatch_loss(logits_lb=lb, targets_lb=inp.targets_lb, logits_w=w, logits_s=s,
+                          tnc_logits_w=tnc_det[B:B + U], tnc_logits_s=model.tnc(feats[B + U:]),
+                          tau=algo.hp["tau"], k=2, form=form, **extra)
+    for key in ("loss", "sup", "sep", "p", "n"):
+        assert out[key].item() == pytest.approx(ref[key].item(), rel=1e-6), key
+
+
+def test_official_sep_covers_all_rows() -> None:
+    _, model, inp, out = run("mutexmatch", {"form": "official"})
+    feats = inp.feats.detach()
+    comp = torch.softmax(model.tpc(feats), 1).argmin(1)
+    expected = F.cross_entropy(model.tnc(feats), comp)
+    weak_only = F.cross_entropy(model.tnc(feats[B:B + U]), comp[B:B + U])
+    assert out["sep"].item() == pytest.approx(expected.item(), rel=1e-6)
+    assert out["sep"].item() != pytest.approx(weak_only.item(), rel=1e-4)
+
+
+def test_mutexmatch_gradient_routing_and_stop_grad_knob() -> None:
+    _, model, _, out = run("mutexmatch", {"k": 2})
+    assert 0 < out["mask"].sum() < U
+    sep, n, p = grad_sum(model, out["sep"]), grad_sum(model, out["n"]), grad_sum(model, out["p"])
+    assert sep["tnc"] > 0 and sep["backbone"] == 0 and sep["tpc"] == 0
+    assert n["tnc"] > 0 and n["backbone"] > 0 and n["tpc"] == 0
+    assert p["tpc"] > 0 and p["backbone"] > 0 and p["tnc"] == 0
+    # sep_stop_grad=False (Table "ab" rows (i), (ii)): same value, now reaching the backbone.
+    for form in ("paper", "official"):
+        _, model2, _, out2 = run("mutexmatch", {"k": 2, "sep_stop_grad": False, "form": form})
+        _, _, _, ref = run("mutexmatch", {"k": 2, "form": form})
+        assert out2["sep"].item() == pytest.approx(ref["sep"].item(), rel=1e-6)
+        assert grad_sum(model2, out2["sep"])["backbone"] > 0
+
+
+def test_missing_tnc_head_and_bad_step_inputs() -> None:
+    algo = build_algorithm("mutexmatch", {}, C)
+    model = FakeNet(tnc=False)
+    with pytest.raises(ValueError, match=r"model\.tnc is None"):
+        algo.compute(model, batch(model, algo))
+    inp = batch(model, algo)
+    inp.num_ulb = U - 1
+    with pytest.raises(ValueError, match=r"StepInputs\.feats: shape \(20, 6\)"):
+        build_algorithm("fixmatch", {}, C).compute(model, inp)
+    inp = batch(model, algo)
+    inp.targets_lb = inp.targets_lb.int()
+    with pytest.raises(ValueError, match=r"StepInputs\.targets_lb"):
+        build_algorithm("fixmatch", {}, C).compute(model, inp)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Ablation variants: each changes exactly its term against default MutexMatch on the same batch.
+# ---------------------------------------------------------------------------------------------------------------------
+def unchanged(a: dict, b: dict, keys: tuple[str, ...]) -> None:
+    for key in keys:
+        assert a[key].item() == pytest.approx(b[key].item(), rel=1e-6), key
+
+
+def r_w_and_low(model: FakeNet, inp: StepInputs, out: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.softmax(model.tnc(inp.feats[B:B + U]).detach(), 1), 1.0 - out["mask"]
+
+
+def test_hard_hard_changes_only_the_tnc_consistency() -> None:
+    _, model, inp, out = run("mutexmatch_hard_hard")
+    _, _, _, ref = run("mutexmatch")
+    unchanged(out, ref, ("sup", "sep", "p"))
+    r_w, low = r_w_and_low(model, inp, out)
+    tnc_s = model.tnc(inp.feats[B + U:])
+    expected = (low * F.cross_entropy(tnc_s, r_w.argmax(1), reduction="none")).mean()
+    assert out["n"].item() == pytest.approx(expected.item(), rel=1e-6)
+    assert out["n"].item() != pytest.approx(ref["n"].item(), rel=1e-3)
+    # It is the paper form's hard target at k = 1.
+    _, _, _, hard_k1 = run("mutexmatch", {"k": 1, "tnc_target": "hard"})
+    assert out["n"].item() == pytest.approx(hard_k1["n"].item(), rel=1e-6)
+    with pytest.raises(ValueError, match=r"algorithm\.k"):
+        build_algorithm("mutexmatch_hard_hard", {"k": 2}, C)
+
+
+def test_rand_soft_changes_only_sep() -> None:
+    torch.manual_seed(5)
+    _, model, inp, out = run("mutexmatch_rand_soft")
+    _, _, _, ref = run("mutexmatch")
+    unchanged(out, ref, ("sup", "p", "n"))
+    probs = torch.softmax(model.tpc(inp.feats[B:B + U]), 1)
+    assert torch.all(out["comp_label"] != probs.argmax(1))
+    expected = F.cross_entropy(model.tnc(inp.feats[B:B + U]), out["comp_label"])
+    assert out["sep"].item() == pytest.approx(expected.item(), rel=1e-6)
+
+
+def test_random_complementary_label_is_uniform_over_non_argmax() -> None:
+    torch.manual_seed(0)
+    probs = torch.tensor([[0.1, 0.6, 0.2, 0.1]]).repeat(6000, 1)
+    counts = torch.bincount(random_complementary_label(probs), minlength=C)
+    assert counts[1] == 0
+    assert all(abs(c / 6000 - 1 / 3) < 0.03 for c in counts[[0, 2, 3]].tolist())
+
+
+def test_rev_norm_drops_sep_and_uses_normalised_reverse_target() -> None:
+    algo, model, inp, out = run("mutexmatch_rev_norm")
+    _, _, _, ref = run("mutexmatch")
+    unchanged(out, ref, ("sup", "p"))
+    assert out["sep"].item() == 0.0
+    r_w, low = r_w_and_low(model, inp, out)
+    q = (1 - r_w) / (C - 1)
+    log_r_s = torch.log_softmax(model.tnc(inp.feats[B + U:]), 1)
+    expected_n = (low * -(q * log_r_s).sum(1)).mean()
+    assert out["n"].item() == pytest.approx(expected_n.item(), rel=1e-6)
+    assert out["loss"].item() == pytest.approx((out["sup"] + out["p"] + out["n"]).item(), rel=1e-6)
+    assert grad_sum(model, out["loss"])["tnc"] > 0
+    for removed in ("lambda_sep", "form", "k"):
+        with pytest.raises(ValueError, match=rf"algorithm\.{removed}: not a parameter"):
+            build_algorithm("mutexmatch_rev_norm", {removed: 1}, C)
+
+
+def test_tnc_consistency_on_all_samples_changes_only_n() -> None:
+    _, model, inp, out = run("mutexmatch", {"tnc_consistency": "all"})
+    _, _, _, ref = run("mutexmatch")
+    unchanged(out, ref, ("sup", "sep", "p"))
+    r_w, low = r_w_and_low(model, inp, out)
+    ell = -(r_w * torch.log_softmax(model.tnc(inp.feats[B + U:]), 1)).sum(1)   # k = C: H(r^w, r^s)
+    assert out["n"].item() == pytest.approx(ell.mean().item(), rel=1e-6)
+    assert ref["n"].item() == pytest.approx((low * ell).mean().item(), rel=1e-6)
+
+
+def test_hard_tnc_target_changes_only_n() -> None:
+    _, model, inp, out = run("mutexmatch", {"tnc_target": "hard", "k": 2})
+    _, _, _, ref = run("mutexmatch", {"k": 2})
+    unchanged(out, ref, ("sup", "sep", "p"))
+    r_w, low = r_w_and_low(model, inp, out)
+    log_r_s = torch.log_softmax(model.tnc(inp.feats[B + U:]), 1)
+    top2 = r_w.topk(2, 1).indices
+    expected = (low * -(log_r_s.gather(1, top2).sum(1)) / 2).mean()   # -(1/k) sum_{top-k} 1 * log r^s
+    assert out["n"].item() == pytest.approx(expected.item(), rel=1e-6)
+
+
+@pytest.mark.parametrize("form", ["paper", "official"])
+def test_comp_rank_changes_only_sep(form: str) -> None:
+    _, model, inp, out = run("mutexmatch", {"comp_rank": 2, "form": form})
+    _, _, _, ref = run("mutexmatch", {"form": form})
+    unchanged(out, ref, ("sup", "p", "n"))
+    rows = slice(B, B + U) if form == "paper" else slice(None)
+    feats = inp.feats.detach()[rows]
+    second = torch.softmax(model.tpc(feats), 1).sort(1).indices[:, 1]
+    assert out["sep"].item() == pytest.approx(F.cross_entropy(model.tnc(feats), second).item(), rel=1e-6)
+    assert torch.equal(out["comp_label"], torch.softmax(model.tpc(inp.feats[B:B + U]), 1).sort(1).indices[:, 1])
+
+
+@pytest.mark.parametrize("lam", [0.0, 0.5])
+def test_lowconf_variants_add_only_ab1(lam: float) -> None:
+    _, model, inp, fm = run("fixmatch")
+    w, s = model.tpc(inp.feats[B:]).split([U, U])
+    p_w = torch.softmax(w.detach(), 1)
+    low = 1.0 - fm["mask"]
+    per_row = {
+        "lowconf_full": F.cross_entropy(s, p_w.argmax(1), reduction="none"),
+        "lowconf_soft": -(p_w * torch.log_softmax(s, 1)).sum(1),
+        "lowconf_mse": ((inp.feats[B:B + U] - inp.feats[B + U:]) ** 2).mean(1),
+    }
+    for name, ell in per_row.items():
+        _, _, _, out = run(name, {"lambda_ab1": lam})
+        unchanged(out, fm, ("sup", "p"))
+        assert out["ab1"].item() == pytest.approx((low * ell).mean().item(), rel=1e-6)
+        assert out["loss"].item() == pytest.approx((fm["loss"] + lam * out["ab1"]).item(), rel=1e-6)
+
+
+@pytest.mark.parametrize("variant", [1, 2, 3])
+def test_fixmatch_nce_variants(variant: int) -> None:
+    tau_n = 0.15
+    algo, model, inp, out = run("fixmatch_nce", {"nce_variant": variant, "tau_n": tau_n})
+    assert algo.threshold == {1: 0.95, 2: 0.7, 3: 0.95}[variant]
+    w, s = model.tpc(inp.feats[B:]).split([U, U])
+    p_w = torch.softmax(w, 1)
+    neg = (p_w.detach() <= tau_n).double()
+    assert 0 < neg.sum() < neg.numel()
+    q = p_w if variant in (1, 2) else torch.softmax(s, 1)
+    expected = 0.0
+    for i in range(U):
+        s_i = neg[i].sum().item()
+        if s_i:
+            expected += -sum(math.log(1 - q[i, c].item()) for c in range(C) if neg[i, c]) / s_i
+    assert out["nce"].item() == pytest.approx(expected / U, rel=1e-5)
+    assert out["mask"].tolist() == (p_w.detach().max(1).values >= algo.threshold).float().tolist()
+    grads = grad_sum(model, out["nce"])
+    assert grads["tpc"] > 0 and grads["backbone"] > 0
+    # Variant (iv) learns on the weak view itself; (v) only through the strong view.
+    w_grad = torch.autograd.grad(out["nce"], inp.feats, retain_graph=True)[0][B:B + U]
+    assert (w_grad.abs().sum() > 0) == (variant in (1, 2))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Distribution alignment.
+# ---------------------------------------------------------------------------------------------------------------------
+def test_distribution_alignment_values_and_state() -> None:
+    da = DistributionAlignment(C, window=2)
+    skewed = torch.softmax(torch.randn(16, C, generator=torch.Generator().manual_seed(0)) +
+                           torch.tensor([2.0, 0.0, 0.0, -1.0]), 1)
+    aligned = da(skewed)
+    assert torch.allclose(aligned.sum(1), torch.ones(16))
+    uniform = torch.full((C,), 1 / C)
+    assert (aligned.mean(0) - uniform).abs().sum() < 0.5 * (skewed.mean(0) - uniform).abs().sum()
+    expected = skewed / skewed.mean(0)
+    assert torch.allclose(aligned, expected / expected.sum(1, keepdim=True), atol=1e-6)
+    # The running mean is over the last `window` batches.
+    second = torch.softmax(torch.randn(16, C), 1)
+    da(second)
+    da(second)
+    assert torch.allclose(da.running_mean, second.mean(0), atol=1e-6)
+    fresh = DistributionAlignment(C, window=2)
+    fresh.load_state_dict(da.state_dict())
+    assert torch.equal(fresh(skewed), da(skewed))
+    with pytest.raises(ValueError, match=r"history of shape \(2, 4\)"):
+        DistributionAlignment(C, window=3).load_state_dict(da.state_dict())
+
+
+def test_dist_align_feeds_threshold_and_labels() -> None:
+    algo, model, inp, out = run("mutexmatch", {"dist_align": True, "form": "official"})
+    p_w = torch.softmax(model.tpc(inp.feats[B:B + U]).detach(), 1)
+    aligned = p_w / p_w.mean(0)
+    aligned = aligned / aligned.sum(1, keepdim=True)
+    assert torch.allclose(out["conf"], aligned.max(1).values, atol=1e-6)
+    assert torch.equal(out["comp_label"], aligned.argmin(1))
+    # Official L_sep's weak rows use the aligned complementary labels too.
+    feats = inp.feats.detach()
+    comp = torch.softmax(model.tpc(feats), 1).argmin(1)
+    comp[B:B + U] = aligned.argmin(1)
+    assert out["sep"].item() == pytest.approx(F.cross_entropy(model.tnc(feats), comp).item(), rel=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Parameter validation.
+# ---------------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name,params,match", [
+    ("mutexmatch", {"tau": 1.5}, r"algorithm\.tau=1\.5: must be a number in \(0, 1\]"),
+    ("mutexmatch", {"k": 0}, r"algorithm\.k=0: must be an integer in \[1, 4\]"),
+    ("mutexmatch", {"k": 5, "form": "official"}, r"algorithm\.k=5: must be an integer in \[0, 4\]"),
+    ("mutexmatch", {"form": "both"}, r"algorithm\.form='both'"),
+    ("mutexmatch", {"lambda_n": -0.1}, r"algorithm\.lambda_n=-0\.1"),
+    ("mutexmatch", {"sep_stop_grad": 1}, r"algorithm\.sep_stop_grad=1: must be one of \[False, True\]"),
+    ("mutexmatch", {"tnc_consistency": "high"}, r"algorithm\.tnc_consistency='high'"),
+    ("mutexmatch", {"tnc_target": "top1"}, r"algorithm\.tnc_target='top1'"),
+    ("mutexmatch", {"comp_rank": 5}, r"algorithm\.comp_rank=5: must be an integer in \[1, 4\]"),
+    ("fixmatch", {"dist_align": "yes"}, r"algorithm\.dist_align='yes'"),
+    ("fixmatch", {"k": 2}, r"algorithm\.k: not a parameter of algorithm 'fixmatch'"),
+    ("lowconf_soft", {"lambda_ab1": -1}, r"algorithm\.lambda_ab1=-1"),
+    ("fixmatch_nce", {"nce_variant": 4}, r"algorithm\.nce_variant=4: must be one of \[1, 2, 3\]"),
+    ("fixmatch_nce", {"tau_n": 1.0}, r"algorithm\.tau_n=1\.0: must be a number in \(0, 1\)"),
+    ("fixmatch_nce", {"tau_p": 0.0}, r"algorithm\.tau_p=0\.0"),
+    ("supervised", {"tau": 0.9}, r"algorithm\.tau: not a parameter of algorithm 'supervised' \(accepted: none\)"),
+])
+def test_bad_params_raise_naming_the_field(name: str, params: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        build_algorithm(name, params, C)
+
+
+def test_defaults_resolve() -> None:
+    algo = build_algorithm("mutexmatch", {}, 10)
+    assert algo.k == 10 and algo.hp["form"] == "paper" and algo.dist_align is None
+    assert build_algorithm("mutexmatch", {"k": 0, "form": "official"}, 10).k == 0
+    assert build_algorithm("mutexmatch_rev_norm", {}, 10).hp["lambda_sep"] == 0.0
+    assert ALGORITHMS["mutexmatch"].params["k"] is None
+    with pytest.raises(ValueError, match=r"num_classes=1"):
+        build_algorithm("fixmatch", {}, 1)
