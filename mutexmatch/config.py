@@ -146,19 +146,22 @@ class AlgorithmConfig(_Section):
     tnc_consistency: Literal["low", "all"] = Field(
         "low", description="Apply L_n to low-confidence samples only (paper) or to all samples (ablation).")
     tnc_target: Literal["soft", "hard"] = Field(
-        "soft", description="TNC consistency target: soft r^w (paper) or hard top-1 (ablation, top-k set to 1).")
+        "soft", description="TNC consistency target: soft r^w (paper) or hard (ablation: the top-k components of "
+        "r^w set to 1).")
     comp_rank: int = Field(
         1, description="[m] complementary label = the m-th smallest TPC class (1 = argmin, the paper's choice).")
     lambda_ab1: float = Field(1.0, description="[λ_ab1] weight of the low-confidence loss in the FULL/SOFT/MSE "
                               "ablations.")
     nce_variant: int = Field(1, description="UPS-style negative cross-entropy baseline variant: 1, 2 or 3.")
-    tau_p: float = Field(0.95, description="[τ_p] positive threshold of the NCE baselines.")
+    tau_p: float | None = Field(
+        None, description="[τ_p] positive threshold of the NCE baselines; null = the variant's default "
+        "(0.95 for F w. NCE (1) and (3), 0.7 for (2)).")
     tau_n: float = Field(0.05, description="[τ_n] negative threshold of the NCE baselines.")
 
     @field_validator("tau", "tau_p")
     @classmethod
-    def _unit_interval(cls, v: float) -> float:
-        return _interval("", v, 0.0, 1.0, True, False)
+    def _unit_interval(cls, v: float | None) -> float | None:
+        return v if v is None else _interval("", v, 0.0, 1.0, True, False)
 
     @field_validator("tau_n")
     @classmethod
@@ -314,7 +317,7 @@ class RunConfig(_Section):
         except ValueError as e:
             errors.append(f"algorithm.k={self.algorithm.k!r}: {e}")
         errors += _check_algorithm(self.algorithm)
-        errors += _check_backbone(self.model.backbone)
+        errors += _check_backbone(self.model.backbone, d.image_size or _default_image_size(d.dataset))
         if errors:
             raise ConfigError("\n".join(errors))
         return self
@@ -335,16 +338,27 @@ def _check_algorithm(alg: AlgorithmConfig) -> list[str]:
     if alg.name not in ALGORITHMS:
         return [f"algorithm.name={alg.name!r}: unknown; registered: {', '.join(sorted(ALGORITHMS))}"]
     accepted = set(ALGORITHMS[alg.name].params)
-    unused = sorted(f for f in alg.model_fields_set if f != "name" and f not in accepted)
+    # A resolved config lists every field, so only a non-default value for an unread field is an error.
+    unused = sorted(f for f in alg.model_fields_set if f != "name" and f not in accepted
+                    and getattr(alg, f) != AlgorithmConfig.model_fields[f].default)
     return [f"algorithm.{f}={getattr(alg, f)!r}: not used by algorithm {alg.name!r} (it reads: "
             f"{', '.join(sorted(accepted)) or 'nothing'})" for f in unused]
 
 
-def _check_backbone(name: str) -> list[str]:
+def _default_image_size(dataset: str) -> int:
+    from mutexmatch.datasets import DATASETS
+
+    return DATASETS[dataset].image_size
+
+
+def _check_backbone(name: str, image_size: int) -> list[str]:
     from mutexmatch.models import BACKBONES
 
     if name not in BACKBONES:
         return [f"model.backbone={name!r}: unknown; registered: {', '.join(sorted(BACKBONES))}"]
+    if image_size < BACKBONES[name].min_image_size:
+        return [f"data.image_size={image_size}: backbone {name} needs images of at least "
+                f"{BACKBONES[name].min_image_size} pixels"]
     return []
 
 

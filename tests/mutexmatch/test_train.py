@@ -1,0 +1,135 @@
+"""The training loop: exact resume, run folder, callbacks, bad input, non-finite losses."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from mutexmatch.callbacks import Callback
+from mutexmatch.checkpoint import list_checkpoints
+from mutexmatch.config import parse_config
+from mutexmatch.train import NonFiniteLossError, Trainer, main
+
+
+def _cfg(tmp_path, name="run", **alg):
+    return parse_config({
+        "data": {"dataset": "digits", "num_labels": 20, "fold": 1},
+        "model": {"backbone": "small_cnn"},
+        "algorithm": {"name": "mutexmatch", **alg},
+        "train": {"iterations": 8, "eval_interval": 2, "batch_size": 4, "mu": 2, "num_threads": 1,
+                  "progress": False, "keep_checkpoints": 10},
+        "output_dir": str(tmp_path / name),
+    })
+
+
+def _tensors(trainer: Trainer) -> dict[str, torch.Tensor]:
+    out = {f"model.{k}": v for k, v in trainer.model.state_dict().items()}
+    out.update({f"ema.{k}": v for k, v in trainer.ema.state_dict().items()})
+    for i, s in trainer.optimizer.state_dict()["state"].items():
+        out.update({f"opt.{i}.{k}": v for k, v in s.items() if torch.is_tensor(v)})
+    return out
+
+
+@pytest.mark.parametrize("alg", [{"form": "paper", "k": 3}, {"form": "official", "dist_align": True}])
+def test_stop_and_resume_is_bit_identical(tmp_path, alg):
+    full = Trainer(_cfg(tmp_path, "full", **alg))
+    full.fit()
+    half = Trainer(_cfg(tmp_path, "half", **alg))
+    half.fit(stop_at=4)
+    assert half.step == 4
+    resumed = Trainer(_cfg(tmp_path, "half", **alg), resume=True)
+    assert resumed.step == 4
+    resumed.fit()
+    assert resumed.step == 8
+    a, b = _tensors(full), _tensors(resumed)
+    assert a.keys() == b.keys() and len(a) > 10
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    lines = [json.loads(x) for x in (tmp_path / "half" / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines] == [2, 4, 6, 8]
+
+
+def test_run_folder_and_callbacks(tmp_path):
+    events = []
+
+    class Recorder(Callback):
+        def on_eval(self, event):
+            events.append(event)
+
+    summary = Trainer(_cfg(tmp_path), [Recorder()]).fit()
+    out = tmp_path / "run"
+    for name in ("config.yaml", "split.json", "run.json", "metrics.jsonl", "best_model.pt", "final_model.pt"):
+        assert (out / name).is_file(), name
+    assert [e.step for e in events] == [2, 4, 6, 8]
+    assert all(e.checkpoint is not None and e.checkpoint.is_file() for e in events)
+    m = events[-1].metrics
+    for key in ("test/acc", "test/best_acc", "test/median_acc", "train/sep", "train/n", "train/pl_acc_all",
+                "train/cpa", "train/mask_ratio", "perf/img_per_s"):
+        assert key in m, key
+    counts = events[-1].class_counts
+    assert counts["pseudo_label_counts"].shape == (10, 10)
+    assert counts["pseudo_label_counts"].sum() == 2 * 4 * 2  # μB unlabeled samples per step × 2 steps
+    assert counts["comp_label_counts"].sum() == 16
+    assert summary.final_weights is not None and summary.step == 8
+
+
+def test_callback_can_stop_after_a_checkpoint(tmp_path):
+    class StopAt4(Callback):
+        def on_eval(self, event):
+            return event.step >= 4
+
+    Trainer(_cfg(tmp_path), [StopAt4()]).fit()
+    assert [s for s, _ in list_checkpoints(tmp_path / "run" / "checkpoints")] == [2, 4]
+
+
+def test_fresh_run_refuses_existing_checkpoints(tmp_path):
+    Trainer(_cfg(tmp_path)).fit(stop_at=2)
+    with pytest.raises(FileExistsError, match="--resume"):
+        Trainer(_cfg(tmp_path))
+
+
+def test_resume_refuses_another_config(tmp_path):
+    Trainer(_cfg(tmp_path)).fit(stop_at=2)
+    from mutexmatch.checkpoint import CheckpointError
+
+    with pytest.raises(CheckpointError, match="another configuration"):
+        Trainer(_cfg(tmp_path, tau=0.5), resume=True)
+
+
+def test_non_finite_loss_names_step_and_term(tmp_path):
+    trainer = Trainer(_cfg(tmp_path))
+    compute = trainer.algorithm.compute
+
+    def poisoned(model, inp):
+        out = compute(model, inp)
+        if inp.step == 1:
+            out["n"] = out["n"] * float("nan")
+        return out
+
+    trainer.algorithm.compute = poisoned
+    with pytest.raises(NonFiniteLossError, match=r"'n' at step 1"):
+        trainer.fit()
+
+
+def test_cli_resume_errors(tmp_path, capsys):
+    with pytest.raises(SystemExit, match="directory not found"):
+        main(["--resume", str(tmp_path / "nope")])
+    (tmp_path / "foreign").mkdir()
+    with pytest.raises(SystemExit, match="not a mutexmatch run directory"):
+        main(["--resume", str(tmp_path / "foreign")])
+
+
+def test_cli_config_error_exit_code(tmp_path, capsys):
+    assert main(["--set", "algorithm.tau=1.5", "--set", f"output_dir={tmp_path}/x"]) == 2
+    assert "algorithm.tau=1.5: must be in (0, 1]" in capsys.readouterr().err
+
+
+def test_cli_trains_and_resumes(tmp_path, capsys):
+    args = ["--set", "train.iterations=4", "--set", "train.eval_interval=2", "--set", "train.batch_size=4",
+            "--set", "train.mu=2", "--set", "train.progress=false", "--set", f"output_dir={tmp_path}/cli"]
+    assert main(args + ["--stop-at", "2"]) == 0
+    assert main(["--resume", str(tmp_path / "cli")]) == 0
+    last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert last["step"] == 4
