@@ -207,15 +207,17 @@ def servers(workdir: Path, request: pytest.FixtureRequest) -> dict[str, Any]:
     _wait_http_ok(f"{ray_address}/api/gcs_healthz", ray_popen, ray_log, timeout_s=180)
     _wait_http_ok(f"{ray_address}/api/jobs/", ray_popen, ray_log, timeout_s=120)
     return {"mlflow_url": mlflow_url, "artifacts": artifacts, "mlflow_log": mlflow_log,
-            "ray_address": ray_address, "ray_env": ray_env, "ray_temp_dir": workdir / "ray"}
+            "ray_address": ray_address, "ray_env": ray_env, "ray_temp_dir": workdir / "ray",
+            "storage": workdir / "tune-storage"}
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # MLflow REST
 
 
-def _rest(url: str, path: str, body: dict[str, Any] | None = None, **query: Any) -> dict[str, Any]:
-    full = f"{url}{path}" + (f"?{urllib.parse.urlencode(query)}" if query else "")
+def _rest(base: str, route: str, body: dict[str, Any] | None = None, **query: Any) -> dict[str, Any]:
+    """GET (or POST ``body`` as JSON) an MLflow REST route; ``query`` becomes the query string."""
+    full = f"{base}{route}" + (f"?{urllib.parse.urlencode(query)}" if query else "")
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(full, data=data, headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=30) as resp:
@@ -256,20 +258,24 @@ def test_quickstart_smoke_via_ray_job_submit_logs_runs_metrics_and_proxied_artif
 
     started = time.monotonic()
     cmd = [str(BIN / "ray"), "job", "submit", "--address", servers["ray_address"], "--working-dir", str(REPO),
-           "--", "python", "-m", "orchestration.sweep", QUICKSTART, "--smoke", "--tracking-uri", url]
+           "--", "python", "-m", "orchestration.sweep", QUICKSTART, "--smoke", "--tracking-uri", url,
+           "--storage", str(servers["storage"])]
     job = subprocess.run(cmd, cwd=REPO, env=servers["ray_env"], capture_output=True, text=True, timeout=1500)
     output = job.stdout + job.stderr
     assert job.returncode == 0 and "succeeded" in output, \
         f"job failed after {time.monotonic() - started:.0f} s:\n{output[-8000:]}\n{_tail(servers['mlflow_log'])}"
-    # The working-dir upload, as the head node unpacked it: the repository's code and experiments, without the
-    # venv, data or outputs (.gitignore/.rayignore), and small.
+    # The working-dir upload as the head node unpacked it: the code and experiments, no venv, and small. (The
+    # driver and the trials run in this folder, so data/ — the dataset cache — is written there at run time.)
     (package,) = re.findall(r"Uploading package (gcs://_ray_pkg_\w+\.zip)", output)
     unpacked = servers["ray_temp_dir"] / "session_latest" / "runtime_resources" / "working_dir_files" / \
         package.removeprefix("gcs://").removesuffix(".zip")
     assert (unpacked / QUICKSTART).is_file() and (unpacked / "orchestration" / "sweep.py").is_file(), unpacked
-    assert not [d for d in (".venv", "data", "outputs", "mlruns", "ray_results") if (unpacked / d).exists()]
-    size = sum(f.stat().st_size for f in unpacked.rglob("*") if f.is_file())
+    assert not (unpacked / ".venv").exists()
+    size = sum(f.stat().st_size for f in unpacked.rglob("*")
+               if f.is_file() and f.relative_to(unpacked).parts[0] != "data")
     assert size < 20 * 1024**2, f"working dir upload is {size / 1024**2:.1f} MiB"
+    # Tune's experiment state went to the --storage given, not into the job's temporary working dir.
+    assert any(servers["storage"].rglob("*")) and not (unpacked / "ray_results").exists()
 
     experiment = _rest(url, "/api/2.0/mlflow/experiments/get-by-name", experiment_name=spec.name)["experiment"]
     runs = _rest(url, "/api/2.0/mlflow/runs/search",
@@ -303,9 +309,9 @@ def test_quickstart_smoke_via_ray_job_submit_logs_runs_metrics_and_proxied_artif
         location = info["artifact_uri"].removeprefix("mlflow-artifacts:").lstrip("/")
         files = _artifact_files(url, info["run_id"])
         assert {"config.yaml", "split.json", "weights/best_model.pt", "weights/final_model.pt"} <= set(files), files
-        checkpoints = [f for f in files if f.endswith(".pt") and not f.startswith("weights/")]
-        assert checkpoints, f"no checkpoint artifact in {files}"
-        for path in ("weights/best_model.pt", "weights/final_model.pt", *checkpoints):
+        final_checkpoint = f"checkpoints/ckpt_{plan.iterations:08d}.pt"  # the trainer's checkpoint of the last step
+        assert final_checkpoint in files, files
+        for path in ("weights/best_model.pt", "weights/final_model.pt", final_checkpoint):
             payload = _download(url, info["artifact_uri"], path)
             assert payload == (servers["artifacts"] / location / path).read_bytes(), path
             state = torch.load(io.BytesIO(payload), weights_only=True, map_location="cpu")
