@@ -1,0 +1,7 @@
+"""Rebuild the paper's tables and figures from MLflow: ``python -m reports.build experiments/X.yaml``.
+
+Modules: :mod:`reports.layout` (the YAML's ``tables``/``figures`` schema, ``validate_layout``), :mod:`reports.runs`
+(MLflow → pandas, the best/final/median20 protocols), :mod:`reports.stats` (cell statistics, paired t-test),
+:mod:`reports.tables` (Markdown and LaTeX), :mod:`reports.figures` (PNG), :mod:`reports.build` (the CLI).
+Needs no Ray and does not import ``orchestration``.
+"""

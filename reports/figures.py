@@ -1,0 +1,191 @@
+"""The report's figures as PNG (matplotlib's object API on the Agg canvas: no pyplot state, no display needed).
+
+- Learning curves: per cell, each metric's mean over folds against the training step with a ±std band (×100).
+- Class-distribution heat maps, the paper's Fig. "dis": for each true class (row), the share (%) of each class
+  (column) among TPC pseudo-labels and among TNC complementary labels, darker = higher. The paper's hypothesis is a
+  diagonal TPC map and a dispersed, off-diagonal TNC map.
+- Sensitivity: accuracy mean ± std over folds against a swept hyper-parameter (the paper's k and τ ablations).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+__all__ = ["CurvePanel", "curve_band", "is_fraction_metric", "row_normalise", "plot_curves", "plot_heatmaps", "plot_sensitivity"]
+
+_DPI = 120
+_METRIC_NAMES = {"test/acc": "test accuracy (EMA)", "train/pl_acc": "pseudo-label accuracy", "train/loss": "loss",
+                 "test/acc_raw": "test accuracy (raw)", "val/acc": "validation accuracy",
+                 "train/cpa": "complementary-label accuracy", "train/mask_ratio": "mask ratio"}
+
+
+def _save(fig: Figure, path: Path) -> None:
+    FigureCanvasAgg(fig)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=_DPI)
+
+
+def curve_band(histories: pd.DataFrame, scale: float = 100.0) -> pd.DataFrame:
+    """Per step over runs: ``mean``, ``std`` (ddof=1; NaN for one run) and ``n`` of ``value`` × ``scale``."""
+    h = histories.dropna(subset=["value"])
+    g = (h["value"] * scale).groupby(h["step"])
+    return pd.DataFrame({"mean": g.mean(), "std": g.std(ddof=1), "n": g.count()}).reset_index()
+
+
+@dataclass(frozen=True)
+class CurvePanel:
+    """One cell's panel: its title, how many folds, and per metric the histories (``run_id``, ``step``, ``value``)."""
+
+    title: str
+    n_runs: int
+    histories: dict[str, pd.DataFrame]
+
+
+def is_fraction_metric(metric: str) -> bool:
+    """Accuracies, complementary-label accuracies and the mask ratio are logged in [0, 1] and shown in %."""
+    name = metric.rsplit("/", 1)[-1]
+    return "acc" in name or "cpa" in name or name == "mask_ratio"
+
+
+def plot_curves(panels: list[CurvePanel], metrics: list[str], path: Path, title: str) -> None:
+    """A grid of panels (four per line), one line + ±std band per metric, shared legend.
+
+    Fraction metrics (:func:`is_fraction_metric`) are drawn ×100 on the left axis with the band clipped to
+    [0, 100] (a mean + std above 100 % is not a reachable accuracy); any other metric (a loss, the learning rate)
+    is drawn as logged on a right-hand axis.
+    """
+    if not panels:
+        raise ValueError(f"{path.name}: no cell with a finished run to plot")
+    ncols = min(4, len(panels))
+    nrows = -(-len(panels) // ncols)
+    fig = Figure(figsize=(3.6 * ncols, 2.8 * nrows + 0.6), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
+    colors = [f"C{i}" for i in range(len(metrics))]
+    handles = {}
+    for ax, panel in zip(axes, panels):
+        right = None
+        for metric, color in zip(metrics, colors):
+            fraction = is_fraction_metric(metric)
+            band = curve_band(panel.histories.get(metric, pd.DataFrame(columns=["step", "value"])),
+                              scale=100.0 if fraction else 1.0)
+            if band.empty:
+                continue
+            target = ax
+            if not fraction:
+                right = right or ax.twinx()
+                target = right
+            (line,) = target.plot(band["step"], band["mean"], color=color, lw=1.4)
+            std = band["std"].fillna(0.0)
+            low, high = band["mean"] - std, band["mean"] + std
+            if fraction:
+                low, high = low.clip(0.0, 100.0), high.clip(0.0, 100.0)
+            target.fill_between(band["step"], low, high, color=color, alpha=0.2, lw=0)
+            handles[metric] = line
+        ax.set_title(f"{panel.title} (n={panel.n_runs})", fontsize=8)
+        ax.set_xlabel("step", fontsize=8)
+        ax.set_ylabel("%", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+        if right is not None:
+            right.tick_params(labelsize=7)
+    for ax in axes[len(panels):]:
+        ax.set_visible(False)
+    fig.suptitle(title, fontsize=10)
+    if handles:
+        fig.legend(list(handles.values()),
+                   [f"{_METRIC_NAMES.get(m, m)} ({m}{'' if is_fraction_metric(m) else ', right axis'})"
+                    for m in handles], loc="outside lower center", ncols=min(len(handles), 3), fontsize=8,
+                   frameon=False)
+    _save(fig, path)
+
+
+def row_normalise(counts: np.ndarray) -> np.ndarray:
+    """Each row (true class) as percentages of its total; a row with no samples becomes NaN (shown blank)."""
+    counts = np.asarray(counts, dtype=float)
+    if counts.ndim != 2 or counts.shape[0] != counts.shape[1]:
+        raise ValueError(f"class counts: must be a square C×C matrix, got shape {counts.shape}")
+    totals = counts.sum(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(totals > 0, 100.0 * counts / totals, np.nan)
+
+
+def plot_heatmaps(pseudo_counts: np.ndarray, comp_counts: np.ndarray, path: Path, title: str,
+                  class_names: list[str] | None = None) -> None:
+    """Side by side: TPC pseudo-labels and TNC complementary labels per true class, row-normalised (%)."""
+    maps = [("TPC pseudo-labels", "pseudo-label", row_normalise(pseudo_counts)),
+            ("TNC complementary labels", "complementary label", row_normalise(comp_counts))]
+    c = maps[0][2].shape[0]
+    if maps[1][2].shape != (c, c):
+        raise ValueError(f"class counts: pseudo-label matrix is {c}×{c} but complementary-label matrix is "
+                         f"{maps[1][2].shape[0]}×{maps[1][2].shape[1]}")
+    names = class_names or [str(i) for i in range(c)]
+    side = min(5.5, 2.0 + 0.35 * c)
+    fig = Figure(figsize=(2 * side + 1.2, side + 0.6), layout="constrained")
+    axes = fig.subplots(1, 2)
+    image = None
+    for ax, (name, predicted, rates) in zip(axes, maps):
+        image = ax.imshow(np.ma.masked_invalid(rates), cmap="Blues", vmin=0, vmax=100, interpolation="nearest")
+        ax.set_title(name, fontsize=10)
+        ax.set_xlabel(f"{predicted} (class)", fontsize=9)
+        ax.set_ylabel("true class", fontsize=9)
+        ticks = np.arange(c) if c <= 20 else np.arange(0, c, max(1, c // 10))
+        ax.set_xticks(ticks, [names[i] for i in ticks], fontsize=7)
+        ax.set_yticks(ticks, [names[i] for i in ticks], fontsize=7)
+        if c <= 12:
+            size = 9 if c <= 5 else 7 if c <= 8 else 6
+            for i in range(c):
+                for j in range(c):
+                    if np.isfinite(rates[i, j]):
+                        ax.text(j, i, f"{rates[i, j]:.0f}", ha="center", va="center", fontsize=size,
+                                color="white" if rates[i, j] > 55 else "black")
+    fig.colorbar(image, ax=list(axes), shrink=0.8, label="% of the row's labels")
+    fig.suptitle(title, fontsize=10)
+    _save(fig, path)
+
+
+def plot_sensitivity(series: dict[str, pd.DataFrame], path: Path, title: str, xlabel: str, ylabel: str) -> None:
+    """One line per series: frames with columns ``x``, ``mean``, ``std``, ``n``; ``x`` numbers give a numeric axis
+    (sorted), anything else a categorical axis in the given order."""
+    xs_all = [x for frame in series.values() for x in frame["x"]]
+    numeric = all(isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool) for x in xs_all)
+    categories: list[Any] = list(dict.fromkeys(xs_all))
+    fig = Figure(figsize=(5.0, 3.6), layout="constrained")
+    ax = fig.subplots()
+    plotted = False
+    for i, (label, frame) in enumerate(series.items()):
+        frame = frame.dropna(subset=["mean"])
+        if frame.empty:
+            continue
+        if numeric:
+            frame = frame.sort_values("x")
+            pos = frame["x"].astype(float).to_numpy()
+        else:
+            pos = np.array([categories.index(x) for x in frame["x"]], dtype=float)
+        std = frame["std"].fillna(0.0).to_numpy()
+        mean = frame["mean"].to_numpy()
+        label = label or "mean ± std"
+        ax.errorbar(pos, mean, yerr=std, marker="o", ms=4, capsize=3, lw=1.4, color=f"C{i}",
+                    label=f"{label} (n={int(frame['n'].min())}–{int(frame['n'].max())})"
+                    if frame["n"].min() != frame["n"].max() else f"{label} (n={int(frame['n'].iloc[0])})")
+        ax.fill_between(pos, mean - std, mean + std, color=f"C{i}", alpha=0.15, lw=0)
+        plotted = True
+    if not plotted:
+        raise ValueError(f"{path.name}: no level with a finished run to plot")
+    if not numeric:
+        ax.set_xticks(range(len(categories)), [str(x) for x in categories])
+    elif len(categories) <= 12:
+        # Ticks at the swept values themselves: a sweep has few levels and readers look them up.
+        ax.set_xticks(sorted(float(x) for x in categories), [f"{x:g}" for x in sorted(categories)])
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    _save(fig, path)

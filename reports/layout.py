@@ -1,0 +1,578 @@
+"""The report sections of an experiment YAML (``tables`` and ``figures``), typed and checked against its ``axes``.
+
+The sweep format itself (``base``, ``axes``, ``folds``, ``exclude`` …) belongs to orchestration; this module reads only
+what a report needs and never imports orchestration. A table lays one axis out as rows and one as columns (optionally
+a third as row groups, like the paper's "Backbone: CNN-13 / Wide ResNet" blocks); every other axis with more than one
+level must be fixed by ``where``. Every name a layout uses must be an axis or a level the YAML defines, and every
+published number must sit on a (row, column) position of its table — checked here so a typo fails before any run is
+read.
+
+Tables::
+
+    tables:
+      - id: main                        # file name stem: letters, digits, `_`, `-`
+        caption: "Accuracy (%) on digits"
+        rows: method                    # an axis
+        columns: setting                # an axis
+        row_groups: backbone            # optional axis: one block of rows per level, best marked per block
+        where: {k: k10}                 # fixes every other axis that has several levels
+        row_levels: [fixmatch, mutexmatch]   # optional subset/order; default all levels in YAML order
+        column_levels: [...]            # likewise
+        row_labels: {fixmatch: FixMatch}     # display names; default the level name
+        column_labels: {digits-20: "20 labels"}
+        row_group_labels: {cnn13: "Backbone: CNN-13"}
+        row_header: Method              # heading of the label column; default the rows axis, capitalised
+        column_groups: {"CIFAR-10": [cifar10-40]}   # optional two-level header; then every column in one group
+        metric: test/acc
+        protocol: best                  # best | final | median20
+        published: {mutexmatch: {digits-20: "93.22±2.52"}}   # with row_groups: {group: {row: {column: …}}}
+        paired: {a: mutexmatch, b: fixmatch}   # or a list of such pairs (row levels)
+
+Figures (``type`` picks the kind; ``id`` defaults to ``<type><index>``)::
+
+    figures:
+      - {type: curves, cells: [{method: mutexmatch}], metrics: [test/acc, train/pl_acc]}
+      - {type: heatmap, cell: {method: mutexmatch, setting: digits-20}, step: null, fold: null}
+      - {type: sensitivity, axis: k, param: algorithm.k, series: method, where: {setting: c10-40},
+         metric: test/acc, protocol: best}
+
+When ``figures`` is absent or empty, each table gets a learning-curve figure over its cells.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+
+__all__ = [
+    "PROTOCOLS",
+    "LayoutError",
+    "Axes",
+    "PublishedValue",
+    "PairedSpec",
+    "TableLayout",
+    "CurvesFigure",
+    "HeatmapFigure",
+    "SensitivityFigure",
+    "FigureLayout",
+    "ReportLayout",
+    "parse_axes",
+    "cell_id",
+    "parse_published",
+    "validate_layout",
+    "validate_report",
+]
+
+PROTOCOLS = ("best", "final", "median20")
+Protocol = Literal["best", "final", "median20"]
+_ID = re.compile(r"^[A-Za-z0-9_-]+$")
+_PUBLISHED = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(?:(?:±|\+-|\+/-)\s*(\d+(?:\.\d+)?))?\s*$")
+
+
+class LayoutError(ValueError):
+    """A problem in the ``tables``/``figures`` sections; one ``where=value: what is allowed`` line per problem."""
+
+
+# ---------------------------------------------------------------------------------------------------------- axes --
+
+Axes = dict[str, dict[str, dict[str, Any]]]
+"""axis name → level name → partial RunConfig override, in YAML order (level names as strings, as in the tags)."""
+
+
+def parse_axes(spec: dict[str, Any]) -> Axes:
+    """Read ``axes`` from a sweep spec; level names become strings (the MLflow tags hold ``str(level)``)."""
+    raw = spec.get("axes")
+    if not isinstance(raw, dict) or not raw:
+        raise LayoutError(f"axes={raw!r}: must be a non-empty mapping axis -> {{level: override}}")
+    axes: Axes = {}
+    for axis, levels in raw.items():
+        if not isinstance(levels, dict) or not levels:
+            raise LayoutError(f"axes.{axis}={levels!r}: must be a non-empty mapping level -> override")
+        axes[str(axis)] = {}
+        for level, override in levels.items():
+            if override is not None and not isinstance(override, dict):
+                raise LayoutError(f"axes.{axis}.{level}={override!r}: must be a mapping (a partial run config)")
+            axes[str(axis)][str(level)] = override or {}
+    return axes
+
+
+def cell_id(cell: dict[str, str], axes: Axes) -> str:
+    """The cell's id string, ``axis=level`` joined by commas in YAML axis order (as the ``mutexmatch.cell`` tag)."""
+    return ",".join(f"{a}={cell[a]}" for a in axes)
+
+
+# -------------------------------------------------------------------------------------------------------- tables --
+
+@dataclass(frozen=True)
+class PublishedValue:
+    """A number as printed in the paper: mean and (optional) std, both in percent."""
+
+    mean: float
+    std: float | None
+
+    def __str__(self) -> str:
+        return f"{self.mean:.2f}" if self.std is None else f"{self.mean:.2f}±{self.std:.2f}"
+
+
+def parse_published(value: Any, where: str) -> PublishedValue:
+    """Parse ``93.22±2.52``, ``93.22+-2.52`` or a plain number; ``where`` names the YAML field in errors."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise LayoutError(f"{where}={value!r}: must be a number or a string like \"93.22±2.52\"")
+    if isinstance(value, (int, float)):
+        return PublishedValue(float(value), None)
+    m = _PUBLISHED.match(value)
+    if not m:
+        raise LayoutError(f"{where}={value!r}: must be a number or a string like \"93.22±2.52\"")
+    return PublishedValue(float(m.group(1)), float(m.group(2)) if m.group(2) is not None else None)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PairedSpec(_Strict):
+    """Compare row level ``a`` against row level ``b`` on the same folds (difference = a − b)."""
+
+    a: str
+    b: str
+
+
+class TableLayout(_Strict):
+    """One report table (see the module docstring for the YAML)."""
+
+    id: str
+    caption: str = ""
+    rows: str
+    columns: str
+    row_groups: str | None = None
+    where: dict[str, str] = Field(default_factory=dict)
+    row_levels: list[str] | None = None
+    column_levels: list[str] | None = None
+    row_labels: dict[str, str] = Field(default_factory=dict)
+    column_labels: dict[str, str] = Field(default_factory=dict)
+    row_group_labels: dict[str, str] = Field(default_factory=dict)
+    column_groups: dict[str, list[str]] = Field(default_factory=dict)
+    row_header: str | None = None       # heading of the label column; default the rows axis, capitalised
+    metric: str = "test/acc"
+    protocol: Protocol = "best"
+    published: dict[str, Any] = Field(default_factory=dict)
+    paired: list[PairedSpec] = Field(default_factory=list)
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, v: str) -> str:
+        if not _ID.match(v):
+            raise ValueError("must use only letters, digits, `_` and `-` (it names the output files)")
+        return v
+
+    @field_validator("paired", mode="before")
+    @classmethod
+    def _one_or_many(cls, v: Any) -> Any:
+        return [v] if isinstance(v, dict) else ([] if v is None else v)
+
+    # Resolved views, valid once `_check_table` has passed.
+    def row_keys(self, axes: Axes) -> list[str]:
+        return list(self.row_levels) if self.row_levels is not None else list(axes[self.rows])
+
+    def group_keys(self, axes: Axes) -> list[str | None]:
+        return [None] if self.row_groups is None else list(axes[self.row_groups])
+
+    def column_keys(self, axes: Axes) -> list[str]:
+        if self.column_groups:
+            return [c for cols in self.column_groups.values() for c in cols]
+        return list(self.column_levels) if self.column_levels is not None else list(axes[self.columns])
+
+    def row_label(self, level: str) -> str:
+        return self.row_labels.get(level, level)
+
+    def column_label(self, level: str) -> str:
+        return self.column_labels.get(level, level)
+
+    def group_label(self, level: str | None) -> str:
+        return "" if level is None else self.row_group_labels.get(level, f"{self.row_groups}={level}")
+
+    def cell(self, axes: Axes, group: str | None, row: str, column: str) -> dict[str, str]:
+        """The full cell (axis → level) at a table position; single-level axes take their only level."""
+        fixed = {a: next(iter(levels)) for a, levels in axes.items() if len(levels) == 1}
+        fixed.update(self.where)
+        fixed[self.rows] = row
+        fixed[self.columns] = column
+        if self.row_groups is not None and group is not None:
+            fixed[self.row_groups] = group
+        return {a: fixed[a] for a in axes}
+
+    def published_values(self) -> dict[tuple[str | None, str, str], PublishedValue]:
+        """(group, row, column) → published number; ``group`` is None without ``row_groups``."""
+        out: dict[tuple[str | None, str, str], PublishedValue] = {}
+        blocks = self.published.items() if self.row_groups else [(None, self.published)]
+        for group, rows in blocks:
+            for row, cols in rows.items():
+                for col, value in cols.items():
+                    where = "published." + ".".join(str(p) for p in (group, row, col) if p is not None)
+                    out[(group, row, col)] = parse_published(value, where)
+        return out
+
+
+# ------------------------------------------------------------------------------------------------------- figures --
+
+class CurvesFigure(_Strict):
+    """Learning curves, one panel per cell: each metric's mean over folds vs step with a ±std band."""
+
+    type: Literal["curves"]
+    id: str | None = None
+    title: str = ""
+    cells: list[dict[str, str]] = Field(default_factory=list)   # partial cells; empty = every cell
+    metrics: list[str] = Field(default_factory=lambda: ["test/acc", "train/pl_acc"])
+
+
+class HeatmapFigure(_Strict):
+    """The paper's Fig. "dis": row-normalised TPC pseudo-label and TNC complementary-label counts per true class."""
+
+    type: Literal["heatmap"]
+    id: str | None = None
+    title: str = ""
+    cell: dict[str, str]                 # a full cell
+    step: int | None = None              # None = each run's last logged step
+    fold: int | None = None              # None = counts summed over the cell's finished folds
+
+
+class SensitivityFigure(_Strict):
+    """Accuracy (mean ± std over folds) against the parameter value of a swept axis (the paper's k and τ plots)."""
+
+    type: Literal["sensitivity"]
+    id: str | None = None
+    title: str = ""
+    axis: str
+    param: str | None = None             # dotted config key whose value is x; default: the levels' only override
+    series: str | None = None            # an axis giving one line per level
+    where: dict[str, str] = Field(default_factory=dict)
+    metric: str = "test/acc"
+    protocol: Protocol = "best"
+
+
+FigureLayout = Annotated[Union[CurvesFigure, HeatmapFigure, SensitivityFigure], Field(discriminator="type")]
+
+
+@dataclass(frozen=True)
+class ReportLayout:
+    """Everything a report needs from the YAML, validated."""
+
+    name: str
+    axes: Axes
+    folds: list[int]
+    tables: list[TableLayout]
+    figures: list[CurvesFigure | HeatmapFigure | SensitivityFigure]
+
+
+# ---------------------------------------------------------------------------------------------------- validation --
+
+def _stringify_keys(value: Any) -> Any:
+    """YAML turns level names like ``10`` or ``0.95`` into numbers; tags and cell ids hold them as strings."""
+    if isinstance(value, dict):
+        return {str(k): _stringify_keys(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_stringify_keys(v) for v in value]
+    return value
+
+
+def _stringify_levels(raw: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    out = dict(raw)
+    for key in keys:
+        if key in out and isinstance(out[key], list):
+            out[key] = [str(v) for v in out[key]]
+        if key in out and isinstance(out[key], dict):
+            out[key] = {str(k): (str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v)
+                        for k, v in out[key].items()}
+    return out
+
+
+def _pydantic_lines(err: ValidationError, prefix: str, raw: dict[str, Any]) -> list[str]:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"] if p not in ("curves", "heatmap", "sensitivity"))
+        field = f"{prefix}.{loc}" if loc else prefix
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            lines.append(f"{field}: unknown key")
+        elif e["type"] == "missing":
+            lines.append(f"{field}: required")
+        else:
+            lines.append(f"{field}={e.get('input')!r}: {msg}")
+    return lines
+
+
+def _levels_line(where: str, value: str, axis: str, axes: Axes) -> str:
+    return f"{where}={value!r}: not a level of axis {axis!r}; levels: {', '.join(axes[axis])}"
+
+
+def _check_axis(where: str, name: Any, axes: Axes) -> list[str]:
+    if name not in axes:
+        return [f"{where}={name!r}: not an axis; axes: {', '.join(axes)}"]
+    return []
+
+
+def _check_partial_cell(where: str, cell: dict[str, str], axes: Axes) -> list[str]:
+    errors = []
+    for axis, level in cell.items():
+        if axis not in axes:
+            errors.append(f"{where}.{axis}: not an axis; axes: {', '.join(axes)}")
+        elif level not in axes[axis]:
+            errors.append(_levels_line(f"{where}.{axis}", level, axis, axes))
+    return errors
+
+
+def _check_table(t: TableLayout, where: str, axes: Axes) -> list[str]:
+    errors: list[str] = []
+    for key in ("rows", "columns", "row_groups"):
+        if getattr(t, key) is not None:
+            errors += _check_axis(f"{where}.{key}", getattr(t, key), axes)
+    if errors:
+        return errors
+    used = [a for a in (t.rows, t.columns, t.row_groups) if a is not None]
+    if len(set(used)) != len(used):
+        errors.append(f"{where}: rows={t.rows!r}, columns={t.columns!r}, row_groups={t.row_groups!r} must be "
+                      "different axes")
+    errors += _check_partial_cell(f"{where}.where", t.where, axes)
+    for axis in used:
+        if axis in t.where:
+            errors.append(f"{where}.where.{axis}: {axis!r} is laid out by the table; it cannot also be fixed")
+    for axis, levels in axes.items():
+        if axis not in used and axis not in t.where and len(levels) > 1:
+            errors.append(f"{where}.where: axis {axis!r} has {len(levels)} levels ({', '.join(levels)}) and is "
+                          "not laid out by the table; fix one with `where: {" + axis + ": <level>}`")
+    for key, axis in (("row_levels", t.rows), ("column_levels", t.columns)):
+        chosen = getattr(t, key)
+        if chosen is not None:
+            if not chosen:
+                errors.append(f"{where}.{key}=[]: must list at least one level (or be omitted for all)")
+            for lvl in chosen:
+                if lvl not in axes[axis]:
+                    errors.append(_levels_line(f"{where}.{key}", lvl, axis, axes))
+            if len(set(chosen)) != len(chosen):
+                errors.append(f"{where}.{key}={chosen!r}: lists a level twice")
+    for key, axis in (("row_labels", t.rows), ("column_labels", t.columns), ("row_group_labels", t.row_groups)):
+        labels = getattr(t, key)
+        if labels and axis is None:
+            errors.append(f"{where}.{key}: given but the table has no row_groups")
+            continue
+        for lvl in labels:
+            if lvl not in axes[axis]:
+                errors.append(_levels_line(f"{where}.{key}", lvl, axis, axes))
+    if t.column_groups:
+        if t.column_levels is not None:
+            errors.append(f"{where}.column_levels: give either column_levels or column_groups (whose lists set the "
+                          "columns and their order), not both")
+        grouped = [c for cols in t.column_groups.values() for c in cols]
+        for lvl in grouped:
+            if lvl not in axes[t.columns]:
+                errors.append(_levels_line(f"{where}.column_groups", lvl, t.columns, axes))
+        if len(set(grouped)) != len(grouped):
+            errors.append(f"{where}.column_groups: a column appears in two groups")
+        for group, cols in t.column_groups.items():
+            if not cols:
+                errors.append(f"{where}.column_groups.{group}=[]: a group needs at least one column")
+    rows, cols = set(t.row_keys(axes)), set(t.column_keys(axes))
+    groups = set(t.group_keys(axes))
+    for pair_i, pair in enumerate(t.paired):
+        for side in ("a", "b"):
+            lvl = getattr(pair, side)
+            if lvl not in rows:
+                errors.append(f"{where}.paired[{pair_i}].{side}={lvl!r}: not a row of the table; rows: "
+                              f"{', '.join(t.row_keys(axes))}")
+        if pair.a == pair.b:
+            errors.append(f"{where}.paired[{pair_i}]: a and b are both {pair.a!r}")
+    errors += _check_published(t, where, axes, groups, rows, cols)
+    return errors
+
+
+def _check_published(t: TableLayout, where: str, axes: Axes, groups: set, rows: set, cols: set) -> list[str]:
+    errors: list[str] = []
+    blocks: list[tuple[str | None, Any]]
+    if t.row_groups is None:
+        blocks = [(None, t.published)]
+    else:
+        blocks = list(t.published.items())
+        for g, _ in blocks:
+            if g not in groups:
+                errors.append(_levels_line(f"{where}.published", g, t.row_groups, axes))
+    for group, block in blocks:
+        base = f"{where}.published" + (f".{group}" if group is not None else "")
+        if not isinstance(block, dict):
+            errors.append(f"{base}={block!r}: must be a mapping row -> {{column: number}}")
+            continue
+        for row, row_values in block.items():
+            if row not in rows:
+                errors.append(f"{base}.{row}: not a row of the table; rows: {', '.join(t.row_keys(axes))}")
+                continue
+            if not isinstance(row_values, dict):
+                errors.append(f"{base}.{row}={row_values!r}: must be a mapping column -> number")
+                continue
+            for col, value in row_values.items():
+                if col not in cols:
+                    errors.append(f"{base}.{row}.{col}: not a column of the table; columns: "
+                                  f"{', '.join(t.column_keys(axes))}")
+                    continue
+                try:
+                    parse_published(value, f"{base}.{row}.{col}")
+                except LayoutError as e:
+                    errors.append(str(e))
+    return errors
+
+
+def _check_figure(f: CurvesFigure | HeatmapFigure | SensitivityFigure, where: str, axes: Axes) -> list[str]:
+    errors: list[str] = []
+    if isinstance(f, CurvesFigure):
+        for i, cell in enumerate(f.cells):
+            errors += _check_partial_cell(f"{where}.cells[{i}]", cell, axes)
+        if not f.metrics:
+            errors.append(f"{where}.metrics=[]: name at least one metric")
+    elif isinstance(f, HeatmapFigure):
+        errors += _check_partial_cell(f"{where}.cell", f.cell, axes)
+        missing = [a for a in axes if a not in f.cell]
+        if missing:
+            errors.append(f"{where}.cell={f.cell!r}: must name a full cell; missing axes: {', '.join(missing)}")
+    else:
+        errors += _check_axis(f"{where}.axis", f.axis, axes)
+        if f.series is not None:
+            errors += _check_axis(f"{where}.series", f.series, axes)
+        errors += _check_partial_cell(f"{where}.where", f.where, axes)
+        if errors:
+            return errors
+        if f.series == f.axis:
+            errors.append(f"{where}.series={f.series!r}: must differ from axis")
+        for axis, levels in axes.items():
+            if axis not in (f.axis, f.series) and axis not in f.where and len(levels) > 1:
+                errors.append(f"{where}.where: axis {axis!r} has {len(levels)} levels; fix one with "
+                              "`where: {" + axis + ": <level>}`")
+        for axis in (f.axis, f.series):
+            if axis is not None and axis in f.where:
+                errors.append(f"{where}.where.{axis}: {axis!r} is plotted; it cannot also be fixed")
+        try:
+            sensitivity_x(f, axes, where)
+        except LayoutError as e:
+            errors.append(str(e))
+    return errors
+
+
+def _flatten(override: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in override.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def sensitivity_x(fig: SensitivityFigure, axes: Axes, where: str = "figure") -> dict[str, Any]:
+    """level → x value: the level override's value at ``param`` (or its only dotted key when ``param`` is unset)."""
+    flat = {lvl: _flatten(o) for lvl, o in axes[fig.axis].items()}
+    param = fig.param
+    if param is None:
+        keys = {k for f in flat.values() for k in f}
+        if len(keys) != 1:
+            raise LayoutError(f"{where}.param: axis {fig.axis!r} levels override {sorted(keys) or 'nothing'}; name "
+                              "the swept config key with `param: <dotted.key>`")
+        param = keys.pop()
+    missing = [lvl for lvl, f in flat.items() if param not in f]
+    if missing:
+        raise LayoutError(f"{where}.param={param!r}: levels {', '.join(missing)} of axis {fig.axis!r} do not set it")
+    return {lvl: f[param] for lvl, f in flat.items()}
+
+
+def validate_report(spec: dict[str, Any]) -> ReportLayout:
+    """Validate the ``tables`` and ``figures`` sections of a sweep spec against its ``axes``.
+
+    Raises :class:`LayoutError` (a ``ValueError``) listing every problem, one line each.
+    """
+    if not isinstance(spec, dict):
+        raise LayoutError(f"spec: must be a mapping, got {type(spec).__name__}")
+    name = spec.get("name")
+    if not isinstance(name, str) or not name:
+        raise LayoutError(f"name={name!r}: must be a non-empty string (the MLflow experiment name)")
+    axes = parse_axes(spec)
+    folds = spec.get("folds", [0, 1, 2, 3, 4])
+    if not isinstance(folds, list) or not folds or not all(isinstance(f, int) and not isinstance(f, bool)
+                                                           for f in folds):
+        raise LayoutError(f"folds={folds!r}: must be a non-empty list of integers")
+    raw_tables = spec.get("tables") or []
+    raw_figures = spec.get("figures") or []
+    if not isinstance(raw_tables, list):
+        raise LayoutError(f"tables={raw_tables!r}: must be a list of table layouts")
+    if not isinstance(raw_figures, list):
+        raise LayoutError(f"figures={raw_figures!r}: must be a list of figure layouts")
+    errors: list[str] = []
+    tables: list[TableLayout] = []
+    for i, raw in enumerate(raw_tables):
+        where = f"tables[{i}]"
+        if not isinstance(raw, dict):
+            errors.append(f"{where}={raw!r}: must be a mapping")
+            continue
+        raw = _stringify_levels(_stringify_keys(raw), ("where", "row_levels", "column_levels", "paired"))
+        if isinstance(raw.get("column_groups"), dict):
+            raw["column_groups"] = {k: [str(c) for c in v] if isinstance(v, list) else v
+                                    for k, v in raw["column_groups"].items()}
+        if isinstance(raw.get("paired"), (dict, list)):
+            pairs = raw["paired"] if isinstance(raw["paired"], list) else [raw["paired"]]
+            raw["paired"] = [{k: str(v) for k, v in p.items()} if isinstance(p, dict) else p for p in pairs]
+        try:
+            table = TableLayout.model_validate(raw)
+        except ValidationError as err:
+            errors += _pydantic_lines(err, where, raw)
+            continue
+        problems = _check_table(table, f"{where}({table.id})", axes)
+        errors += problems
+        if not problems:
+            tables.append(table)
+    adapter: TypeAdapter = TypeAdapter(FigureLayout)
+    figures: list[CurvesFigure | HeatmapFigure | SensitivityFigure] = []
+    for i, raw in enumerate(raw_figures):
+        where = f"figures[{i}]"
+        if not isinstance(raw, dict):
+            errors.append(f"{where}={raw!r}: must be a mapping with a `type` (curves, heatmap, sensitivity)")
+            continue
+        raw = _stringify_keys(raw)
+        raw = _stringify_levels(raw, ("where", "cell"))
+        if isinstance(raw.get("cells"), list):
+            raw["cells"] = [_stringify_levels({"c": c}, ("c",))["c"] if isinstance(c, dict) else c
+                            for c in raw["cells"]]
+        try:
+            fig = adapter.validate_python(raw)
+        except ValidationError as err:
+            errors += _pydantic_lines(err, where, raw)
+            continue
+        if fig.id is None:
+            fig = fig.model_copy(update={"id": f"{fig.type}{i}"})
+        elif not _ID.match(fig.id):
+            errors.append(f"{where}.id={fig.id!r}: must use only letters, digits, `_` and `-`")
+            continue
+        problems = _check_figure(fig, where, axes)
+        errors += problems
+        if not problems:
+            figures.append(fig)
+    ids = [t.id for t in tables] + [f.id for f in figures]
+    dupes = sorted({x for x in ids if ids.count(x) > 1})
+    if dupes:
+        errors.append(f"tables/figures id: {', '.join(dupes)} used twice (ids name the output files)")
+    if errors:
+        raise LayoutError("\n".join(errors))
+    if not raw_figures:
+        figures = [CurvesFigure(type="curves", id=f"curves-{t.id}", title=f"Learning curves: {t.id}",
+                                cells=[t.cell(axes, g, r, c) for g in t.group_keys(axes) for r in t.row_keys(axes)
+                                       for c in t.column_keys(axes)])
+                   for t in tables]
+    return ReportLayout(name=name, axes=axes, folds=list(folds), tables=tables, figures=figures)
+
+
+def validate_layout(spec: dict[str, Any]) -> list[TableLayout]:
+    """Validate a sweep spec's ``tables`` (and ``figures``) against its ``axes``; return the table layouts.
+
+    Checks that rows/columns/row_groups name axes, every level named (``where``, ``row_levels``, labels, groups,
+    ``paired``) is a level of its axis, every other multi-level axis is fixed, and each published number refers to a
+    (row, column) of its table. Raises :class:`LayoutError` (a ``ValueError``), one line per problem.
+    """
+    return validate_report(spec).tables

@@ -1,0 +1,438 @@
+"""Render a report table in Markdown and LaTeX (booktabs), laid out as the YAML says and marked like the paper.
+
+A cell is mean ± std over folds of the table's metric ×100 with two decimals (std = sample std, ddof=1; no ± for a
+single fold), followed by ``(n=k)`` when fewer than :data:`PAPER_FOLDS` folds finished and "—" when none did. Per
+column (and per row group) the best mean is bold and the second best is marked — italic in Markdown, underlined in
+LaTeX (the paper shades it; underlining needs no extra package). Ranking uses the displayed (rounded) means, so equal
+printed numbers get the same mark. With published numbers, each column gets "paper" and "Δ" (ours − paper, from the
+printed mean) sub-columns. The paired comparison (a − b on the same folds, paired t-test) goes under the table; the
+per-fold values go to an appendix table.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from reports.layout import Axes, PairedSpec, PublishedValue, TableLayout, cell_id
+from reports.stats import CellStats, FoldValue, PairedResult, cell_stats, paired_comparison
+
+__all__ = [
+    "PAPER_FOLDS",
+    "PROTOCOL_TEXT",
+    "TableData",
+    "build_table_data",
+    "format_mean_std",
+    "format_delta",
+    "format_p",
+    "render_markdown",
+    "render_folds_markdown",
+    "render_latex",
+    "render_folds_latex",
+    "latex_escape",
+]
+
+PAPER_FOLDS = 5
+"""The paper averages five labeled folds; cells with fewer finished folds show their n."""
+
+PROTOCOL_TEXT = {
+    "best": "best (maximum over all evaluations)",
+    "final": "final (the last evaluation)",
+    "median20": "median20 (median of the last 20 evaluations)",
+}
+
+Key = tuple[str | None, str, str]  # (row group level or None, row level, column level)
+
+
+@dataclass
+class TableData:
+    """A table resolved against the runs: one :class:`CellStats` per position, marks, published numbers, pairs."""
+
+    layout: TableLayout
+    protocol: str
+    folds: list[int]
+    split_rules: list[str]
+    groups: list[str | None]
+    rows: list[str]
+    columns: list[str]
+    cells: dict[Key, CellStats]
+    cell_ids: dict[Key, str]
+    marks: dict[Key, str] = field(default_factory=dict)          # "best" | "second"
+    published: dict[Key, PublishedValue] = field(default_factory=dict)
+    paired: list[tuple[PairedSpec, dict[tuple[str | None, str], PairedResult]]] = field(default_factory=list)
+
+    @property
+    def has_published(self) -> bool:
+        return bool(self.published)
+
+
+def build_table_data(layout: TableLayout, axes: Axes, folds: list[int], runs: pd.DataFrame, protocol: str
+                     ) -> TableData:
+    """Resolve ``layout`` against ``runs``: one row per used trial run with columns ``cell``, ``fold``,
+    ``run_id``, ``split_digest``, ``value`` (the metric under ``protocol``, ×100) and optionally
+    ``param.data.split_rule``."""
+    groups, rows, columns = layout.group_keys(axes), layout.row_keys(axes), layout.column_keys(axes)
+    # Plain lists, not a frame per cell: pandas' per-operation overhead dominated a 1,000-run report.
+    by_cell: dict[str, list[FoldValue]] = {}
+    if not runs.empty:
+        for cell, fold, value, run_id, digest in zip(runs["cell"].tolist(), runs["fold"].tolist(),
+                                                     runs["value"].tolist(), runs["run_id"].tolist(),
+                                                     runs["split_digest"].tolist()):
+            by_cell.setdefault(cell, []).append(FoldValue(int(fold), float(value), str(run_id), str(digest)))
+    cells: dict[Key, CellStats] = {}
+    ids: dict[Key, str] = {}
+    members: dict[Key, list[FoldValue]] = {}
+    for g in groups:
+        for r in rows:
+            for c in columns:
+                cid = cell_id(layout.cell(axes, g, r, c), axes)
+                ids[(g, r, c)] = cid
+                members[(g, r, c)] = by_cell.get(cid, [])
+                cells[(g, r, c)] = cell_stats(members[(g, r, c)])
+    used_cells = set(ids.values())
+    rules: list[str] = []
+    if "param.data.split_rule" in runs.columns and not runs.empty:
+        in_table = runs[runs["cell"].isin(used_cells) & runs["value"].notna()]
+        rules = sorted(set(in_table["param.data.split_rule"].dropna().tolist()))
+    data = TableData(layout=layout, protocol=protocol, folds=list(folds), split_rules=rules, groups=groups,
+                     rows=rows, columns=columns, cells=cells, cell_ids=ids,
+                     published=layout.published_values())
+    data.marks = _marks(data)
+    for pair in layout.paired:
+        results = {(g, c): paired_comparison(members[(g, pair.a, c)], members[(g, pair.b, c)])
+                   for g in groups for c in columns}
+        data.paired.append((pair, results))
+    return data
+
+
+def _marks(data: TableData) -> dict[Key, str]:
+    """Best and second-best per column within each row group, on the printed (2-decimal) means; needs ≥ 2 cells."""
+    marks: dict[Key, str] = {}
+    for g in data.groups:
+        for c in data.columns:
+            shown = {r: round(data.cells[(g, r, c)].mean, 2) for r in data.rows if data.cells[(g, r, c)].n}
+            if len(shown) < 2:
+                continue
+            ranked = sorted(set(shown.values()), reverse=True)
+            for r, v in shown.items():
+                if v == ranked[0]:
+                    marks[(g, r, c)] = "best"
+                elif len(ranked) > 1 and v == ranked[1]:
+                    marks[(g, r, c)] = "second"
+    return marks
+
+
+# ---------------------------------------------------------------------------------------------------- formatting --
+
+def format_mean_std(stats: CellStats) -> str:
+    """``91.20±1.10``; one fold gives ``91.20``; no fold gives ``—``."""
+    if stats.n == 0:
+        return "—"
+    if stats.std is None:
+        return f"{stats.mean:.2f}"
+    return f"{stats.mean:.2f}±{stats.std:.2f}"
+
+
+def _signed(value: float) -> str:
+    value = round(value, 2)
+    return "0.00" if value == 0 else f"{value:+.2f}"
+
+
+def format_delta(stats: CellStats, paper: PublishedValue | None) -> str:
+    """Ours − paper from the printed mean (so readers can check it by subtraction); ``—`` when either is missing."""
+    if paper is None or stats.n == 0:
+        return "—"
+    return _signed(round(stats.mean, 2) - paper.mean)
+
+
+def format_p(p: float | None) -> str:
+    """Four decimals, scientific below 1e-4; ``n/a`` when undefined."""
+    if p is None:
+        return "n/a"
+    return f"{p:.4f}" if p >= 1e-4 else f"{p:.2e}"
+
+
+def _n_suffix(stats: CellStats) -> str:
+    return f" (n={stats.n})" if 0 < stats.n < PAPER_FOLDS else ""
+
+
+def _row_header(data: TableData) -> str:
+    lay = data.layout
+    return lay.row_header if lay.row_header is not None else lay.rows[:1].upper() + lay.rows[1:]
+
+
+def _column_titles(data: TableData) -> list[str]:
+    """Flat column titles for Markdown: ``group / label`` under column groups."""
+    lay = data.layout
+    group_of = {c: g for g, cols in lay.column_groups.items() for c in cols}
+    return [f"{group_of[c]} / {lay.column_label(c)}" if c in group_of else lay.column_label(c) for c in data.columns]
+
+
+def _caption_sentences(data: TableData, markdown: bool) -> str:
+    lay = data.layout
+    cap = lay.caption.strip()
+    if cap and cap[-1] not in ".!?":
+        cap += "."
+    rules = ", ".join(data.split_rules) if data.split_rules else "unknown (no finished run)"
+    metric = f"`{lay.metric}`" if markdown else lay.metric
+    bold, second = ("**Bold**", "*italic*") if markdown else ("Bold", "underlined")
+    parts = [cap] if cap else []
+    parts.append(f"Mean ± std over folds of {metric} ×100; std is the sample standard deviation (ddof=1).")
+    parts.append(f"Protocol: {PROTOCOL_TEXT[data.protocol]}; split rule: {rules}.")
+    parts.append(f"(n=k): only k folds finished (the paper uses {PAPER_FOLDS}); —: none finished.")
+    parts.append(f"{bold}: best, {second}: second best per column.")
+    if data.has_published:
+        parts.append("Paper: the published number; Δ = ours − paper.")
+    return " ".join(parts)
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _md_row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _md_cell(data: TableData, key: Key) -> str:
+    stats = data.cells[key]
+    text = format_mean_std(stats)
+    mark = data.marks.get(key)
+    if mark == "best":
+        text = f"**{text}**"
+    elif mark == "second":
+        text = f"*{text}*"
+    return text + _n_suffix(stats)
+
+
+def render_markdown(data: TableData) -> str:
+    """The table, its caption above and the paired comparison(s) below, as Markdown."""
+    lay = data.layout
+    titles = _column_titles(data)
+    header = [_md_escape(_row_header(data))]
+    for t in titles:
+        header += [_md_escape(t)] + ([_md_escape(f"{t}: paper"), _md_escape(f"{t}: Δ")] if data.has_published
+                                     else [])
+    lines = [f"**Table {lay.id}.** {_caption_sentences(data, markdown=True)}", "",
+             _md_row(header), _md_row([":---"] + ["---:"] * (len(header) - 1))]
+    for g in data.groups:
+        if g is not None:
+            lines.append(_md_row([f"**{_md_escape(lay.group_label(g))}**"] + [""] * (len(header) - 1)))
+        for r in data.rows:
+            row = [_md_escape(lay.row_label(r))]
+            for c in data.columns:
+                key = (g, r, c)
+                row.append(_md_cell(data, key))
+                if data.has_published:
+                    paper = data.published.get(key)
+                    row += [str(paper) if paper else "—", format_delta(data.cells[key], paper)]
+            lines.append(_md_row(row))
+    for pair, results in data.paired:
+        lines += [""] + _md_paired(data, pair, results)
+    return "\n".join(lines) + "\n"
+
+
+def _md_paired(data: TableData, pair: PairedSpec, results: dict[tuple[str | None, str], PairedResult]) -> list[str]:
+    lay = data.layout
+    a, b = lay.row_label(pair.a), lay.row_label(pair.b)
+    out = [f"Paired comparison {_md_escape(a)} − {_md_escape(b)} on the same folds (same fold index and labeled "
+           f"split digest), ×100: mean and sample std of the differences, two-sided paired t-test "
+           "(scipy.stats.ttest_rel); n/a with fewer than 2 pairs."]
+    for g in data.groups:
+        title = f"{a} − {b}" + (f" ({lay.group_label(g)})" if g is not None else "")
+        res = [results[(g, c)] for c in data.columns]
+        out += ["", _md_row([_md_escape(title)] + [_md_escape(t) for t in _column_titles(data)]),
+                _md_row([":---"] + ["---:"] * len(res)),
+                _md_row(["mean Δ"] + [_signed(x.mean_diff) if x.mean_diff is not None else "n/a" for x in res]),
+                _md_row(["std Δ"] + [f"{x.std_diff:.2f}" if x.std_diff is not None else "n/a" for x in res]),
+                _md_row(["pairs"] + [str(x.n) for x in res]),
+                _md_row(["p"] + [format_p(x.p_value) for x in res])]
+    return out
+
+
+def _fold_value(stats: CellStats, fold: int) -> str:
+    return f"{stats.values[fold]:.2f}" if fold in stats.values else "—"
+
+
+def render_folds_markdown(data: TableData) -> str:
+    """Appendix: the value of every fold (×100, under the table's protocol), one line per row and fold."""
+    lay = data.layout
+    head = (["Group"] if lay.row_groups else []) + [_row_header(data), "Fold"] + _column_titles(data)
+    lines = [f"**Table {lay.id}, per fold.** `{lay.metric}` ×100 of each fold under the "
+             f"{PROTOCOL_TEXT[data.protocol]} protocol; —: no finished run. Run ids: see index.md.", "",
+             _md_row([_md_escape(h) for h in head]),
+             _md_row([":---"] * (len(head) - len(data.columns) - 1) + ["---:"] * (len(data.columns) + 1))]
+    for g in data.groups:
+        for r in data.rows:
+            for f in data.folds:
+                row = ([_md_escape(lay.group_label(g))] if lay.row_groups else []) + [_md_escape(lay.row_label(r)),
+                                                                                      str(f)]
+                row += [_fold_value(data.cells[(g, r, c)], f) for c in data.columns]
+                lines.append(_md_row(row))
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------------------- LaTeX --
+
+_LATEX_SPECIAL = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
+                  "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}",
+                  "±": r"$\pm$", "−": "$-$", "×": r"$\times$", "≤": r"$\leq$", "≥": r"$\geq$", "—": "---",
+                  "–": "--", "·": r"$\cdot$", "→": r"$\rightarrow$", "…": r"\ldots{}", "<": r"\textless{}",
+                  ">": r"\textgreater{}"}
+_GREEK_UPPER = {"Gamma", "Delta", "Theta", "Lambda", "Xi", "Pi", "Sigma", "Upsilon", "Phi", "Psi", "Omega"}
+
+
+def latex_escape(text: str) -> str:
+    """Plain text → LaTeX for pdflatex: specials escaped; Greek letters and ±, ×, —, ≤ … as math/TeX ligatures."""
+    out = []
+    for ch in text:
+        if ch in _LATEX_SPECIAL:
+            out.append(_LATEX_SPECIAL[ch])
+            continue
+        name = unicodedata.name(ch, "") if ord(ch) > 127 else ""
+        if name.startswith("GREEK SMALL LETTER ") and " " not in name[len("GREEK SMALL LETTER "):]:
+            # Unicode spells λ "LAMDA"; TeX spells it lambda.
+            letter = name[len("GREEK SMALL LETTER "):].lower().replace("lamda", "lambda")
+            out.append(f"$\\{letter}$" if letter != "omicron" else "o")
+        elif name.startswith("GREEK CAPITAL LETTER ") and " " not in name[len("GREEK CAPITAL LETTER "):]:
+            letter = name[len("GREEK CAPITAL LETTER "):].capitalize().replace("Lamda", "Lambda")
+            out.append(f"$\\{letter}$" if letter in _GREEK_UPPER else letter[0])
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _tex_value(text: str) -> str:
+    return "---" if text == "—" else text.replace("±", r"$\pm$")
+
+
+def _tex_signed(text: str) -> str:
+    return "---" if text in ("—", "n/a") else f"${text}$"
+
+
+def _tex_cell(data: TableData, key: Key) -> str:
+    stats = data.cells[key]
+    text = _tex_value(format_mean_std(stats))
+    mark = data.marks.get(key)
+    if mark == "best":
+        text = rf"\textbf{{{text}}}"
+    elif mark == "second":
+        text = rf"\underline{{{text}}}"
+    if 0 < stats.n < PAPER_FOLDS:
+        text += rf"\,{{\scriptsize (n={stats.n})}}"
+    return text
+
+
+def _tex_header(data: TableData, lead: list[str], span: int = 1, sub: list[str] | None = None) -> list[str]:
+    """Header rows: column groups (if any), column labels spanning ``span`` sub-columns, then sub-column titles.
+
+    ``lead`` holds the (already LaTeX) titles of the leading label columns; they go on the last header row.
+    """
+    lay = data.layout
+    lead_cols = len(lead)
+    lines = []
+    pad = " & " * (lead_cols - 1)
+
+    def spans(items: list[tuple[str, int]]) -> tuple[str, str]:
+        cells, rules, col = [], [], lead_cols + 1
+        for title, width in items:
+            cells.append(rf"\multicolumn{{{width}}}{{c}}{{{latex_escape(title)}}}" if width > 1 else
+                         latex_escape(title))
+            rules.append(rf"\cmidrule(lr){{{col}-{col + width - 1}}}")
+            col += width
+        return " & ".join(cells), " ".join(rules)
+
+    if lay.column_groups:
+        row, rules = spans([(g, len(cols) * span) for g, cols in lay.column_groups.items()])
+        lines.append(f"{pad} & {row} \\\\ {rules}")
+    labels = [(lay.column_label(c), span) for c in data.columns]
+    if sub:
+        row, rules = spans(labels)
+        lines.append(f"{pad} & {row} \\\\ {rules}")
+        lines.append(" & ".join(lead + sub * len(data.columns)) + r" \\")
+    else:
+        lines.append(" & ".join(lead + [latex_escape(t) for t, _ in labels]) + r" \\")
+    return lines
+
+
+_FIT = r"\resizebox{\ifdim\width>\linewidth\linewidth\else\width\fi}{!}{%"
+
+
+def render_latex(data: TableData) -> str:
+    """A ``table`` float (booktabs) to ``\\input``; needs ``booktabs`` and ``graphicx`` in the preamble."""
+    lay = data.layout
+    span = 3 if data.has_published else 1
+    ncols = 1 + span * len(data.columns)
+    lines = [r"\begin{table}[htbp]", r"\centering",
+             rf"\caption{{{latex_escape(_caption_sentences(data, markdown=False))}}}",
+             rf"\label{{tab:{lay.id}}}", _FIT, rf"\begin{{tabular}}{{@{{}}l{'c' * (ncols - 1)}@{{}}}}", r"\toprule"]
+    lines += _tex_header(data, [latex_escape(_row_header(data))], span,
+                         sub=["Ours", "Paper", r"$\Delta$"] if span == 3 else None)
+    lines.append(r"\midrule")
+    for gi, g in enumerate(data.groups):
+        if g is not None:
+            if gi:
+                lines.append(r"\midrule")
+            lines.append(rf"\multicolumn{{{ncols}}}{{@{{}}l}}{{\textit{{{latex_escape(lay.group_label(g))}}}}} \\")
+        for r in data.rows:
+            row = [latex_escape(lay.row_label(r))]
+            for c in data.columns:
+                key = (g, r, c)
+                row.append(_tex_cell(data, key))
+                if span == 3:
+                    paper = data.published.get(key)
+                    row += [_tex_value(str(paper)) if paper else "---",
+                            _tex_signed(format_delta(data.cells[key], paper))]
+            lines.append(" & ".join(row) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}}"]
+    for pair, results in data.paired:
+        lines += _tex_paired(data, pair, results)
+    lines.append(r"\end{table}")
+    return "\n".join(lines) + "\n"
+
+
+def _tex_paired(data: TableData, pair: PairedSpec, results: dict[tuple[str | None, str], PairedResult]
+                ) -> list[str]:
+    lay = data.layout
+    a, b = latex_escape(lay.row_label(pair.a)), latex_escape(lay.row_label(pair.b))
+    lines = [r"\par\medskip",
+             rf"{{\footnotesize Paired comparison {a} $-$ {b} on the same folds (same fold index and labeled split "
+             r"digest), $\times$100: mean and sample std of the differences, two-sided paired $t$-test; n/a with "
+             r"fewer than 2 pairs.\par}", r"\smallskip"]
+    for g in data.groups:
+        title = f"{a} $-$ {b}" + (f" ({latex_escape(lay.group_label(g))})" if g is not None else "")
+        res = [results[(g, c)] for c in data.columns]
+        lines += [_FIT, rf"\begin{{tabular}}{{@{{}}l{'c' * len(res)}@{{}}}}", r"\toprule"]
+        lines += _tex_header(data, [title])
+        lines.append(r"\midrule")
+        lines.append(" & ".join([r"mean $\Delta$"] + [_tex_signed(_signed(x.mean_diff)) if x.mean_diff is not None
+                                                       else "n/a" for x in res]) + r" \\")
+        lines.append(" & ".join([r"std $\Delta$"] + [f"{x.std_diff:.2f}" if x.std_diff is not None else "n/a"
+                                                      for x in res]) + r" \\")
+        lines.append(" & ".join(["pairs"] + [str(x.n) for x in res]) + r" \\")
+        lines.append(" & ".join(["$p$"] + [format_p(x.p_value) for x in res]) + r" \\")
+        lines += [r"\bottomrule", r"\end{tabular}}", r"\smallskip"]
+    return lines
+
+
+def render_folds_latex(data: TableData) -> str:
+    """Appendix ``longtable`` of per-fold values (breaks across pages; needs ``longtable`` and ``booktabs``)."""
+    lay = data.layout
+    lead = (["Group"] if lay.row_groups else []) + [_row_header(data), "Fold"]
+    header = _tex_header(data, [latex_escape(t) for t in lead])
+    caption = (f"Table {latex_escape(lay.id)}, per fold: {latex_escape(lay.metric)} $\\times$100 of each fold "
+               f"under the {latex_escape(PROTOCOL_TEXT[data.protocol])} protocol; ---: no finished run.")
+    lines = [rf"\begin{{longtable}}{{@{{}}{'l' * (len(lead) - 1)}r{'c' * len(data.columns)}@{{}}}}",
+             rf"\caption{{{caption}}}\label{{tab:{lay.id}-folds}} \\", r"\toprule", *header, r"\midrule",
+             r"\endfirsthead", r"\toprule", *header, r"\midrule", r"\endhead", r"\bottomrule", r"\endlastfoot"]
+    for g in data.groups:
+        for r in data.rows:
+            for f in data.folds:
+                row = ([latex_escape(lay.group_label(g))] if lay.row_groups else []) + \
+                      [latex_escape(lay.row_label(r)), str(f)]
+                row += [_tex_value(_fold_value(data.cells[(g, r, c)], f)) for c in data.columns]
+                lines.append(" & ".join(row) + r" \\")
+    lines.append(r"\end{longtable}")
+    return "\n".join(lines) + "\n"

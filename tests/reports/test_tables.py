@@ -1,0 +1,140 @@
+"""Table rendering without MLflow: row groups, column groups, ties, single folds, LaTeX escaping and compiling."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pandas as pd
+import pytest
+
+from reports.layout import validate_report
+from reports.stats import CellStats
+from reports.tables import (build_table_data, format_delta, format_mean_std, format_p, latex_escape,
+                            render_folds_latex, render_folds_markdown, render_latex, render_markdown)
+from reports.layout import PublishedValue
+
+SPEC = {
+    "name": "g",
+    "axes": {
+        "method": {"fm": {}, "mm": {}, "sup": {}},
+        "setting": {"c10-40": {}, "c10-250": {}, "c100-400": {}},
+        "backbone": {"cnn13": {}, "wrn": {}},
+    },
+    "tables": [{
+        "id": "g", "caption": "Ablation", "rows": "method", "columns": "setting", "row_groups": "backbone",
+        "row_header": "Method", "row_labels": {"fm": "FixMatch", "mm": "MutexMatch", "sup": "Supervised"},
+        "row_group_labels": {"cnn13": "Backbone: CNN-13", "wrn": "Backbone: WRN-28-2"},
+        "column_labels": {"c10-40": "40 labels", "c10-250": "250 labels", "c100-400": "400 labels"},
+        "column_groups": {"CIFAR-10": ["c10-40", "c10-250"], "CIFAR-100": ["c100-400"]},
+        "paired": {"a": "mm", "b": "fm"},
+    }],
+}
+# (method, setting, backbone) → {fold: value ×100}
+VALUES = {
+    ("fm", "c10-40", "cnn13"): {0: 90, 1: 92},
+    ("mm", "c10-40", "cnn13"): {0: 92, 1: 90},         # ties FixMatch: both bold
+    ("sup", "c10-40", "cnn13"): {3: 80},
+    ("mm", "c10-250", "cnn13"): {0: 95},               # alone in its column: no mark
+    ("fm", "c10-40", "wrn"): {0: 93, 1: 94, 2: 95, 3: 96, 4: 97},
+    ("mm", "c10-40", "wrn"): {0: 94, 1: 95, 2: 96, 3: 97, 4: 98},
+}
+
+
+def runs() -> pd.DataFrame:
+    rows = []
+    for (m, s, b), folds in VALUES.items():
+        for f, v in folds.items():
+            rows.append({"cell": f"method={m},setting={s},backbone={b}", "fold": f, "value": float(v),
+                         "run_id": f"{m}-{s}-{b}-{f}", "split_digest": f"{s}-{f}", "param.data.split_rule": "balanced"})
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture(scope="module")
+def data():
+    report = validate_report(SPEC)
+    return build_table_data(report.tables[0], report.axes, report.folds, runs(), "final")
+
+
+def test_grouped_markdown_exact(data):
+    cols = "CIFAR-10 / 40 labels | CIFAR-10 / 250 labels | CIFAR-100 / 400 labels"
+    expected = "\n".join([
+        "**Table g.** Ablation. Mean ± std over folds of `test/acc` ×100; std is the sample standard deviation "
+        "(ddof=1). Protocol: final (the last evaluation); split rule: balanced. (n=k): only k folds finished (the "
+        "paper uses 5); —: none finished. **Bold**: best, *italic*: second best per column.",
+        "",
+        f"| Method | {cols} |",
+        "| :--- | ---: | ---: | ---: |",
+        "| **Backbone: CNN-13** |  |  |  |",
+        "| FixMatch | **91.00±1.41** (n=2) | — | — |",
+        "| MutexMatch | **91.00±1.41** (n=2) | 95.00 (n=1) | — |",
+        "| Supervised | *80.00* (n=1) | — | — |",
+        "| **Backbone: WRN-28-2** |  |  |  |",
+        "| FixMatch | *95.00±1.58* | — | — |",
+        "| MutexMatch | **96.00±1.58** | — | — |",
+        "| Supervised | — | — | — |",
+        "",
+        "Paired comparison MutexMatch − FixMatch on the same folds (same fold index and labeled split digest), "
+        "×100: mean and sample std of the differences, two-sided paired t-test (scipy.stats.ttest_rel); n/a with "
+        "fewer than 2 pairs.",
+        "",
+        f"| MutexMatch − FixMatch (Backbone: CNN-13) | {cols} |",
+        "| :--- | ---: | ---: | ---: |",
+        "| mean Δ | 0.00 | n/a | n/a |",
+        "| std Δ | 2.83 | n/a | n/a |",
+        "| pairs | 2 | 0 | 0 |",
+        "| p | 1.0000 | n/a | n/a |",          # differences +2 and −2: t = 0
+        "",
+        f"| MutexMatch − FixMatch (Backbone: WRN-28-2) | {cols} |",
+        "| :--- | ---: | ---: | ---: |",
+        "| mean Δ | +1.00 | n/a | n/a |",
+        "| std Δ | 0.00 | n/a | n/a |",
+        "| pairs | 5 | 0 | 0 |",
+        "| p | n/a | n/a | n/a |",             # every difference is +1: t undefined
+    ]) + "\n"
+    assert render_markdown(data) == expected
+
+
+def test_grouped_folds_markdown(data):
+    lines = render_folds_markdown(data).splitlines()
+    assert lines[2] == "| Group | Method | Fold | CIFAR-10 / 40 labels | CIFAR-10 / 250 labels | CIFAR-100 / 400 labels |"
+    assert lines[3] == "| :--- | :--- | ---: | ---: | ---: | ---: |"
+    assert len(lines) == 4 + 2 * 3 * 5
+    assert lines[4 + 2 * 5 + 3] == "| Backbone: CNN-13 | Supervised | 3 | 80.00 | — | — |"
+    assert lines[4 + 3 * 5 + 5 + 4] == "| Backbone: WRN-28-2 | MutexMatch | 4 | 98.00 | — | — |"
+
+
+def test_grouped_latex_structure_and_compiles(data, tmp_path):
+    tex = render_latex(data)
+    assert r" & \multicolumn{2}{c}{CIFAR-10} & CIFAR-100 \\ \cmidrule(lr){2-3} \cmidrule(lr){4-4}" in tex
+    assert r"Method & 40 labels & 250 labels & 400 labels \\" in tex
+    assert r"\multicolumn{4}{@{}l}{\textit{Backbone: CNN-13}} \\" in tex
+    assert r"FixMatch & \textbf{91.00$\pm$1.41}\,{\scriptsize (n=2)} & --- & --- \\" in tex
+    assert r"Supervised & \underline{80.00}\,{\scriptsize (n=1)} & --- & --- \\" in tex
+    pdflatex = shutil.which("pdflatex")
+    assert pdflatex, "pdflatex is required (apt-get install -y --no-install-recommends texlive-latex-base " \
+                     "texlive-latex-recommended texlive-latex-extra)"
+    (tmp_path / "t.tex").write_text("\n".join([
+        r"\documentclass{article}", r"\usepackage[T1]{fontenc}", r"\usepackage{booktabs,longtable,graphicx}",
+        r"\begin{document}", tex, render_folds_latex(data), r"\end{document}"]))
+    proc = subprocess.run([pdflatex, "-interaction=nonstopmode", "-halt-on-error", "t.tex"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+
+
+def test_formatting_helpers():
+    assert format_mean_std(CellStats({0: 91.2, 1: 92.3})) == "91.75±0.78"
+    assert format_mean_std(CellStats({3: 91.2})) == "91.20"
+    assert format_mean_std(CellStats()) == "—"
+    paper = PublishedValue(93.22, 2.52)
+    assert format_delta(CellStats({0: 93.22}), paper) == "0.00"
+    assert format_delta(CellStats({0: 94.0, 1: 95.0}), paper) == "+1.28"
+    assert format_delta(CellStats(), paper) == "—" and format_delta(CellStats({0: 1.0}), None) == "—"
+    assert (format_p(0.04321), format_p(3.2e-6), format_p(None)) == ("0.0432", "3.20e-06", "n/a")
+
+
+def test_latex_escape():
+    assert latex_escape("50% of a_b & {x} #1 $5 ~ ^") == \
+        r"50\% of a\_b \& \{x\} \#1 \$5 \textasciitilde{} \textasciicircum{}"
+    assert latex_escape("τ=0.95, λ_n, Δ ± 1 — k≤3, Ω") == r"$\tau$=0.95, $\lambda$\_n, $\Delta$ $\pm$ 1 --- k$\leq$3, $\Omega$"
+    assert latex_escape("back\\slash") == r"back\textbackslash{}slash"
