@@ -88,7 +88,14 @@ class DataConfig(_Section):
     svhn_extra: bool = Field(False, description="SVHN only: append the 531k `extra` images to the training set.")
     image_size: int | None = Field(
         None, description="Side length images are resized to at load time; null = the dataset's default "
-        "(digits 16, CIFAR/SVHN 32, STL-10 96, mini-ImageNet 84, Tiny-ImageNet 64).")
+        "(digits 16, CIFAR/SVHN 32, STL-10 96, mini-ImageNet 80, Tiny-ImageNet 64); only digits and "
+        "mini-ImageNet can be resized.")
+
+    @field_validator("root")
+    @classmethod
+    def _absolute_root(cls, v: str) -> str:
+        # Ray trials run in a temp working directory: a relative path must not change meaning there.
+        return str(Path(v).expanduser().resolve())
 
     @field_validator("num_labels")
     @classmethod
@@ -173,10 +180,10 @@ class AlgorithmConfig(_Section):
     def _weights(cls, v: float) -> float:
         return _interval("", v, 0.0, None, False, True)
 
-    @field_validator("k")
+    @field_validator("k", mode="before")
     @classmethod
-    def _k_syntax(cls, v: int | str) -> int | str:
-        if isinstance(v, bool):
+    def _k_syntax(cls, v: Any) -> int | str:
+        if isinstance(v, bool) or not isinstance(v, (int, str)):
             raise ValueError("must be an integer, `C` or a fraction like `0.6C`")
         if isinstance(v, int):
             if v < 1:
@@ -292,7 +299,13 @@ class RunConfig(_Section):
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig, description="Algorithm and losses.")
     optim: OptimConfig = Field(default_factory=OptimConfig, description="Optimiser and LR schedule.")
     train: TrainConfig = Field(default_factory=TrainConfig, description="Training loop.")
-    output_dir: str = Field("outputs/run", description="Run folder: config, split, checkpoints, metrics.jsonl.")
+    output_dir: str = Field("outputs/run", description="Run folder: config, split, checkpoints, metrics.jsonl. "
+                            "Relative paths are resolved against the current directory when the config is loaded.")
+
+    @field_validator("output_dir")
+    @classmethod
+    def _absolute_output(cls, v: str) -> str:
+        return str(Path(v).expanduser().resolve())
 
     @model_validator(mode="after")
     def _cross_field(self) -> "RunConfig":

@@ -39,6 +39,13 @@ def test_override_creates_no_silent_keys():
         parse_config(raw)
 
 
+def test_relative_paths_become_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = parse_config({"output_dir": "runs/a", "data": {"root": "data"}})
+    assert cfg.output_dir == str(tmp_path / "runs" / "a")
+    assert cfg.data.root == str(tmp_path / "data")
+
+
 def test_config_hash_ignores_paths_only():
     a = parse_config({"output_dir": "/tmp/a"})
     b = parse_config({"output_dir": "/tmp/b"})
@@ -68,6 +75,7 @@ MALFORMED = [
     ({"algorithm": {"k": "0.6"}}, "algorithm.k='0.6'", "fraction"),
     ({"algorithm": {"k": "1.5C"}}, "algorithm.k='1.5C'", "(0, 1]"),
     ({"algorithm": {"k": True}}, "algorithm.k", ""),
+    ({"algorithm": {"k": 0.6}}, "algorithm.k=0.6", "fraction like `0.6C`"),
     ({"algorithm": {"lambda_sep": -1.0}}, "algorithm.lambda_sep=-1.0", "[0, inf)"),
     ({"algorithm": {"lambda_n": "1"}}, "algorithm.lambda_n='1'", "valid number"),
     ({"algorithm": {"name": "meanteacher"}}, "algorithm.name='meanteacher'", "registered"),
