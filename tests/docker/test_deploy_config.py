@@ -205,15 +205,25 @@ def _mlflow_server_command():
     return server
 
 
+HELP_MODULES = ("orchestration.sweep", "reports.build")
+
+
 @functools.cache
-def _sweep_help_flags() -> frozenset[str]:
-    """The flags `python -m orchestration.sweep --help` documents (run as users run it)."""
-    assert importlib.util.find_spec("orchestration.sweep") is not None, "module orchestration.sweep is missing"
+def _help_flags() -> dict[str, frozenset[str]]:
+    """The flags `python -m <module> --help` documents for each module the README and manifests run, as users run
+    them (all started at once: each pays the imports of Ray/MLflow)."""
     env = {**os.environ, **CLOSED_NETWORK_ENV}
-    proc = subprocess.run([sys.executable, "-m", "orchestration.sweep", "--help"], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, f"orchestration.sweep --help failed:\n{proc.stderr[-3000:]}"
-    return frozenset(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", proc.stdout))
+    procs = {}
+    for module in HELP_MODULES:
+        assert importlib.util.find_spec(module) is not None, f"module {module} is missing"
+        procs[module] = subprocess.Popen([sys.executable, "-m", module, "--help"], cwd=REPO, env=env,
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    flags = {}
+    for module, proc in procs.items():
+        out, err = proc.communicate(timeout=180)
+        assert proc.returncode == 0, f"{module} --help failed:\n{err[-3000:]}"
+        flags[module] = frozenset(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", out))
+    return flags
 
 
 def _flags(tokens) -> list[str]:
@@ -250,12 +260,15 @@ def _s3_bucket(uri: str) -> str:
     return parsed.netloc
 
 
-def _sweep_invocations() -> list[tuple[str, list[str]]]:
-    """Every `python -m orchestration.sweep ...` the README and the RayJob run, with where it comes from."""
+def _python_module_invocations() -> list[tuple[str, list[str]]]:
+    """Every `python -m <module> ...` the README runs (also inside `ray job submit`) and the RayJob's entrypoint,
+    with where it comes from."""
     found = []
     for cmd in _readme_commands():
         if cmd[:3] == ("ray", "job", "submit"):
             found.append(("README ray job submit", list(cmd[cmd.index("--") + 1:])))
+        elif cmd[:2] == ("python", "-m"):
+            found.append(("README", list(cmd)))
     job = _manifests()["RayJob/mutexmatch-table1"]
     found.append(("RayJob entrypoint", shlex.split(job["spec"]["entrypoint"])))
     return found
@@ -510,18 +523,21 @@ def test_kuberay_entrypoint_variables_are_defined_for_the_submitter():
 # The sweep invocations and the README's commands
 
 
-def test_every_sweep_invocation_names_a_real_module_yaml_and_flags():
-    help_flags = _sweep_help_flags()
-    invocations = _sweep_invocations()
-    assert len(invocations) >= 4
+def test_every_python_module_invocation_names_a_real_module_yaml_and_flags():
+    invocations = _python_module_invocations()
+    modules = [tokens[2] for _, tokens in invocations]
+    assert modules.count("orchestration.sweep") >= 4 and "reports.build" in modules, modules
     for where, tokens in invocations:
-        assert tokens[:3] == ["python", "-m", "orchestration.sweep"], (where, tokens)
+        assert tokens[:2] == ["python", "-m"], (where, tokens)
+        module = tokens[2]
         yaml_path = REPO / tokens[3]
         assert yaml_path.is_file(), f"{where}: {tokens[3]} does not exist"
         assert yaml.safe_load(yaml_path.read_text())["name"], f"{where}: {tokens[3]} has no name"
-        unknown = set(_flags(tokens[4:])) - help_flags
-        assert not unknown, f"{where}: orchestration.sweep --help has no {sorted(unknown)}"
-        assert "--tracking-uri" in tokens and "--storage" in tokens, where
+        assert module in HELP_MODULES, f"{where}: unexpected module {module}"
+        unknown = set(_flags(tokens[4:])) - _help_flags()[module]
+        assert not unknown, f"{where}: {module} --help has no {sorted(unknown)}"
+        # a sweep on a cluster must say where MLflow and the shared Tune storage are
+        assert module != "orchestration.sweep" or {"--tracking-uri", "--storage"} <= set(tokens), where
 
 
 def test_readme_ray_job_submit_commands_target_the_cluster_and_its_services():
