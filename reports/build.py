@@ -201,7 +201,9 @@ def _flat_keys(levels: dict[str, dict[str, Any]]) -> set[str]:
 
 
 def _latex_document(layout: ReportLayout, tables: list[TableLayout], figure_files: list[tuple[str, str]]) -> str:
+    # lmodern when installed: T1 text in vector fonts (without it pdflatex falls back to bitmap EC fonts).
     lines = [r"\documentclass[10pt]{article}", r"\usepackage[T1]{fontenc}", r"\usepackage[utf8]{inputenc}",
+             r"\IfFileExists{lmodern.sty}{\usepackage{lmodern}}{}",
              r"\usepackage[margin=2cm]{geometry}", r"\usepackage{booktabs}", r"\usepackage{longtable}",
              r"\usepackage{graphicx}", r"\begin{document}",
              rf"\section*{{Report: {_tex_text(layout.name)}}}"]
@@ -298,11 +300,16 @@ def build_report(spec_path: str | Path, tracking_uri: str | None = None, out_dir
         raise ValueError(f"--format {','.join(formats)!r}: must be a comma-separated subset of {','.join(FORMATS)}")
     layout = validate_report(load_spec(spec_path))
     uri = resolve_tracking_uri(tracking_uri)
-    source = open_run_source(uri)
+    out = Path(out_dir) if out_dir is not None else Path("reports") / "out" / layout.name
+    with open_run_source(uri) as source:
+        return _build(layout, source, uri, out, protocol, formats, experiment_name)
+
+
+def _build(layout: ReportLayout, source: RunSource, uri: str, out: Path, protocol: str | None,
+           formats: Sequence[str], experiment_name: str | None) -> BuildResult:
     experiment_id = source.experiment_id(experiment_name or layout.name)
     trials = source.trials(experiment_id, list(layout.axes))
     used, duplicates, unfinished = select_trials(trials, layout.folds)
-    out = Path(out_dir) if out_dir is not None else Path("reports") / "out" / layout.name
     out.mkdir(parents=True, exist_ok=True)
     result = BuildResult(out_dir=out, index=out / "index.md")
     metrics = _Metrics(source)

@@ -18,7 +18,8 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-__all__ = ["CurvePanel", "curve_band", "is_fraction_metric", "row_normalise", "plot_curves", "plot_heatmaps", "plot_sensitivity"]
+__all__ = ["CurvePanel", "curve_band", "is_fraction_metric", "row_normalise", "plot_curves", "plot_heatmaps",
+           "plot_sensitivity"]
 
 _DPI = 120
 _METRIC_NAMES = {"test/acc": "test accuracy (EMA)", "train/pl_acc": "pseudo-label accuracy", "train/loss": "loss",

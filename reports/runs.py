@@ -177,6 +177,15 @@ class RunSource:
         step; NaN where NaN was logged)."""
         raise NotImplementedError
 
+    def close(self) -> None:
+        """Release connections (the bulk reader's SQLite handle)."""
+
+    def __enter__(self) -> "RunSource":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 class ApiRunSource(RunSource):
     """MLflow's public client API: ``search_runs`` and one ``get_metric_history`` per run (threaded)."""
@@ -221,8 +230,13 @@ class SqliteRunSource(RunSource):
 
     def __init__(self, tracking_uri: str, path: Path):
         super().__init__(tracking_uri)
-        # mode=ro: a report never writes to the store, even by accident, and can run while a sweep writes to it.
-        self._db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+        # mode=ro: a report never writes to the store, even by accident. isolation_level=None (autocommit): the
+        # TEMP-table writes below must not open a transaction that would keep a shared lock on the store and block
+        # a sweep writing to it while the report builds.
+        self._db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30, isolation_level=None)
+
+    def close(self) -> None:
+        self._db.close()
 
     @staticmethod
     def compatible(path: Path) -> bool:

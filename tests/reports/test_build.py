@@ -173,13 +173,30 @@ def test_bad_inputs_raise_clear_errors(store, tmp_path):
         build_report(tmp_path / "absent.yaml", tracking_uri=store.uri, out_dir=tmp_path)
 
 
+@pytest.mark.slow   # a fresh interpreter: ~3-7 s of imports on 2 cores
 def test_reports_need_neither_ray_nor_orchestration(store, tmp_path):
     code = ("import sys\n"
             "from reports.build import main\n"
-            f"assert main([{str(store.spec_path)!r}, '--tracking-uri', {store.uri!r}, '--out', {str(tmp_path)!r}]) == 0\n"
+            f"argv = [{str(store.spec_path)!r}, '--tracking-uri', {store.uri!r}, '--out', {str(tmp_path)!r}]\n"
+            "assert main(argv) == 0\n"
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('ray', 'orchestration'))\n"
             "assert not bad, bad\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2], capture_output=True,
                           text=True, timeout=300, env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "dis.png").is_file() and (tmp_path / "main.tex").is_file()
+
+
+def test_experiment_without_finished_runs(store, tmp_path):
+    from mlflow import MlflowClient
+
+    MlflowClient(tracking_uri=store.uri).create_experiment("rep-empty",
+                                                           artifact_location=(tmp_path / "a").as_uri())
+    spec = tmp_path / "empty.yaml"
+    spec.write_text(store.spec_path.read_text().replace("name: rep\n", "name: rep-empty\n", 1))
+    result = build_report(spec, tracking_uri=store.uri, out_dir=tmp_path / "out")
+    md = (tmp_path / "out" / "main.md").read_text()
+    assert "split rule: unknown (no finished run)" in md
+    assert "| MutexMatch | — | 93.22±2.52 | — | — | — | — |" in md and "| pairs | 0 | 0 |" in md
+    assert set(result.skipped_figures) == {"curves", "dis", "k-sens"}
+    assert "- **dis**: not drawn — no finished run in the experiment" in (tmp_path / "out" / "index.md").read_text()

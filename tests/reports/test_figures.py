@@ -33,8 +33,8 @@ def test_curve_band_mean_std_over_runs():
 def test_plots_write_pngs_and_refuse_empty_input(tmp_path):
     h = pd.DataFrame({"run_id": ["a"] * 3, "step": [1, 2, 3], "value": [0.2, 0.5, 0.6]})
     loss = h.assign(value=[2.3, 1.1, 0.4])
-    plot_curves([CurvePanel("cell", 1, {"test/acc": h, "train/loss": loss})], ["test/acc", "train/pl_acc", "train/loss"],
-                tmp_path / "c.png", "t")
+    plot_curves([CurvePanel("cell", 1, {"test/acc": h, "train/loss": loss})],
+                ["test/acc", "train/pl_acc", "train/loss"], tmp_path / "c.png", "t")
     plot_heatmaps(np.eye(4) * 5 + 1, 1 - np.eye(4), tmp_path / "h.png", "t")
     plot_sensitivity({"MutexMatch": pd.DataFrame({"x": [1, 3, "C"], "mean": [90.0, 91.0, 92.0],
                                                   "std": [1.0, np.nan, 0.5], "n": [5, 1, 5]})},

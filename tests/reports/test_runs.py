@@ -108,3 +108,17 @@ def test_resolve_tracking_uri(tmp_path, monkeypatch):
     assert resolve_tracking_uri("http://127.0.0.1:5000") == "http://127.0.0.1:5000"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow:5000")
     assert resolve_tracking_uri(None) == "http://mlflow:5000"
+
+
+def test_bulk_reader_does_not_block_a_writing_sweep(store):
+    """Reading (TEMP-table writes included) must leave no open transaction holding a lock on the store."""
+    from mlflow import MlflowClient
+
+    src = open_run_source(store.uri)
+    ids = list(src.trials(src.experiment_id("rep"), AXES)["run_id"])
+    assert len(src.histories(ids, "test/acc")) == 4 * len(ids)
+    writer = MlflowClient(tracking_uri=store.uri)
+    run = writer.create_run(writer.get_experiment_by_name("rep").experiment_id, tags={"mutexmatch.role": "other"})
+    writer.log_metric(run.info.run_id, "x", 1.0, step=1)      # raised "database is locked" before the fix
+    writer.delete_run(run.info.run_id)
+    src.close()

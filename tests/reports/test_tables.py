@@ -22,7 +22,8 @@ SPEC = {
         "backbone": {"cnn13": {}, "wrn": {}},
     },
     "tables": [{
-        "id": "g", "caption": "Ablation", "rows": "method", "columns": "setting", "row_groups": "backbone",
+        "id": "g", "caption": "Ablation: 50% & λ_n ~ τ <1> {x} $",     # LaTeX specials must compile
+        "rows": "method", "columns": "setting", "row_groups": "backbone",
         "row_header": "Method", "row_labels": {"fm": "FixMatch", "mm": "MutexMatch", "sup": "Supervised"},
         "row_group_labels": {"cnn13": "Backbone: CNN-13", "wrn": "Backbone: WRN-28-2"},
         "column_labels": {"c10-40": "40 labels", "c10-250": "250 labels", "c100-400": "400 labels"},
@@ -59,9 +60,9 @@ def data():
 def test_grouped_markdown_exact(data):
     cols = "CIFAR-10 / 40 labels | CIFAR-10 / 250 labels | CIFAR-100 / 400 labels"
     expected = "\n".join([
-        "**Table g.** Ablation. Mean ± std over folds of `test/acc` ×100; std is the sample standard deviation "
-        "(ddof=1). Protocol: final (the last evaluation); split rule: balanced. (n=k): only k folds finished (the "
-        "paper uses 5); —: none finished. **Bold**: best, *italic*: second best per column.",
+        "**Table g.** Ablation: 50% & λ_n ~ τ <1> {x} $. Mean ± std over folds of `test/acc` ×100; std is the sample "
+        "standard deviation (ddof=1). Protocol: final (the last evaluation); split rule: balanced. (n=k): only k "
+        "folds finished (the paper uses 5); —: none finished. **Bold**: best, *italic*: second best per column.",
         "",
         f"| Method | {cols} |",
         "| :--- | ---: | ---: | ---: |",
@@ -97,7 +98,8 @@ def test_grouped_markdown_exact(data):
 
 def test_grouped_folds_markdown(data):
     lines = render_folds_markdown(data).splitlines()
-    assert lines[2] == "| Group | Method | Fold | CIFAR-10 / 40 labels | CIFAR-10 / 250 labels | CIFAR-100 / 400 labels |"
+    assert lines[2] == ("| Group | Method | Fold | CIFAR-10 / 40 labels | CIFAR-10 / 250 labels | "
+                        "CIFAR-100 / 400 labels |")
     assert lines[3] == "| :--- | :--- | ---: | ---: | ---: | ---: |"
     assert len(lines) == 4 + 2 * 3 * 5
     assert lines[4 + 2 * 5 + 3] == "| Backbone: CNN-13 | Supervised | 3 | 80.00 | — | — |"
@@ -136,5 +138,6 @@ def test_formatting_helpers():
 def test_latex_escape():
     assert latex_escape("50% of a_b & {x} #1 $5 ~ ^") == \
         r"50\% of a\_b \& \{x\} \#1 \$5 \textasciitilde{} \textasciicircum{}"
-    assert latex_escape("τ=0.95, λ_n, Δ ± 1 — k≤3, Ω") == r"$\tau$=0.95, $\lambda$\_n, $\Delta$ $\pm$ 1 --- k$\leq$3, $\Omega$"
+    assert latex_escape("τ=0.95, λ_n, Δ ± 1 — k≤3, Ω") == \
+        r"$\tau$=0.95, $\lambda$\_n, $\Delta$ $\pm$ 1 --- k$\leq$3, $\Omega$"
     assert latex_escape("back\\slash") == r"back\textbackslash{}slash"
