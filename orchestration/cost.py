@@ -1,0 +1,103 @@
+"""Cost estimate for ``--dry-run``: a few real training steps and a timed evaluation slice per distinct setup.
+
+Trials that differ only in fold, seed or loss weights cost the same per step, so one measurement is made per
+distinct (dataset, image size, backbone, batch size, μ, algorithm, precision, memory format, validation split,
+evaluation batch): a :class:`mutexmatch.train.Trainer` is built on the device the trials will use, ``warmup`` steps
+are run and ``steps`` more are timed; one evaluation is timed on a slice of the test set and scaled to the whole
+evaluation (EMA and raw model on the test set, EMA model on the validation split). A trial then costs
+``iterations × step_s + evaluations × eval_s``; Ray and MLflow overhead is not included (see
+``benchmarks/orchestration_overhead.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from mutexmatch.config import parse_config
+
+from orchestration.plan import SweepPlan
+from orchestration.spec import deep_merge
+
+__all__ = ["StepCost", "measure_cost", "estimate_plan"]
+
+_EVAL_SLICE = 256
+
+
+@dataclass(frozen=True)
+class StepCost:
+    step_s: float
+    eval_s: float
+    device: str
+
+    def trial_seconds(self, iterations: int, evaluations: int) -> float:
+        return iterations * self.step_s + evaluations * self.eval_s
+
+
+def _cost_key(raw: dict[str, Any]) -> str:
+    cfg = parse_config(raw)
+    d, t = cfg.data, cfg.train
+    key = {"dataset": d.dataset, "image_size": d.image_size, "val": d.val_per_class, "backbone": cfg.model.backbone,
+           "cl": cfg.model.channels_last, "alg": cfg.algorithm.name, "b": t.batch_size, "mu": t.mu,
+           "prec": t.precision, "compile": t.compile, "eb": t.eval_batch_size, "threads": t.num_threads,
+           "device": t.device}
+    return json.dumps(key, sort_keys=True)
+
+
+def measure_cost(raw: dict[str, Any], *, device: str, num_threads: int, warmup: int = 2, steps: int = 5
+                 ) -> StepCost:
+    """Seconds per training step and per evaluation of the trial config ``raw`` on ``device``."""
+    import torch
+
+    from mutexmatch.train import Trainer
+
+    with tempfile.TemporaryDirectory(prefix="mm_cost_") as tmp:
+        threads = raw.get("train", {}).get("num_threads") or num_threads
+        cfg = parse_config(deep_merge(raw, {"output_dir": tmp, "train": {"device": device, "num_threads": threads,
+                                                                            "progress": False}}))
+        trainer = Trainer(cfg)
+        sync = torch.cuda.synchronize if trainer.device.type == "cuda" else (lambda: None)
+        for _ in range(warmup):
+            trainer.train_step()
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            trainer.train_step()
+        sync()
+        step_s = (time.perf_counter() - t0) / steps
+        test = trainer.bundle.test
+        n = min(_EVAL_SLICE, len(test.y))
+        trainer.accuracy(trainer.ema.module, test.x[:8], test.y[:8])  # first call pays one-off set-up costs
+        sync()
+        t0 = time.perf_counter()
+        trainer.accuracy(trainer.ema.module, test.x[:n], test.y[:n])
+        sync()
+        per_image = (time.perf_counter() - t0) / n
+        eval_images = 2 * len(test.y) + len(trainer.split.val)
+        return StepCost(step_s, per_image * eval_images, trainer.device.type)
+
+
+def estimate_plan(plan: SweepPlan, *, device: str, num_threads: int, skip: set[str] = frozenset()
+                  ) -> tuple[dict[str, float], dict[str, StepCost], list[str]]:
+    """Seconds per trial for every grid trial (key) and search study (``search:<key>``, one trial), the
+    measurements made, and the problems met (a dataset missing on this machine leaves its trials unestimated)."""
+    costs: dict[str, StepCost] = {}
+    problems: list[str] = []
+    per_trial: dict[str, float] = {}
+    items = [(t.key, t.config, t.iterations, t.evaluations) for t in plan.grid if t.key not in skip]
+    items += [(f"search:{s.key}", s.config, s.iterations, s.evaluations) for s in plan.searches
+              if f"search:{s.key}" not in skip]
+    for key, raw, iterations, evaluations in items:
+        ck = _cost_key(deep_merge(raw, {"train": {"device": device}}))
+        if ck not in costs:
+            try:
+                costs[ck] = measure_cost(raw, device=device, num_threads=num_threads)
+            except Exception as e:  # noqa: BLE001 - reported to the user, the plan is still printed
+                problems.append(f"{key}: cannot measure ({type(e).__name__}: {e})")
+                costs[ck] = None  # type: ignore[assignment]
+        if costs[ck] is not None:
+            per_trial[key] = costs[ck].trial_seconds(iterations, evaluations)
+    return per_trial, {k: v for k, v in costs.items() if v is not None}, problems

@@ -1,0 +1,148 @@
+"""From a validated sweep spec to the trials it runs: grid trials (cell × fold), smoke trials, search studies.
+
+A *grid trial* is one cell on one fold with a fixed config (``kind=grid``; ``kind=smoke`` under ``--smoke``: every
+cell on the first fold with the smoke overrides). A *search study* is one Optuna study over ``search.space`` for one
+searched cell on one search fold; its ``n_trials`` trials are created by the searcher at run time, so the plan only
+knows how many there are and their iteration budget (ASHA may stop some early).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mutexmatch.config import config_hash, parse_config
+
+from orchestration.spec import Cell, SearchSpec, SweepSpec, expand_cells, search_cells, spec_hash, trial_config
+
+__all__ = ["GridTrial", "SearchStudy", "SweepPlan", "build_plan", "format_plan"]
+
+
+@dataclass(frozen=True)
+class GridTrial:
+    """One cell on one fold. ``key`` (``<cell id>/fold<k>``) is the MLflow run name and unique in the sweep."""
+
+    kind: str                 # "grid" or "smoke"
+    cell: Cell
+    fold: int
+    config: dict[str, Any]    # raw RunConfig mapping (output_dir and train.device are added by the trainable)
+    config_hash: str
+    iterations: int
+    evaluations: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.cell.id}/fold{self.fold}"
+
+
+@dataclass(frozen=True)
+class SearchStudy:
+    """One Optuna study: ``n_trials`` trials of ``cell`` on ``fold`` sampling ``search.space``."""
+
+    index: int
+    cell: Cell
+    fold: int
+    config: dict[str, Any]    # raw RunConfig mapping before the sampled parameters are set
+    search: SearchSpec
+    n_trials: int
+    max_concurrent: int | None
+    iterations: int
+    evaluations: int
+    search_hash: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.cell.id}/fold{self.fold}"
+
+    @property
+    def phase(self) -> str:
+        return f"search{self.index:02d}"
+
+
+@dataclass
+class SweepPlan:
+    spec: SweepSpec
+    spec_hash: str
+    smoke: bool
+    grid: list[GridTrial] = field(default_factory=list)
+    searches: list[SearchStudy] = field(default_factory=list)
+
+    @property
+    def num_trials(self) -> int:
+        return len(self.grid) + sum(s.n_trials for s in self.searches)
+
+
+def _budget(raw: dict[str, Any]) -> tuple[str, int, int]:
+    cfg = parse_config(raw)
+    evals = -(-cfg.train.iterations // cfg.train.eval_interval)
+    return config_hash(cfg), cfg.train.iterations, evals
+
+
+def build_plan(spec: SweepSpec, project_dir: str | Path, *, smoke: bool = False, n_trials: int | None = None,
+               max_concurrent: int | None = None) -> SweepPlan:
+    """Expand ``spec`` (already validated by :func:`orchestration.spec.load_spec`) into trials.
+
+    ``smoke``: every cell on ``folds[0]`` with the smoke overrides, no search. ``n_trials``/``max_concurrent``
+    override the search section's values (``--n-trials``, ``--max-concurrent``).
+    """
+    project = Path(project_dir).resolve()
+    plan = SweepPlan(spec=spec, spec_hash=spec_hash(spec), smoke=smoke)
+    folds = spec.folds[:1] if smoke else spec.folds
+    for cell in expand_cells(spec):
+        for fold in folds:
+            raw = trial_config(spec, cell, fold, project_dir=project, smoke=smoke)
+            h, iters, evals = _budget(raw)
+            plan.grid.append(GridTrial("smoke" if smoke else "grid", cell, fold, raw, h, iters, evals))
+    if smoke or spec.search is None:
+        return plan
+    search = spec.search
+    if n_trials is not None and n_trials < 1:
+        raise ValueError(f"--n-trials={n_trials}: must be >= 1")
+    if max_concurrent is not None and max_concurrent < 1:
+        raise ValueError(f"--max-concurrent={max_concurrent}: must be >= 1")
+    trials = n_trials or search.n_trials
+    for cell in search_cells(spec):
+        for fold in search.folds or spec.folds[:1]:
+            raw = trial_config(spec, cell, fold, project_dir=project, search=True)
+            h, iters, evals = _budget(raw)
+            ident = {"config_hash": h, "search": search.model_dump(mode="json", exclude={"max_concurrent"}),
+                     "n_trials": trials}
+            search_hash = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+            plan.searches.append(SearchStudy(len(plan.searches), cell, fold, raw, search, trials,
+                                             max_concurrent or search.max_concurrent, iters, evals, search_hash))
+    return plan
+
+
+def format_plan(plan: SweepPlan, seconds_per_trial: dict[str, float] | None = None,
+                skipped: set[str] | None = None) -> str:
+    """The plan as a text table: cell, fold, kind, iterations (× trials for a search), and the estimated cost when
+    ``seconds_per_trial`` (keyed by grid key or ``search:<key>``, seconds for one trial) is given."""
+    skipped = skipped or set()
+    rows = [("cell", "fold", "kind", "iterations", "est. time")]
+    for t in plan.grid:
+        kind = t.kind + (" (done, skipped)" if t.key in skipped else "")
+        est = _fmt_seconds(seconds_per_trial.get(t.key)) if seconds_per_trial else ""
+        rows.append((t.cell.id, str(t.fold), kind, str(t.iterations), est))
+    for s in plan.searches:
+        est = ""
+        if seconds_per_trial and f"search:{s.key}" in seconds_per_trial:
+            est = _fmt_seconds(seconds_per_trial[f"search:{s.key}"] * s.n_trials)
+        kind = f"search ×{s.n_trials}" + (" (done, skipped)" if f"search:{s.key}" in skipped else "")
+        rows.append((s.cell.id, str(s.fold), kind, f"{s.n_trials}×{s.iterations}", est))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _fmt_seconds(s: float | None) -> str:
+    if s is None:
+        return "?"
+    if s < 120:
+        return f"{s:.0f} s"
+    if s < 7200:
+        return f"{s / 60:.1f} min"
+    return f"{s / 3600:.1f} h"

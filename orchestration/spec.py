@@ -1,0 +1,588 @@
+"""The sweep YAML (``experiments/<name>.yaml``): schema, cells, and validation of every trial config up front.
+
+The format is fixed and shared with the reports (see the README): ``name``, ``description``, ``base`` (a partial
+:class:`mutexmatch.config.RunConfig`), ``folds``, ``axes`` (named axes whose levels are partial RunConfig overrides;
+cells are the product of the axes), ``exclude``, ``resources``, ``smoke``, ``search`` (Optuna TPE + ASHA), and the
+report sections ``tables``/``figures``, which are kept opaque here (the reports validate them).
+
+:func:`load_spec` validates the schema (unknown keys rejected, types strict) and then builds and validates the
+merged RunConfig of every trial the sweep could start — each grid cell × fold, each smoke trial, and each search
+trial at both ends of every search-space bound — with :func:`mutexmatch.config.parse_config`, before Ray or MLflow
+is touched. Every problem is reported at once, one ``field=value: what is allowed`` line each, prefixed with where
+it comes from (``cell method=fixmatch,setting=digits-20 fold 0: algorithm.tau=1.5: must be in (0, 1]``).
+
+Fields orchestration owns and sets per trial (``output_dir``, ``data.fold``, ``train.device``) are rejected in the
+YAML; relative ``data.root`` paths are resolved against the project folder because trials run with their working
+directory inside Ray's temporary folder.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import hashlib
+import itertools
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Iterable, Literal, Mapping, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from mutexmatch.config import ConfigError, RunConfig, parse_config
+
+__all__ = [
+    "SpecError",
+    "Resources",
+    "FloatParam",
+    "IntParam",
+    "CategoricalParam",
+    "SchedulerSpec",
+    "SearchSpec",
+    "SweepSpec",
+    "Cell",
+    "SMOKE_DEFAULT",
+    "VALIDATION_METRICS",
+    "load_spec",
+    "parse_spec",
+    "deep_merge",
+    "set_dotted",
+    "expand_cells",
+    "search_cells",
+    "trial_config",
+    "param_value",
+    "spec_hash",
+    "validate_spec",
+    "iter_dotted",
+]
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+# The trainer's validation metrics (mutexmatch.train.Trainer.evaluate); the only legal search objectives.
+VALIDATION_METRICS = ("val/acc", "val/best_acc")
+# --smoke without a `smoke:` section: a few steps of every cell, enough to exercise load → train → eval → checkpoint.
+SMOKE_DEFAULT: dict[str, Any] = {"train": {"iterations": 4, "eval_interval": 2, "batch_size": 4, "mu": 2}}
+# Set per trial by orchestration; a value in the YAML would be silently replaced, so it is refused instead.
+_OWNED = {("output_dir",): "set per trial by orchestration (under the Ray storage)",
+          ("data", "fold"): "set per trial by orchestration from `folds`",
+          ("train", "device"): "set per trial by orchestration from `resources.gpu` (cuda if gpu > 0, else cpu)"}
+_UNSEARCHABLE = {"output_dir", "data.fold", "data.root", "data.download", "train.device", "train.progress",
+                 "train.num_threads"}
+
+
+class SpecError(ConfigError):
+    """A problem in a sweep YAML; one ``field=value: what is allowed`` line per problem."""
+
+
+class _Strict(BaseModel):
+    # strict: YAML's "0.5" string must not become a float; extra=forbid: a typo'd key is an error, not a default.
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def _none_to_dict(v: Any) -> Any:
+    return {} if v is None else v
+
+
+class Resources(_Strict):
+    """Per-trial resources, passed to ``tune.with_resources``. Fractional GPUs share one device (scheduling only:
+    Ray does not isolate GPU memory)."""
+
+    cpu: float = Field(1.0, description="CPUs per trial (also the trial's torch thread count, rounded, at least 1).")
+    gpu: float = Field(0.0, description="GPUs per trial; a fraction < 1 packs several trials on one GPU.")
+
+    @field_validator("cpu")
+    @classmethod
+    def _cpu(cls, v: float) -> float:
+        if v <= 0:
+            raise ValueError("must be > 0")
+        return v
+
+    @field_validator("gpu")
+    @classmethod
+    def _gpu(cls, v: float) -> float:
+        if v < 0:
+            raise ValueError("must be >= 0")
+        if v > 1 and v != int(v):
+            raise ValueError("must be a fraction in [0, 1] or a whole number of GPUs")
+        return v
+
+
+class FloatParam(_Strict):
+    """A float in [low, high], log-uniform when ``log``. On ``algorithm.k`` it is a fraction of C (k = value·C)."""
+
+    type: Literal["float"]
+    low: float
+    high: float
+    log: bool = False
+
+    @model_validator(mode="after")
+    def _bounds(self) -> "FloatParam":
+        if not self.low < self.high:
+            raise ValueError(f"low={self.low:g}, high={self.high:g}: need low < high")
+        if self.log and self.low <= 0:
+            raise ValueError(f"low={self.low:g}: must be > 0 when log is true")
+        return self
+
+
+class IntParam(_Strict):
+    """An integer in [low, high] (both inclusive), log-uniform when ``log``."""
+
+    type: Literal["int"]
+    low: int
+    high: int
+    log: bool = False
+
+    @model_validator(mode="after")
+    def _bounds(self) -> "IntParam":
+        if not self.low < self.high:
+            raise ValueError(f"low={self.low}, high={self.high}: need low < high")
+        if self.log and self.low <= 0:
+            raise ValueError(f"low={self.low}: must be > 0 when log is true")
+        return self
+
+
+class CategoricalParam(_Strict):
+    """One of ``choices`` (strings, numbers, booleans or null)."""
+
+    type: Literal["categorical"]
+    choices: list[Union[bool, int, float, str, None]] = Field(min_length=1)
+
+    @field_validator("choices")
+    @classmethod
+    def _unique(cls, v: list) -> list:
+        if len({json.dumps(c) for c in v}) != len(v):
+            raise ValueError(f"{v!r}: choices must be distinct")
+        return v
+
+
+ParamSpec = Annotated[Union[FloatParam, IntParam, CategoricalParam], Field(discriminator="type")]
+
+
+class SchedulerSpec(_Strict):
+    """Early stopping of search trials, counted in evaluations (Tune's ``training_iteration``)."""
+
+    type: Literal["asha", "none"] = "asha"
+    grace_period: int = Field(1, description="Evaluations every trial gets before ASHA may stop it.")
+    reduction_factor: float = Field(2.0, description="ASHA's η: the top 1/η of trials are promoted at each rung.")
+
+    @field_validator("grace_period")
+    @classmethod
+    def _grace(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError("must be >= 1")
+        return v
+
+    @field_validator("reduction_factor")
+    @classmethod
+    def _rf(cls, v: float) -> float:
+        if v <= 1:
+            raise ValueError("must be > 1")
+        return v
+
+
+class SearchSpec(_Strict):
+    """An Optuna (TPE) search with ASHA over the searched cells; the objective is a validation metric only."""
+
+    cells: list[dict[str, str]] = Field(default_factory=lambda: [{}], description="Partial cells searched "
+                                        "(`{}` matches every cell).")
+    metric: str = Field(description="Objective: val/acc or val/best_acc (never test/*).")
+    mode: Literal["max", "min"] = "max"
+    n_trials: int = Field(8, description="Optuna trials per searched cell and fold (--n-trials overrides).")
+    max_concurrent: int | None = Field(None, description="Trials running at once (--max-concurrent overrides); "
+                                       "null = as many as the resources allow.")
+    folds: list[int] | None = Field(None, description="Folds searched (default: the sweep's first fold). Each "
+                                    "(cell, fold) is its own Optuna study.")
+    base: dict[str, Any] = Field(default_factory=dict, description="Overrides for search trials only (typically a "
+                                 "validation split: `data: {val_per_class: 10}`).")
+    space: dict[str, ParamSpec] = Field(min_length=1, description="Dotted RunConfig paths → distributions.")
+    scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec)
+
+    @field_validator("base", mode="before")
+    @classmethod
+    def _none_base(cls, v: Any) -> Any:
+        return _none_to_dict(v)
+
+    @field_validator("metric")
+    @classmethod
+    def _metric(cls, v: str) -> str:
+        if v not in VALIDATION_METRICS:
+            raise ValueError(f"must be a validation metric: {' or '.join(VALIDATION_METRICS)} (the test set never "
+                             "selects hyper-parameters)")
+        return v
+
+    @field_validator("n_trials")
+    @classmethod
+    def _n_trials(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError("must be >= 1")
+        return v
+
+    @field_validator("max_concurrent")
+    @classmethod
+    def _max_concurrent(cls, v: int | None) -> int | None:
+        if v is not None and v < 1:
+            raise ValueError("must be >= 1 or null")
+        return v
+
+    @field_validator("folds")
+    @classmethod
+    def _folds(cls, v: list[int] | None) -> list[int] | None:
+        return None if v is None else _check_folds(v)
+
+
+class SweepSpec(_Strict):
+    """One experiment: the grid (cells × folds), an optional search, and the report layouts (opaque here)."""
+
+    name: str = Field(description="MLflow experiment name; also the folder name under the Ray storage.")
+    description: str = ""
+    base: dict[str, Any] = Field(default_factory=dict, description="Partial RunConfig applied to every trial.")
+    folds: list[int] = Field(default_factory=lambda: [0, 1, 2, 3, 4], description="Labeled folds.")
+    axes: dict[str, dict[str, dict[str, Any] | None]] = Field(description="axis → level → partial RunConfig.")
+    exclude: list[dict[str, str]] = Field(default_factory=list, description="Partial cells to drop.")
+    resources: Resources = Field(default_factory=Resources)
+    smoke: dict[str, Any] | None = Field(None, description=f"Overrides for --smoke (default {SMOKE_DEFAULT}).")
+    search: SearchSpec | None = None
+    tables: list[Any] = Field(default_factory=list, description="Report tables (validated by reports).")
+    figures: list[Any] = Field(default_factory=list, description="Report figures (validated by reports).")
+
+    @field_validator("base", mode="before")
+    @classmethod
+    def _none_base(cls, v: Any) -> Any:
+        return _none_to_dict(v)
+
+    @field_validator("exclude", "tables", "figures", mode="before")
+    @classmethod
+    def _none_lists(cls, v: Any) -> Any:
+        return [] if v is None else v
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME.match(v):
+            raise ValueError("must start with a letter or digit and use only letters, digits, `_`, `-`, `.`, `+` "
+                             "(it names a folder)")
+        return v
+
+    @field_validator("folds")
+    @classmethod
+    def _folds(cls, v: list[int]) -> list[int]:
+        return _check_folds(v)
+
+    @field_validator("axes")
+    @classmethod
+    def _axes(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        if not v:
+            raise ValueError("needs at least one axis with at least one level")
+        for axis, levels in v.items():
+            if not _NAME.match(axis):
+                raise ValueError(f"axis {axis!r}: use letters, digits, `_`, `-`, `.`, `+` (no `=` or `,`)")
+            if not levels:
+                raise ValueError(f"axis {axis!r}: needs at least one level")
+            for level in levels:
+                if not _NAME.match(level):
+                    raise ValueError(f"level {axis}.{level}: use letters, digits, `_`, `-`, `.`, `+`")
+        return {a: {lv: _none_to_dict(o) for lv, o in levels.items()} for a, levels in v.items()}
+
+
+def _check_folds(v: list[int]) -> list[int]:
+    if not v:
+        raise ValueError("needs at least one fold")
+    if any(f < 0 for f in v):
+        raise ValueError("folds must be >= 0")
+    if len(set(v)) != len(v):
+        raise ValueError("folds must be distinct")
+    return v
+
+
+def _searchable_paths() -> set[str]:
+    paths = set()
+    for section, field in RunConfig.model_fields.items():
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            paths |= {f"{section}.{f}" for f in ann.model_fields}
+    return paths - _UNSEARCHABLE
+
+
+# ------------------------------------------------------------------------------------------------ cells
+@dataclass(frozen=True)
+class Cell:
+    """One point of the grid: ``levels`` maps each axis (YAML order) to its level."""
+
+    levels: tuple[tuple[str, str], ...]
+
+    @property
+    def id(self) -> str:
+        """``axis=level`` pairs joined by commas, axes in YAML order (the MLflow ``mutexmatch.cell`` tag)."""
+        return ",".join(f"{a}={lv}" for a, lv in self.levels)
+
+    def as_dict(self) -> dict[str, str]:
+        return dict(self.levels)
+
+    def matches(self, partial: Mapping[str, str]) -> bool:
+        own = self.as_dict()
+        return all(own.get(a) == lv for a, lv in partial.items())
+
+
+def expand_cells(spec: SweepSpec) -> list[Cell]:
+    """The product of the axes (YAML order) minus the ``exclude`` entries."""
+    names = list(spec.axes)
+    cells = [Cell(tuple(zip(names, combo))) for combo in itertools.product(*(list(spec.axes[a]) for a in names))]
+    return [c for c in cells if not any(c.matches(ex) for ex in spec.exclude)]
+
+
+def search_cells(spec: SweepSpec) -> list[Cell]:
+    """The cells matched by ``search.cells`` (empty without a search section)."""
+    if spec.search is None:
+        return []
+    return [c for c in expand_cells(spec) if any(c.matches(p) for p in spec.search.cells)]
+
+
+# ------------------------------------------------------------------------------------------------ configs
+def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """``override`` on top of ``base``: mappings merge recursively, anything else is replaced."""
+    out = copy.deepcopy(dict(base))
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def set_dotted(raw: Mapping[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """A copy of ``raw`` with ``a.b`` set to ``value``."""
+    *parents, leaf = path.split(".")
+    override: dict[str, Any] = {leaf: value}
+    for p in reversed(parents):
+        override = {p: override}
+    return deep_merge(raw, override)
+
+
+def param_value(path: str, value: Any) -> Any:
+    """The RunConfig value for a sampled search value: a float on ``algorithm.k`` is a fraction of C (``0.6C``)."""
+    if path == "algorithm.k" and isinstance(value, float):
+        return f"{value:.6g}C"
+    return value
+
+
+def trial_config(spec: SweepSpec, cell: Cell, fold: int, *, project_dir: Path, search: bool = False,
+                 smoke: bool = False) -> dict[str, Any]:
+    """The raw (unvalidated) RunConfig mapping of one trial: base → axis levels → search.base → smoke, then the
+    fold, an absolute ``data.root`` and ``train.progress: false``. ``output_dir`` and ``train.device`` are added by
+    the trainable."""
+    raw = copy.deepcopy(spec.base)
+    for axis, level in cell.levels:
+        raw = deep_merge(raw, spec.axes[axis][level] or {})
+    if search and spec.search is not None:
+        raw = deep_merge(raw, spec.search.base)
+    if smoke:
+        raw = deep_merge(raw, SMOKE_DEFAULT if spec.smoke is None else spec.smoke)
+    raw = deep_merge(raw, {"data": {"fold": fold}, "train": {"progress": False}})
+    root = Path(raw["data"].get("root", "data")) if isinstance(raw.get("data"), dict) else Path("data")
+    if not root.is_absolute():
+        root = (project_dir / root).resolve()
+    raw["data"]["root"] = str(root)
+    return raw
+
+
+def _owned_errors(where: str, raw: Any) -> list[str]:
+    if not isinstance(raw, dict):
+        return [f"{where}={raw!r}: must be a mapping of RunConfig sections"]
+    errors = []
+    for path, why in _OWNED.items():
+        node: Any = raw
+        for p in path:
+            node = node.get(p, _MISSING) if isinstance(node, dict) else _MISSING
+        if node is not _MISSING:
+            errors.append(f"{where}.{'.'.join(path)}={node!r}: {why}; remove it")
+    return errors
+
+
+_MISSING = object()
+
+
+def _config_errors(prefix: str, raw: dict[str, Any]) -> list[str]:
+    try:
+        parse_config(raw)
+    except ConfigError as e:
+        return [f"{prefix}: {line}" for line in str(e).splitlines()]
+    return []
+
+
+def _space_path_errors(search: SearchSpec) -> list[str]:
+    allowed = _searchable_paths()
+    errors = []
+    for path in search.space:
+        if path not in allowed:
+            close = difflib.get_close_matches(path, sorted(allowed), n=3)
+            hint = f"did you mean {' or '.join(close)}?" if close else "e.g. algorithm.tau, algorithm.k, optim.lr"
+            owned = " (set by orchestration)" if path in _UNSEARCHABLE else ""
+            errors.append(f"search.space.{path}: not a searchable dotted RunConfig path{owned}; {hint}")
+    return errors
+
+
+def _bound_values(p: FloatParam | IntParam | CategoricalParam) -> list[tuple[str, Any]]:
+    if isinstance(p, CategoricalParam):
+        return [(f"choices[{i}]", c) for i, c in enumerate(p.choices)]
+    return [("low", p.low), ("high", p.high)]
+
+
+def validate_spec(spec: SweepSpec, project_dir: Path) -> None:
+    """Cross-checks the schema cannot express, then every trial's merged RunConfig; raise :class:`SpecError`."""
+    errors: list[str] = []
+    errors += _owned_errors("base", spec.base)
+    for axis, levels in spec.axes.items():
+        for level, override in levels.items():
+            errors += _owned_errors(f"axes.{axis}.{level}", override)
+    if spec.smoke is not None:
+        errors += _owned_errors("smoke", spec.smoke)
+    all_cells = [Cell(tuple(zip(spec.axes, combo)))
+                 for combo in itertools.product(*(list(v) for v in spec.axes.values()))]
+    errors += _partial_cell_errors("exclude", spec.exclude, spec, all_cells)
+    if spec.search is not None:
+        errors += _space_path_errors(spec.search)
+    cells = expand_cells(spec)
+    if not cells:
+        errors.append(f"exclude={spec.exclude!r}: excludes every cell; nothing would run")
+    if spec.search is not None:
+        errors += _owned_errors("search.base", spec.search.base)
+        errors += _partial_cell_errors("search.cells", spec.search.cells, spec, cells)
+    if errors:  # configs built from a broken structure would only repeat these problems
+        raise SpecError("\n".join(errors))
+
+    for cell in cells:
+        by_problem: dict[str, list[int]] = {}
+        for fold in spec.folds:
+            for line in _config_errors("", trial_config(spec, cell, fold, project_dir=project_dir)):
+                by_problem.setdefault(line, []).append(fold)
+        for line, folds in by_problem.items():
+            where = "all folds" if len(folds) == len(spec.folds) > 1 else f"fold {','.join(map(str, folds))}"
+            errors.append(f"cell {cell.id} {where}{line}")
+        if not by_problem:  # a smoke problem is only news when the grid config itself is fine
+            errors += _config_errors(f"smoke cell {cell.id} fold {spec.folds[0]}",
+                                     trial_config(spec, cell, spec.folds[0], project_dir=project_dir, smoke=True))
+    if spec.search is not None:
+        errors += _search_errors(spec, project_dir)
+    if errors:
+        raise SpecError("\n".join(dict.fromkeys(errors)))
+
+
+def _partial_cell_errors(field: str, partials: list[dict[str, str]], spec: SweepSpec, cells: list[Cell]
+                         ) -> list[str]:
+    errors = []
+    for i, partial in enumerate(partials):
+        for axis, level in partial.items():
+            if axis not in spec.axes:
+                errors.append(f"{field}[{i}].{axis}={level!r}: unknown axis; axes: {', '.join(spec.axes)}")
+            elif level not in spec.axes[axis]:
+                errors.append(f"{field}[{i}].{axis}={level!r}: unknown level; levels of {axis}: "
+                              f"{', '.join(spec.axes[axis])}")
+        if not errors and not any(c.matches(partial) for c in cells):
+            errors.append(f"{field}[{i}]={partial!r}: matches no cell")
+    return errors
+
+
+def _search_errors(spec: SweepSpec, project_dir: Path) -> list[str]:
+    search = spec.search
+    assert search is not None
+    errors = []
+    for cell in search_cells(spec):
+        for fold in search.folds or spec.folds[:1]:
+            where = f"search cell {cell.id} fold {fold}"
+            raw = trial_config(spec, cell, fold, project_dir=project_dir, search=True)
+            base_errors = _config_errors(where, raw)
+            errors += base_errors
+            if base_errors:
+                continue
+            cfg = parse_config(raw)
+            if cfg.data.val_per_class == 0:
+                errors.append(f"{where}: data.val_per_class=0: search.metric={search.metric!r} needs a validation "
+                              "split; set e.g. `search.base: {data: {val_per_class: 10}}`")
+            evals = -(-cfg.train.iterations // cfg.train.eval_interval)
+            if search.scheduler.type == "asha" and search.scheduler.grace_period > evals:
+                errors.append(f"search.scheduler.grace_period={search.scheduler.grace_period}: must be <= the "
+                              f"{evals} evaluations of a search trial (train.iterations / train.eval_interval)")
+            for path, p in search.space.items():
+                for bound, value in _bound_values(p):
+                    if path == "algorithm.k" and isinstance(p, FloatParam) and not 0 < value <= 1:
+                        errors.append(f"search.space.algorithm.k.{bound}={value!r}: a float k is a fraction of C "
+                                      "and must be in (0, 1]")
+                        continue
+                    errors += _config_errors(f"{where}: search.space.{path}.{bound}={value!r}",
+                                             set_dotted(raw, path, param_value(path, value)))
+    return errors
+
+
+# ------------------------------------------------------------------------------------------------ loading
+def _format_errors(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        loc = [str(p) for p in e["loc"]]
+        if loc[:2] == ["search", "space"] and len(loc) > 3:
+            del loc[3]  # the discriminator tag pydantic inserts into a tagged-union member's location
+        where = ".".join(loc) or "spec"
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            lines.append(f"{where}: unknown key; allowed keys: {', '.join(_allowed_keys(e['loc'][:-1]))}")
+        elif e["type"] == "missing":
+            lines.append(f"{where}: required field is missing")
+        else:
+            lines.append(f"{where}={e.get('input')!r}: {msg}")
+    return "\n".join(lines)
+
+
+def _allowed_keys(loc: tuple) -> list[str]:
+    if loc[:2] == ("search", "space") and len(loc) == 4:
+        return list({"float": FloatParam, "int": IntParam, "categorical": CategoricalParam}[loc[3]].model_fields)
+    model: type[BaseModel] = SweepSpec
+    for part in loc:
+        field = model.model_fields.get(str(part))
+        if field is None:
+            continue  # a dict key (space path, axis name): stay on the same model
+        ann = field.annotation
+        for candidate in (ann, *getattr(ann, "__args__", ())):
+            if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+                model = candidate
+                break
+    return list(model.model_fields)
+
+
+def parse_spec(raw: Any, project_dir: str | Path = ".") -> SweepSpec:
+    """Validate a parsed YAML mapping into a :class:`SweepSpec` and validate every trial config; raise SpecError."""
+    if not isinstance(raw, dict):
+        raise SpecError(f"spec: must be a YAML mapping, got {type(raw).__name__}")
+    try:
+        spec = SweepSpec.model_validate(raw)
+    except ValidationError as err:
+        raise SpecError(_format_errors(err)) from None
+    validate_spec(spec, Path(project_dir).resolve())
+    return spec
+
+
+def load_spec(path: str | Path, project_dir: str | Path = ".") -> SweepSpec:
+    """Read ``path`` with ``yaml.safe_load`` and :func:`parse_spec` it."""
+    p = Path(path)
+    if not p.is_file():
+        raise SpecError(f"spec {str(path)!r}: file not found")
+    try:
+        raw = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise SpecError(f"spec {str(path)!r}: not valid YAML: {e}") from None
+    return parse_spec(raw, project_dir)
+
+
+def spec_hash(spec: SweepSpec) -> str:
+    """Short sha256 over what changes the trials (description and report layouts excluded)."""
+    d = spec.model_dump(mode="json", exclude={"description", "tables", "figures"})
+    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def iter_dotted(d: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[str, Any]]:
+    """``(a.b, value)`` for every leaf of a nested mapping (used to flatten configs into MLflow params)."""
+    for key, value in d.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            yield from iter_dotted(value, path + ".")
+        else:
+            yield path, value

@@ -1,0 +1,135 @@
+"""What a sweep launch prints at the end, read back from MLflow: per-cell mean ± std over folds, the best search
+parameters, and which trials finished, failed or did not run."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestration import tracking
+from orchestration.plan import SearchStudy, SweepPlan
+
+__all__ = ["TrialStatus", "grid_runs", "grid_summary", "best_search_trial", "trial_statuses", "format_statuses"]
+
+SUMMARY_METRICS = (("test/acc", "final"), ("test/best_acc", "best"))
+
+
+def grid_runs(client: Any, experiment_id: str, plan: SweepPlan) -> dict[str, Any]:
+    """Grid key → the newest FINISHED run with the planned config hash (from any launch of this experiment)."""
+    kind = "smoke" if plan.smoke else "grid"
+    flt = (f"tags.`{tracking.TAG}role` = '{tracking.ROLE_TRIAL}' AND tags.`{tracking.TAG}kind` = '{kind}' AND "
+           "attributes.status = 'FINISHED'")
+    wanted = {(t.cell.id, str(t.fold), t.config_hash): t.key for t in plan.grid}
+    found: dict[str, Any] = {}
+    for run in tracking.iter_runs(client, experiment_id, flt, order_by=["attributes.start_time DESC"]):
+        tg = run.data.tags
+        key = wanted.get((tg.get(f"{tracking.TAG}cell"), tg.get(f"{tracking.TAG}fold"),
+                          tg.get(f"{tracking.TAG}config_hash")))
+        if key is not None and key not in found:
+            found[key] = run
+    return found
+
+
+def _mean_std(values: list[float]) -> str:
+    if not values:
+        return "—"
+    pct = [100 * v for v in values]
+    std = statistics.stdev(pct) if len(pct) > 1 else 0.0
+    return f"{statistics.fmean(pct):.2f} ± {std:.2f}"
+
+
+def grid_summary(client: Any, experiment_id: str, plan: SweepPlan) -> str:
+    """Test accuracy (%) per cell: mean ± std over the finished folds, final (last evaluation) and best."""
+    runs = grid_runs(client, experiment_id, plan)
+    cells: dict[str, list[Any]] = {}
+    for t in plan.grid:
+        cells.setdefault(t.cell.id, [])
+        if t.key in runs:
+            cells[t.cell.id].append(runs[t.key])
+    folds_per_cell = {c: sum(1 for t in plan.grid if t.cell.id == c) for c in cells}
+    header = ("cell", "folds", *(f"{label} test acc %" for _, label in SUMMARY_METRICS))
+    rows = [header]
+    for cell, cell_runs in cells.items():
+        vals = [_mean_std([r.data.metrics[m] for r in cell_runs if m in r.data.metrics])
+                for m, _ in SUMMARY_METRICS]
+        rows.append((cell, f"{len(cell_runs)}/{folds_per_cell[cell]}", *vals))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def best_search_trial(client: Any, experiment_id: str, study: SearchStudy) -> tuple[dict[str, str], float, Any] | None:
+    """The FINISHED search run of ``study`` with the best last value of the objective: (params, value, run)."""
+    metric, mode = study.search.metric, study.search.mode
+    best = None
+    for run in tracking.finished_search_runs(client, experiment_id, study.search_hash):
+        value = run.data.metrics.get(metric)
+        if value is None or math.isnan(value):
+            continue
+        if best is None or (value > best[1] if mode == "max" else value < best[1]):
+            best = ({p: run.data.params.get(p, "?") for p in study.search.space}, value, run)
+    return best
+
+
+@dataclass
+class TrialStatus:
+    finished: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    not_finished: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+
+def trial_statuses(client: Any, experiment_id: str, parent_run_id: str | None, plan: SweepPlan,
+                   grid_keys: list[str], study_phases: list[str], skipped: list[str]) -> TrialStatus:
+    """Status of every trial this launch was meant to run, from its child runs."""
+    st = TrialStatus(skipped=list(skipped))
+    by_key: dict[str, list[str]] = {}
+    if parent_run_id is not None:
+        for run in tracking.iter_runs(client, experiment_id, f"tags.`mlflow.parentRunId` = '{parent_run_id}'"):
+            tg = run.data.tags
+            key = f"{tg.get(tracking.TAG + 'cell')}/fold{tg.get(tracking.TAG + 'fold')}"
+            if tg.get(f"{tracking.TAG}kind") == "search":
+                key = f"{tg.get(tracking.TAG + 'search_phase')}:{key}"
+            by_key.setdefault(key, []).append(run.info.status)
+    for key in grid_keys:
+        statuses = by_key.get(key, [])
+        (st.finished if "FINISHED" in statuses else st.failed if "FAILED" in statuses else st.not_finished
+         ).append(key)
+    for study in plan.searches:
+        if study.phase not in study_phases:
+            continue
+        statuses = by_key.get(f"{study.phase}:{study.key}", [])
+        done = statuses.count("FINISHED")
+        failed = statuses.count("FAILED")
+        label = f"search {study.key}"
+        if done >= study.n_trials:
+            st.finished.append(f"{label} ({done}/{study.n_trials} trials)")
+        elif failed:
+            st.failed.append(f"{label} ({done}/{study.n_trials} finished, {failed} failed)")
+        else:
+            st.not_finished.append(f"{label} ({done}/{study.n_trials} finished)")
+    return st
+
+
+def _grouped(items: list[str]) -> str:
+    """``cell/fold0, cell/fold1`` → ``cell folds 0,1`` (search entries are kept as they are)."""
+    groups: dict[str, list[str]] = {}
+    for item in items:
+        cell, sep, fold = item.rpartition("/fold")
+        if sep and fold.isdigit() and not item.startswith("search "):
+            groups.setdefault(cell, []).append(fold)
+        else:
+            groups.setdefault(item, [])
+    return "; ".join(f"{k} fold{'s' if len(v) > 1 else ''} {','.join(v)}" if v else k for k, v in groups.items())
+
+
+def format_statuses(st: TrialStatus) -> str:
+    lines = []
+    for label, items in (("finished", st.finished), ("skipped (already FINISHED, same config)", st.skipped),
+                         ("FAILED", st.failed), ("not finished", st.not_finished)):
+        if items:
+            lines.append(f"{label} ({len(items)}): {_grouped(items)}")
+    return "\n".join(lines)

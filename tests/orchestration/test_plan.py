@@ -1,0 +1,93 @@
+"""Plan expansion: cells × folds minus exclude, smoke trials, search studies, and the printed plan."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestration.plan import build_plan, format_plan
+from orchestration.spec import parse_spec
+
+SPEC = yaml.safe_load("""
+name: plan
+base:
+  data: {dataset: digits, num_labels: 20}
+  train: {iterations: 40, eval_interval: 10, batch_size: 4, mu: 2}
+folds: [0, 2, 4]
+axes:
+  method:
+    supervised: {algorithm: {name: supervised}}
+    fixmatch: {algorithm: {name: fixmatch}}
+  labels:
+    l20: {}
+    l40: {data: {num_labels: 40}, train: {iterations: 60}}
+exclude: [{method: supervised, labels: l40}]
+smoke: {train: {iterations: 2, eval_interval: 1}}
+search:
+  cells: [{method: fixmatch}]
+  folds: [1, 3]
+  metric: val/acc
+  n_trials: 3
+  max_concurrent: 2
+  base: {data: {val_per_class: 5}, train: {iterations: 30}}
+  space:
+    algorithm.tau: {type: float, low: 0.7, high: 0.99}
+""")
+
+
+@pytest.fixture(scope="module")
+def spec(tmp_path_factory):
+    return parse_spec(SPEC, tmp_path_factory.mktemp("proj"))
+
+
+def test_grid_is_cells_times_folds_minus_exclude(spec, tmp_path):
+    plan = build_plan(spec, tmp_path)
+    keys = [t.key for t in plan.grid]
+    assert keys == [f"{c}/fold{f}" for c in ("method=supervised,labels=l20", "method=fixmatch,labels=l20",
+                                              "method=fixmatch,labels=l40") for f in (0, 2, 4)]
+    assert all(t.kind == "grid" for t in plan.grid)
+    l40 = [t for t in plan.grid if t.cell.as_dict()["labels"] == "l40"]
+    assert {t.iterations for t in l40} == {60} and {t.evaluations for t in l40} == {6}
+    assert {t.config["data"]["num_labels"] for t in l40} == {40}
+    assert [t.config["data"]["fold"] for t in l40] == [0, 2, 4]
+    # same cell, different folds → different config hashes; the hash ignores the (absolute) data root
+    assert len({t.config_hash for t in plan.grid}) == len(plan.grid)
+    assert build_plan(spec, tmp_path / "elsewhere").grid[0].config_hash == plan.grid[0].config_hash
+
+
+def test_search_studies_per_searched_cell_and_search_fold(spec, tmp_path):
+    plan = build_plan(spec, tmp_path)
+    assert [(s.key, s.phase) for s in plan.searches] == [
+        ("method=fixmatch,labels=l20/fold1", "search00"), ("method=fixmatch,labels=l20/fold3", "search01"),
+        ("method=fixmatch,labels=l40/fold1", "search02"), ("method=fixmatch,labels=l40/fold3", "search03")]
+    s = plan.searches[0]
+    assert (s.n_trials, s.max_concurrent, s.iterations, s.evaluations) == (3, 2, 30, 3)
+    assert s.config["data"]["val_per_class"] == 5
+    assert plan.num_trials == 9 + 4 * 3
+    over = build_plan(spec, tmp_path, n_trials=5, max_concurrent=1)
+    assert {(x.n_trials, x.max_concurrent) for x in over.searches} == {(5, 1)}
+    assert over.searches[0].search_hash != s.search_hash  # more trials = another search (not skipped as done)
+    with pytest.raises(ValueError, match="--n-trials=0: must be >= 1"):
+        build_plan(spec, tmp_path, n_trials=0)
+
+
+def test_smoke_runs_every_cell_on_the_first_fold_without_search(spec, tmp_path):
+    plan = build_plan(spec, tmp_path, smoke=True)
+    assert [t.key for t in plan.grid] == ["method=supervised,labels=l20/fold0", "method=fixmatch,labels=l20/fold0",
+                                          "method=fixmatch,labels=l40/fold0"]
+    assert {(t.kind, t.iterations, t.evaluations) for t in plan.grid} == {("smoke", 2, 2)}
+    assert plan.searches == []
+
+
+def test_format_plan_lists_every_trial_with_cost(spec, tmp_path):
+    plan = build_plan(spec, tmp_path)
+    text = format_plan(plan, {t.key: 30.0 for t in plan.grid} | {f"search:{s.key}": 200.0 for s in plan.searches},
+                       skipped={plan.grid[0].key})
+    lines = text.splitlines()
+    assert lines[0].split() == ["cell", "fold", "kind", "iterations", "est.", "time"]
+    assert len(lines) == 2 + len(plan.grid) + len(plan.searches)
+    assert "grid (done, skipped)" in lines[2]
+    assert lines[-1].split()[2:] == ["search", "×3", "3×30", "10.0", "min"]
+    assert "30 s" in lines[3]
