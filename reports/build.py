@@ -30,10 +30,10 @@ import pandas as pd
 import yaml
 
 from reports.layout import (PROTOCOLS, CurvesFigure, HeatmapFigure, ReportLayout, SensitivityFigure, TableLayout,
-                            cell_id, sensitivity_x, validate_report)
+                            cell_id, sensitivity_param, sensitivity_x, validate_report)
 from reports.runs import RunSource, open_run_source, resolve_tracking_uri, select_trials, sum_class_counts, summarise
-from reports.tables import (PROTOCOL_TEXT, TableData, build_table_data, render_folds_latex, render_folds_markdown,
-                            render_latex, render_markdown)
+from reports.tables import (PROTOCOL_TEXT, TableData, build_table_data, latex_escape, render_folds_latex,
+                            render_folds_markdown, render_latex, render_markdown)
 
 __all__ = ["FORMATS", "BuildResult", "build_report", "load_spec", "main"]
 
@@ -92,7 +92,7 @@ class _Metrics:
         return out
 
 
-def _cells_matching(runs: pd.DataFrame, axes: dict, partial: dict[str, str]) -> pd.DataFrame:
+def _cells_matching(runs: pd.DataFrame, partial: dict[str, str]) -> pd.DataFrame:
     mask = np.ones(len(runs), dtype=bool)
     for axis, level in partial.items():
         mask &= (runs[f"axis.{axis}"] == level).to_numpy()
@@ -125,16 +125,14 @@ def _curves(fig: CurvesFigure, layout: ReportLayout, metrics: _Metrics, runs: pd
     from reports import figures as figs  # matplotlib only when PNGs are asked for
 
     partials = fig.cells or [{}]
-    chosen = pd.concat([_cells_matching(runs, layout.axes, p) for p in partials]).drop_duplicates("run_id")
     panels = []
-    order = list(dict.fromkeys(cell_id(c, layout.axes) for c in _all_cells(layout) if any(
-        all(c[a] == lvl for a, lvl in p.items()) for p in partials)))
-    for cid in order:
-        cell_runs = chosen[chosen["cell"] == cid]
-        if cell_runs.empty:
+    # Panels in YAML order of the cells (axis by axis), each cell once even when several partials match it.
+    for cell in _all_cells(layout):
+        if not any(all(cell[a] == lvl for a, lvl in p.items()) for p in partials):
             continue
-        cell = {a: cell_runs.iloc[0][f"axis.{a}"] for a in layout.axes}
-        ids = list(cell_runs["run_id"])
+        ids = list(runs.loc[runs["cell"] == cell_id(cell, layout.axes), "run_id"])
+        if not ids:
+            continue
         panels.append(figs.CurvePanel(_cell_title(cell, layout, labels), len(ids),
                                       {m: metrics.histories(m, ids) for m in fig.metrics}))
     figs.plot_curves(panels, fig.metrics, path, fig.title or "Learning curves: mean over folds ± std")
@@ -173,7 +171,7 @@ def _sensitivity(fig: SensitivityFigure, layout: ReportLayout, metrics: _Metrics
     series_levels: list[str | None] = list(layout.axes[fig.series]) if fig.series else [None]
     fixed = {a: next(iter(lv)) for a, lv in layout.axes.items() if len(lv) == 1}
     fixed.update(fig.where)
-    selected = _cells_matching(runs, layout.axes, fig.where)
+    selected = _cells_matching(runs, fig.where)
     valued = metrics.values(fig.metric, protocol, selected)
     series: dict[str, pd.DataFrame] = {}
     for s in series_levels:
@@ -185,19 +183,9 @@ def _sensitivity(fig: SensitivityFigure, layout: ReportLayout, metrics: _Metrics
                          "std": vals.std(ddof=1) if len(vals) > 1 else np.nan, "n": len(vals)})
         label = "" if s is None else labels[fig.series].get(s, s)
         series[label] = pd.DataFrame(rows)
-    xlabel = fig.param or next(iter({k for k in _flat_keys(layout.axes[fig.axis])}))
+    xlabel = sensitivity_param(fig, layout.axes)
     figs.plot_sensitivity(series, path, fig.title or f"Sensitivity to {xlabel}: mean ± std over folds",
                           xlabel=xlabel, ylabel=f"{fig.metric} (%, {protocol})")
-
-
-def _flat_keys(levels: dict[str, dict[str, Any]]) -> set[str]:
-    def walk(d: dict[str, Any], prefix: str = "") -> set[str]:
-        out: set[str] = set()
-        for k, v in d.items():
-            out |= walk(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}"}
-        return out
-
-    return set().union(*(walk(o) for o in levels.values()))
 
 
 def _latex_document(layout: ReportLayout, tables: list[TableLayout], figure_files: list[tuple[str, str]]) -> str:
@@ -206,22 +194,16 @@ def _latex_document(layout: ReportLayout, tables: list[TableLayout], figure_file
              r"\IfFileExists{lmodern.sty}{\usepackage{lmodern}}{}",
              r"\usepackage[margin=2cm]{geometry}", r"\usepackage{booktabs}", r"\usepackage{longtable}",
              r"\usepackage{graphicx}", r"\begin{document}",
-             rf"\section*{{Report: {_tex_text(layout.name)}}}"]
+             rf"\section*{{Report: {latex_escape(layout.name)}}}"]
     lines += [rf"\input{{{t.id}.tex}}" for t in tables]
     for name, caption in figure_files:
         lines += [r"\begin{figure}[htbp]", r"\centering", rf"\includegraphics[width=\linewidth]{{{name}}}",
-                  rf"\caption{{{_tex_text(caption)}}}", r"\end{figure}"]
+                  rf"\caption{{{latex_escape(caption)}}}", r"\end{figure}"]
     if tables:
         lines += [r"\clearpage", r"\appendix", r"\section*{Appendix: per-fold values}"]
         lines += [rf"\input{{{t.id}_folds.tex}}" for t in tables]
     lines.append(r"\end{document}")
     return "\n".join(lines) + "\n"
-
-
-def _tex_text(text: str) -> str:
-    from reports.tables import latex_escape
-
-    return latex_escape(text)
 
 
 def _figure_caption(fig: CurvesFigure | HeatmapFigure | SensitivityFigure) -> str:

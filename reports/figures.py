@@ -117,19 +117,23 @@ def row_normalise(counts: np.ndarray) -> np.ndarray:
         return np.where(totals > 0, 100.0 * counts / totals, np.nan)
 
 
-def plot_heatmaps(pseudo_counts: np.ndarray, comp_counts: np.ndarray, path: Path, title: str,
+def plot_heatmaps(pseudo_counts: np.ndarray, comp_counts: np.ndarray | None, path: Path, title: str,
                   class_names: list[str] | None = None) -> None:
-    """Side by side: TPC pseudo-labels and TNC complementary labels per true class, row-normalised (%)."""
-    maps = [("TPC pseudo-labels", "pseudo-label", row_normalise(pseudo_counts)),
-            ("TNC complementary labels", "complementary label", row_normalise(comp_counts))]
+    """Side by side: TPC pseudo-labels and TNC complementary labels per true class, row-normalised (%).
+
+    ``comp_counts`` None (an algorithm without a TNC, e.g. FixMatch) draws the TPC map alone.
+    """
+    maps = [("TPC pseudo-labels", "pseudo-label", row_normalise(pseudo_counts))]
     c = maps[0][2].shape[0]
-    if maps[1][2].shape != (c, c):
-        raise ValueError(f"class counts: pseudo-label matrix is {c}×{c} but complementary-label matrix is "
-                         f"{maps[1][2].shape[0]}×{maps[1][2].shape[1]}")
+    if comp_counts is not None:
+        maps.append(("TNC complementary labels", "complementary label", row_normalise(comp_counts)))
+        if maps[1][2].shape != (c, c):
+            raise ValueError(f"class counts: pseudo-label matrix is {c}×{c} but complementary-label matrix is "
+                             f"{maps[1][2].shape[0]}×{maps[1][2].shape[1]}")
     names = class_names or [str(i) for i in range(c)]
     side = min(5.5, 2.0 + 0.35 * c)
-    fig = Figure(figsize=(2 * side + 1.2, side + 0.6), layout="constrained")
-    axes = fig.subplots(1, 2)
+    fig = Figure(figsize=(len(maps) * side + 1.2, side + 0.6), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(1, len(maps)))
     image = None
     for ax, (name, predicted, rates) in zip(axes, maps):
         image = ax.imshow(np.ma.masked_invalid(rates), cmap="Blues", vmin=0, vmax=100, interpolation="nearest")

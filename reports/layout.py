@@ -62,6 +62,8 @@ __all__ = [
     "parse_axes",
     "cell_id",
     "parse_published",
+    "sensitivity_param",
+    "sensitivity_x",
     "validate_layout",
     "validate_report",
 ]
@@ -468,16 +470,21 @@ def _flatten(override: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def sensitivity_param(fig: SensitivityFigure, axes: Axes, where: str = "figure") -> str:
+    """The dotted config key swept along ``fig.axis``: ``fig.param``, or the one key all its levels override."""
+    if fig.param is not None:
+        return fig.param
+    keys = {k for override in axes[fig.axis].values() for k in _flatten(override)}
+    if len(keys) != 1:
+        raise LayoutError(f"{where}.param: axis {fig.axis!r} levels override {sorted(keys) or 'nothing'}; name "
+                          "the swept config key with `param: <dotted.key>`")
+    return keys.pop()
+
+
 def sensitivity_x(fig: SensitivityFigure, axes: Axes, where: str = "figure") -> dict[str, Any]:
-    """level → x value: the level override's value at ``param`` (or its only dotted key when ``param`` is unset)."""
+    """level → x value: each level override's value at :func:`sensitivity_param`."""
+    param = sensitivity_param(fig, axes, where)
     flat = {lvl: _flatten(o) for lvl, o in axes[fig.axis].items()}
-    param = fig.param
-    if param is None:
-        keys = {k for f in flat.values() for k in f}
-        if len(keys) != 1:
-            raise LayoutError(f"{where}.param: axis {fig.axis!r} levels override {sorted(keys) or 'nothing'}; name "
-                              "the swept config key with `param: <dotted.key>`")
-        param = keys.pop()
     missing = [lvl for lvl, f in flat.items() if param not in f]
     if missing:
         raise LayoutError(f"{where}.param={param!r}: levels {', '.join(missing)} of axis {fig.axis!r} do not set it")

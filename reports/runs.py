@@ -347,7 +347,7 @@ def summarise(histories: pd.DataFrame, protocol: str, window: int = MEDIAN_WINDO
 
 def load_class_counts(artifact_uri: str, step: int | None = None, tracking_uri: str | None = None) -> dict:
     """A run's ``class_counts/step_<step:08d>.json`` (the last step when ``step`` is None) as a dict with ``step``,
-    ``pseudo_label_counts`` and ``comp_label_counts`` (C×C lists, rows = true class).
+    ``pseudo_label_counts`` and, for algorithms with a TNC, ``comp_label_counts`` (C×C lists, rows = true class).
 
     ``artifact_uri`` is the run's artifact root (the ``artifact_uri`` column of the trials frame); it is read with
     ``mlflow.artifacts`` directly, so no tracking store is opened. Raises ``ValueError`` when there is no such file.
@@ -369,32 +369,35 @@ def load_class_counts(artifact_uri: str, step: int | None = None, tracking_uri: 
         local = mlflow.artifacts.download_artifacts(artifact_uri=f"{root}/class_counts/{files[chosen]}",
                                                     dst_path=tmp, tracking_uri=tracking_uri)
         data = json.loads(Path(local).read_text())
-    for key in ("pseudo_label_counts", "comp_label_counts"):
-        if key not in data:
-            raise ValueError(f"{root}/class_counts/{files[chosen]}: lacks {key!r}")
+    if "pseudo_label_counts" not in data:
+        raise ValueError(f"{root}/class_counts/{files[chosen]}: lacks 'pseudo_label_counts'")
     return data
 
 
 def sum_class_counts(artifact_uris: Iterable[str], step: int | None = None, tracking_uri: str | None = None
-                     ) -> tuple[np.ndarray, np.ndarray, list[int]]:
+                     ) -> tuple[np.ndarray, np.ndarray | None, list[int]]:
     """Pseudo-label and complementary-label count matrices summed over runs (folds), and the step each came from.
 
+    The complementary-label matrix is None when the runs have none (FixMatch and the other TNC-free algorithms).
     Summing counts (not averaging per-fold rates) weights every pseudo-labelled sample equally, as a heat map of
     one pooled run would.
     """
     pseudo: np.ndarray | None = None
     comp: np.ndarray | None = None
     steps: list[int] = []
-    for uri in artifact_uris:
+    uris = list(artifact_uris)
+    for i, uri in enumerate(uris):
         data = load_class_counts(uri, step, tracking_uri)
         p = np.asarray(data["pseudo_label_counts"], dtype=float)
-        c = np.asarray(data["comp_label_counts"], dtype=float)
-        if pseudo is not None and (p.shape != pseudo.shape or c.shape != comp.shape):
+        c = np.asarray(data["comp_label_counts"], dtype=float) if "comp_label_counts" in data else None
+        if i and (c is None) != (comp is None):
+            raise ValueError(f"{uri}: has {'no ' if c is None else ''}comp_label_counts, unlike {uris[0]}")
+        if pseudo is not None and (p.shape != pseudo.shape or (c is not None and c.shape != comp.shape)):
             raise ValueError(f"{uri}: class-count matrices of shape {p.shape} differ from the other folds' "
                              f"{pseudo.shape}")
         pseudo = p if pseudo is None else pseudo + p
-        comp = c if comp is None else comp + c
+        comp = c if comp is None or c is None else comp + c
         steps.append(int(data.get("step", -1)))
-    if pseudo is None or comp is None:
+    if pseudo is None:
         raise ValueError("class counts: no run given")
     return pseudo, comp, steps

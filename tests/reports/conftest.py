@@ -11,7 +11,7 @@ supervised  d20: 80 81 82 83 84 d40: no run (excluded in the YAML)
 fixmatch    d20: 88 90 92 94 96 fold 4 has a different split digest (no pair);
                                 fold 0 also has an older FINISHED run at 50 (ignored)
 fixmatch    d40: 94 95 99 — —   fold 3 FAILED, fold 4 missing
-mutexmatch  d20: 91 92 93 94 95 class_counts at steps 10 and 40
+mutexmatch  d20: 91 92 93 94 95 class_counts at steps 10 and 40 (fixmatch d20: step 40, no TNC matrix)
 mutexmatch  d40: 97.5 — — — —
 =========== =================== ==============================================================
 
@@ -128,6 +128,10 @@ def _log_trial(client, exp_id: str, parent: str, method: str, setting: str, k: s
     if (method, setting, k) == ("mutexmatch", "d20", "k5") and kind == "grid":
         for step in (10, 40):
             client.log_dict(rid, counts(step, fold), f"class_counts/step_{step:08d}.json")
+    if (method, setting, k) == ("fixmatch", "d20", "k5") and kind == "grid":
+        # FixMatch has no TNC: its files hold pseudo-label counts only
+        client.log_dict(rid, {"step": 40, "pseudo_label_counts": counts(40, fold)["pseudo_label_counts"]},
+                        "class_counts/step_00000040.json")
     client.set_terminated(rid, status=status)
     return rid
 

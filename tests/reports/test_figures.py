@@ -36,6 +36,8 @@ def test_plots_write_pngs_and_refuse_empty_input(tmp_path):
     plot_curves([CurvePanel("cell", 1, {"test/acc": h, "train/loss": loss})],
                 ["test/acc", "train/pl_acc", "train/loss"], tmp_path / "c.png", "t")
     plot_heatmaps(np.eye(4) * 5 + 1, 1 - np.eye(4), tmp_path / "h.png", "t")
+    plot_heatmaps(np.eye(4) * 5 + 1, None, tmp_path / "h1.png", "t")        # FixMatch: no TNC panel
+    assert imread(tmp_path / "h1.png").shape[1] < imread(tmp_path / "h.png").shape[1]
     plot_sensitivity({"MutexMatch": pd.DataFrame({"x": [1, 3, "C"], "mean": [90.0, 91.0, 92.0],
                                                   "std": [1.0, np.nan, 0.5], "n": [5, 1, 5]})},
                      tmp_path / "s.png", "t", "algorithm.k", "%")

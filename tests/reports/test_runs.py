@@ -68,11 +68,16 @@ def test_class_counts_last_step_and_sum(source, store):
     with pytest.raises(ValueError, match=r"step=20: .* has class counts at steps \[10, 40\]"):
         load_class_counts(uris[2], step=20)
     with pytest.raises(ValueError, match=r"has no class_counts/step_\*\.json artifact"):
-        load_class_counts(trials.loc[store.run_ids[("fixmatch", "d20", "k5", 1)], "artifact_uri"])
+        load_class_counts(trials.loc[store.run_ids[("supervised", "d20", "k5", 1)], "artifact_uri"])
     pseudo, comp, steps = sum_class_counts(uris)
     assert steps == [40] * 5
     assert pseudo[0].tolist() == [10 + 11 + 12 + 13 + 14, 5, 0]   # row 0 is [10 + fold, 1, 0] per fold
     assert comp.tolist() == [[0, 20, 30], [25, 0, 25], [35, 15, 0]]
+    fixmatch = [trials.loc[store.run_ids[("fixmatch", "d20", "k5", f)], "artifact_uri"] for f in range(2)]
+    pseudo, comp, steps = sum_class_counts(fixmatch)                # no TNC: no complementary-label matrix
+    assert comp is None and pseudo[0].tolist() == [10 + 11, 2, 0]
+    with pytest.raises(ValueError, match=r"has no comp_label_counts, unlike"):
+        sum_class_counts(uris[:1] + fixmatch)
 
 
 def test_bulk_sqlite_reader_equals_public_api(store):
