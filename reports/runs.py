@@ -15,8 +15,9 @@ Two readers return the same frames:
   ``get_metric_history`` 20 ms *per run*, because SQLite answers MLflow's query through the ``(key, …)`` primary
   key and scans every row of the metric for each run — 20 s for one metric of 1,000 runs. The bulk reads take
   0.2 s each. Only MLflow's long-stable core tables are read (``experiments``, ``runs``, ``tags``, ``params``,
-  ``metrics``); if the file lacks one of the expected columns the API reader is used instead. Artifacts are read
-  with ``mlflow.artifacts`` from each run's artifact URI.
+  ``metrics``); if the file lacks one of the expected columns the API reader is used instead. Class-count
+  artifacts are read from each run's artifact URI: as plain files when it is a local ``file:`` folder, else with
+  ``mlflow.artifacts``.
 
 Protocols (how one run's metric history becomes one number, as in FixMatch/MutexMatch reporting):
 ``best`` = maximum over all evaluations, ``final`` = the value at the last step, ``median20`` = median of the last 20
@@ -33,6 +34,8 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Sequence
+from urllib.parse import urlparse
+from urllib.request import url2pathname
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -345,30 +348,50 @@ def summarise(histories: pd.DataFrame, protocol: str, window: int = MEDIAN_WINDO
     return out.reindex(list(dict.fromkeys(histories["run_id"]))).astype(float)
 
 
-def load_class_counts(artifact_uri: str, step: int | None = None, tracking_uri: str | None = None) -> dict:
+def _local_dir(artifact_uri: str) -> Path | None:
+    """The folder behind a ``file:`` artifact URI (what an SQLite-backed sweep writes), else None."""
+    parsed = urlparse(artifact_uri)
+    if parsed.scheme == "file" and parsed.netloc in ("", "localhost"):
+        return Path(url2pathname(parsed.path))
+    return None
+
+
+def _class_count_files(names: Iterable[str]) -> dict[int, str]:
+    return {int(m.group(1)): name for name in names if (m := _STEP_FILE.match(name))}
+
+
+def load_class_counts(artifact_uri: str, step: int | None = None, tracking_uri: str | None = None,
+                      read_local: bool = True) -> dict:
     """A run's ``class_counts/step_<step:08d>.json`` (the last step when ``step`` is None) as a dict with ``step``,
     ``pseudo_label_counts`` and, for algorithms with a TNC, ``comp_label_counts`` (C×C lists, rows = true class).
 
-    ``artifact_uri`` is the run's artifact root (the ``artifact_uri`` column of the trials frame); it is read with
-    ``mlflow.artifacts`` directly, so no tracking store is opened. Raises ``ValueError`` when there is no such file.
+    ``artifact_uri`` is the run's artifact root (the ``artifact_uri`` column of the trials frame). A ``file:`` root is
+    a folder on this machine and is read as such (``read_local``; importing ``mlflow.artifacts`` alone takes 1-2 s);
+    any other (``mlflow-artifacts:``, ``s3:`` …) goes through ``mlflow.artifacts``. Raises ``ValueError`` when there
+    is no such file.
     """
-    import mlflow.artifacts
-
     root = artifact_uri.rstrip("/")
-    files = {}
-    for info in mlflow.artifacts.list_artifacts(artifact_uri=f"{root}/class_counts", tracking_uri=tracking_uri):
-        m = _STEP_FILE.match(Path(info.path).name)
-        if m and not info.is_dir:
-            files[int(m.group(1))] = Path(info.path).name
+    local = _local_dir(root) if read_local else None
+    if local is not None:
+        folder = local / "class_counts"
+        files = _class_count_files(p.name for p in folder.iterdir() if p.is_file()) if folder.is_dir() else {}
+    else:
+        import mlflow.artifacts
+
+        files = _class_count_files(Path(info.path).name for info in mlflow.artifacts.list_artifacts(
+            artifact_uri=f"{root}/class_counts", tracking_uri=tracking_uri) if not info.is_dir)
     if not files:
         raise ValueError(f"{root}: has no class_counts/step_*.json artifact")
     chosen = max(files) if step is None else step
     if chosen not in files:
         raise ValueError(f"step={step}: {root} has class counts at steps {sorted(files)}")
-    with tempfile.TemporaryDirectory() as tmp:
-        local = mlflow.artifacts.download_artifacts(artifact_uri=f"{root}/class_counts/{files[chosen]}",
-                                                    dst_path=tmp, tracking_uri=tracking_uri)
-        data = json.loads(Path(local).read_text())
+    if local is not None:
+        data = json.loads((local / "class_counts" / files[chosen]).read_text())
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = mlflow.artifacts.download_artifacts(artifact_uri=f"{root}/class_counts/{files[chosen]}",
+                                                       dst_path=tmp, tracking_uri=tracking_uri)
+            data = json.loads(Path(path).read_text())
     if "pseudo_label_counts" not in data:
         raise ValueError(f"{root}/class_counts/{files[chosen]}: lacks 'pseudo_label_counts'")
     return data

@@ -64,6 +64,10 @@ def test_class_counts_last_step_and_sum(source, store):
     assert all(u.endswith(f"/{store.run_ids[('mutexmatch', 'd20', 'k5', f)]}/artifacts") for f, u in enumerate(uris))
     last = load_class_counts(uris[2])
     assert last["step"] == 40 and last["pseudo_label_counts"][0] == [12, 1, 0]
+    assert load_class_counts(uris[2], read_local=False) == last      # the same file through mlflow.artifacts
+    with pytest.raises(ValueError, match=r"has no class_counts/step_\*\.json artifact"):
+        load_class_counts(trials.loc[store.run_ids[("supervised", "d20", "k5", 1)], "artifact_uri"],
+                          read_local=False)
     assert load_class_counts(uris[2], step=10)["pseudo_label_counts"] == [[1, 1, 1]] * 3
     with pytest.raises(ValueError, match=r"step=20: .* has class counts at steps \[10, 40\]"):
         load_class_counts(uris[2], step=20)
