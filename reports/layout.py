@@ -291,7 +291,7 @@ def _stringify_levels(raw: dict[str, Any], keys: tuple[str, ...]) -> dict[str, A
     return out
 
 
-def _pydantic_lines(err: ValidationError, prefix: str, raw: dict[str, Any]) -> list[str]:
+def _pydantic_lines(err: ValidationError, prefix: str) -> list[str]:
     lines = []
     for e in err.errors():
         loc = ".".join(str(p) for p in e["loc"] if p not in ("curves", "heatmap", "sensitivity"))
@@ -519,7 +519,7 @@ def validate_report(spec: dict[str, Any]) -> ReportLayout:
         if not isinstance(raw, dict):
             errors.append(f"{where}={raw!r}: must be a mapping")
             continue
-        raw = _stringify_levels(_stringify_keys(raw), ("where", "row_levels", "column_levels", "paired"))
+        raw = _stringify_levels(_stringify_keys(raw), ("where", "row_levels", "column_levels"))
         if isinstance(raw.get("column_groups"), dict):
             raw["column_groups"] = {k: [str(c) for c in v] if isinstance(v, list) else v
                                     for k, v in raw["column_groups"].items()}
@@ -529,7 +529,7 @@ def validate_report(spec: dict[str, Any]) -> ReportLayout:
         try:
             table = TableLayout.model_validate(raw)
         except ValidationError as err:
-            errors += _pydantic_lines(err, where, raw)
+            errors += _pydantic_lines(err, where)
             continue
         problems = _check_table(table, f"{where}({table.id})", axes)
         errors += problems
@@ -550,7 +550,7 @@ def validate_report(spec: dict[str, Any]) -> ReportLayout:
         try:
             fig = adapter.validate_python(raw)
         except ValidationError as err:
-            errors += _pydantic_lines(err, where, raw)
+            errors += _pydantic_lines(err, where)
             continue
         if fig.id is None:
             fig = fig.model_copy(update={"id": f"{fig.type}{i}"})

@@ -116,6 +116,13 @@ def test_sensitivity_param_required_when_levels_override_several_keys():
     assert sensitivity_x(validate_report(s).figures[0], parse_axes(s)) == {"3": 3, "6": "0.6C"}
 
 
+def test_paired_accepts_a_list_and_yaml_number_levels():
+    s = spec(rows="k", columns="setting", where={"method": "mutexmatch"}, row_labels=None, published=None,
+             paired=[{"a": 6, "b": 3}, {"a": 3, "b": 6}])
+    (table,) = validate_layout(s)
+    assert [(p.a, p.b) for p in table.paired] == [("6", "3"), ("3", "6")]
+
+
 def test_duplicate_ids_and_row_groups_published():
     s = spec()
     s["figures"] = [{"type": "curves", "id": "main"}]
