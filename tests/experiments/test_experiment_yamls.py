@@ -1,0 +1,199 @@
+"""Every experiment YAML (``experiments/*.yaml``, top level) is a valid sweep and a valid report layout, its tables
+and published numbers sit on cells the sweep runs, and the paper-scale sweeps use the paper's training schedule.
+Single-run configs (``experiments/runs/*.yaml``) load with :func:`mutexmatch.config.load_config`."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mutexmatch.algorithms import ALGORITHMS
+from mutexmatch.config import load_config, parse_config
+from orchestration.spec import Cell, expand_cells, load_spec, trial_config
+from reports.layout import (CurvesFigure, HeatmapFigure, SensitivityFigure, parse_published, sensitivity_x,
+                            validate_report)
+
+REPO = Path(__file__).resolve().parents[2]
+EXPERIMENTS = REPO / "experiments"
+SPECS = sorted(EXPERIMENTS.glob("*.yaml"))
+RUNS = sorted((EXPERIMENTS / "runs").glob("*.yaml"))
+# Sweeps that are not paper-scale benchmarks: the quickstart and the CPU-sized digits variants.
+CPU_SCALE = {"quickstart.yaml"} | {p.name for p in SPECS if p.name.startswith("digits_")}
+PAPER_SCALE = [p for p in SPECS if p.name not in CPU_SCALE]
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    """A project folder with an (empty) ``data`` root: the config checks that a non-digits root exists."""
+    root = tmp_path_factory.mktemp("project")
+    (root / "data").mkdir()
+    return root
+
+
+def _ids(paths: list[Path]) -> list[str]:
+    return [p.stem for p in paths]
+
+
+def _raw(path: Path) -> dict:
+    return yaml.safe_load(path.read_text())
+
+
+def _positions(table, axes):
+    """Every (group, row, column) position of a table and the full cell it shows."""
+    for g in table.group_keys(axes):
+        for r in table.row_keys(axes):
+            for c in table.column_keys(axes):
+                yield (g, r, c), table.cell(axes, g, r, c)
+
+
+def test_the_paper_tables_and_figures_all_have_a_yaml() -> None:
+    names = {p.name for p in SPECS}
+    expected = {"table1_cifar_svhn.yaml", "table_cnn13_wrn.yaml", "table2_stl_mini_tiny.yaml",
+                "ablation_svhn40_lambda_sg.yaml", "ablation_tnc_schemes.yaml", "ablation_lowconf.yaml",
+                "ablation_nce.yaml", "ablation_tnc_consistency.yaml", "ablation_tau.yaml", "ablation_lr.yaml",
+                "pseudo_label_accuracy.yaml", "ablation_k.yaml", "ablation_m.yaml"}
+    assert expected <= names, sorted(expected - names)
+
+
+def test_experiment_names_are_unique() -> None:
+    names = [_raw(p)["name"] for p in SPECS]
+    assert len(names) == len(set(names)), names
+
+
+@pytest.mark.parametrize("path", SPECS, ids=_ids(SPECS))
+def test_spec_and_report_layout_validate_and_tables_sit_on_run_cells(path: Path, project: Path) -> None:
+    spec = load_spec(path, project)            # orchestration: schema + every trial's RunConfig
+    layout = validate_report(_raw(path))       # reports: tables and figures against the axes
+    run = {c.id for c in expand_cells(spec)}
+    axes = layout.axes
+
+    assert layout.tables, f"{path.name}: no table"
+    for table in layout.tables:
+        positions = dict(_positions(table, axes))
+        # A table may leave excluded positions blank, but every row and column it lays out must hold a run cell.
+        for key, index in (("row", 1), ("column", 2)):
+            for level in {pos[index] for pos in positions}:
+                cells = {Cell(tuple(c.items())).id for p, c in positions.items() if p[index] == level}
+                assert cells & run, f"{path.name}:{table.id}: {key} {level!r} shows no cell the sweep runs"
+        published = table.published_values()
+        for (g, r, c), value in published.items():
+            cell = table.cell(axes, g, r, c)
+            assert Cell(tuple(cell.items())).id in run, (
+                f"{path.name}:{table.id}: published number at ({g}, {r}, {c}) is on a cell the sweep does not run")
+            assert 0.0 < value.mean <= 100.0 and (value.std is None or 0.0 <= value.std < 100.0), (path, value)
+
+    explicit = {f.get("id") for f in _raw(path).get("figures") or []}
+    for fig in (f for f in layout.figures if f.id in explicit):  # defaults: one curve panel per table position
+        if isinstance(fig, CurvesFigure):
+            for partial in fig.cells:
+                assert any(c.matches(partial) for c in expand_cells(spec)), (path.name, fig.id, partial)
+        elif isinstance(fig, HeatmapFigure):
+            assert Cell(tuple(fig.cell.items())).id in run, (path.name, fig.id)
+        elif isinstance(fig, SensitivityFigure):
+            assert sensitivity_x(fig, axes), (path.name, fig.id)
+
+
+def _published_strings(table: dict) -> list[str]:
+    out: list[str] = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            for v in node.values():
+                walk(v)
+        else:
+            out.append(node)  # type: ignore[arg-type]
+    walk(table.get("published", {}))
+    return out
+
+
+@pytest.mark.parametrize("path", SPECS, ids=_ids(SPECS))
+def test_published_numbers_are_strings_as_printed(path: Path) -> None:
+    """Quoted, so YAML cannot turn 93.20 into 93.2; each parses as mean (± std) with two decimals, as printed."""
+    for table in _raw(path).get("tables", []):
+        for value in _published_strings(table):
+            assert isinstance(value, str), (path.name, table["id"], value)
+            parsed = parse_published(value, f"{path.name}:{table['id']}")
+            mean = value.split("±")[0]
+            assert mean.count(".") == 1 and len(mean.split(".")[1]) == 2, (path.name, value)
+            assert math.isfinite(parsed.mean)
+
+
+@pytest.mark.parametrize("path", PAPER_SCALE, ids=_ids(PAPER_SCALE))
+def test_paper_scale_sweeps_use_the_paper_schedule(path: Path, project: Path) -> None:
+    """Settings section + released code: B=64, mu=7, SGD 0.9 Nesterov, wd 5e-4, cosine 7/16 (unless the LR table
+    turns decay off), 2^20 iterations evaluated every 1024, EMA 0.999, official split rule, five folds; the data
+    root is the project's relative `data` folder; MutexMatch-family trials name their loss form explicitly."""
+    spec = load_spec(path, project)
+    assert spec.folds == [0, 1, 2, 3, 4]
+    assert spec.base["data"]["root"] == "data"
+    for cell in expand_cells(spec):
+        raw = trial_config(spec, cell, 0, project_dir=project)
+        cfg = parse_config(raw)
+        where = f"{path.name} {cell.id}"
+        assert (cfg.train.iterations, cfg.train.eval_interval) == (2**20, 1024), where
+        assert (cfg.train.batch_size, cfg.train.mu, cfg.train.ema) == (64, 7, 0.999), where
+        assert (cfg.optim.momentum, cfg.optim.nesterov, cfg.optim.weight_decay) == (0.9, True, 5e-4), where
+        assert cfg.optim.cosine_factor == 7 / 16, where
+        if path.name != "ablation_lr.yaml":
+            assert (cfg.optim.lr, cfg.optim.schedule) == (0.03, "cosine"), where
+        assert cfg.data.split_rule == "official" and not cfg.data.svhn_extra, where
+        assert cfg.data.root == str(project / "data"), where
+        if "form" in ALGORITHMS[cfg.algorithm.name].params:
+            assert "form" in raw["algorithm"], f"{where}: the loss form is left to the default"
+
+
+@pytest.mark.parametrize("path", PAPER_SCALE, ids=_ids(PAPER_SCALE))
+def test_descriptions_state_the_loss_form(path: Path) -> None:
+    text = _raw(path)["description"]
+    assert "official" in text and ("form" in text), path.name
+
+
+def test_backbones_follow_the_paper_settings(project: Path) -> None:
+    """WRN-28-2 for CIFAR-10/SVHN and WRN-28-8 for CIFAR-100 (Table 1, the k sweep); the m figure's caption names
+    WRN-28-2 for both datasets; the CNN-13 / Table 2 sweeps pair each dataset with the paper's two backbones."""
+    expected = {"cifar10": {"wrn28_2"}, "svhn": {"wrn28_2"}, "cifar100": {"wrn28_8"}}
+    for name in ("table1_cifar_svhn.yaml", "ablation_k.yaml"):
+        spec = load_spec(EXPERIMENTS / name, project)
+        for cell in expand_cells(spec):
+            cfg = parse_config(trial_config(spec, cell, 0, project_dir=project))
+            assert {cfg.model.backbone} == expected[cfg.data.dataset], (name, cell.id)
+    pairs = {"table_cnn13_wrn.yaml": {("cifar10", "cnn13"), ("cifar10", "wrn28_2"), ("cifar100", "cnn13"),
+                                      ("cifar100", "wrn28_8")},
+             "table2_stl_mini_tiny.yaml": {("stl10", "resnet18"), ("stl10", "wrn37_2"),
+                                           ("miniimagenet", "resnet18"), ("miniimagenet", "wrn28_8"),
+                                           ("tinyimagenet", "resnet18"), ("tinyimagenet", "wrn28_8")},
+             "ablation_m.yaml": {("cifar10", "wrn28_2"), ("cifar100", "wrn28_2")}}
+    for name, want in pairs.items():
+        spec = load_spec(EXPERIMENTS / name, project)
+        got = set()
+        for cell in expand_cells(spec):
+            cfg = parse_config(trial_config(spec, cell, 0, project_dir=project))
+            got.add((cfg.data.dataset, cfg.model.backbone))
+        assert got == want, name
+
+
+def test_table1_k_and_distribution_alignment(project: Path) -> None:
+    """k = 0.6C is 6 on CIFAR-10/SVHN and 60 on CIFAR-100; DA only at CIFAR-10 with 10 labels (footnote 1)."""
+    from mutexmatch.config import resolve_k
+
+    spec = load_spec(EXPERIMENTS / "table1_cifar_svhn.yaml", project)
+    ks, da = {}, []
+    for cell in expand_cells(spec):
+        cfg = parse_config(trial_config(spec, cell, 0, project_dir=project))
+        if cell.as_dict()["method"] == "mutexmatch-k0.6C":
+            ks[cfg.data.dataset] = resolve_k(cfg.algorithm.k, 100 if cfg.data.dataset == "cifar100" else 10)
+        if cfg.algorithm.dist_align:
+            da.append((cfg.data.dataset, cfg.data.num_labels))
+    assert ks == {"cifar10": 6, "cifar100": 60, "svhn": 6}
+    assert da == [("cifar10", 10)]
+
+
+@pytest.mark.parametrize("path", RUNS, ids=_ids(RUNS))
+def test_single_run_configs_load(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # relative paths resolve against the current directory
+    (tmp_path / "data").mkdir()
+    cfg = load_config(path)
+    assert cfg.algorithm.name in ALGORITHMS
