@@ -39,7 +39,6 @@ geometric ops of a slot share one ``grid_sample`` call with per-image matrices. 
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import torch
@@ -215,8 +214,9 @@ def _geometric(x: torch.Tensor, op: torch.Tensor, mag: torch.Tensor) -> torch.Te
     """Rotate/ShearX/ShearY/TranslateX/TranslateY, each image with its own op and magnitude, in one resample.
 
     Builds, per image, the inverse affine matrix torchvision's ``rotate``/``affine`` build for that op (in float64,
-    then float32, in centred pixel coordinates), the sampling grid exactly as torchvision's ``_affine_grid`` does,
-    and one nearest ``grid_sample`` with zero padding (= fill 0)."""
+    then float32, in centred pixel coordinates; a shear uses PIL's v itself, which torchvision's
+    ``tan(radians(degrees(atan v)))`` equals to float64 rounding), the sampling grid exactly as torchvision's
+    ``_affine_grid`` does, and one nearest ``grid_sample`` with zero padding (= fill 0)."""
     n, _, h, w = x.shape
     dev = x.device
     m = mag.double()
