@@ -358,6 +358,7 @@ def run_sweep(opts: SweepOptions) -> SweepOutcome:
               flush=True)
 
     commit = tracking.git_commit(Path(__file__).resolve().parent.parent)  # the code that runs, not the cwd
+    found = None
     if opts.resume:
         found = tracking.find_resumable_parent(client, experiment_id, spec_hash=plan.spec_hash, storage=storage,
                                                smoke=plan.smoke)
@@ -365,12 +366,8 @@ def run_sweep(opts: SweepOptions) -> SweepOutcome:
             raise SweepError(f"--resume: no earlier launch of {spec_path} (spec hash {plan.spec_hash}, storage "
                              f"{storage}{', smoke' if plan.smoke else ''}) in experiment {exp_name!r}; start it "
                              "without --resume (a changed YAML is a new sweep)")
-        parent = tracking.ParentInfo(found.info.run_id, found.data.tags[f"{tracking.TAG}launch_id"], storage)
-        launch = _load_launch_plan(client, parent.run_id)
+        launch = _load_launch_plan(client, found.info.run_id)
         grid_keys, phases, skipped = launch["grid"], launch["phases"], launch["skipped"]
-        client.update_run(parent.run_id, "RUNNING")
-        client.set_tag(parent.run_id, f"{tracking.TAG}driver_pid", str(os.getpid()))
-        print(f"[sweep] resuming launch {parent.launch_id} (parent run {parent.run_id})", flush=True)
     else:
         grid_keys, phases, skipped = _select(plan, client, experiment_id, opts.force)
         if not grid_keys and not phases:
@@ -379,6 +376,27 @@ def run_sweep(opts: SweepOptions) -> SweepOutcome:
             print(f"[sweep] every trial of {spec_path} already has a FINISHED run with the same config in "
                   f"experiment {exp_name!r}; nothing to do (--force runs them again).\n\n{out.summary}", flush=True)
             return out
+
+    # Ray and the resource check come before the parent run: a sweep the cluster cannot run leaves no trace.
+    started_ray = _init_ray()
+    try:
+        import ray
+
+        request, warns = check_resources(plan.spec.resources, opts.gpu_policy, ray.nodes())
+    except BaseException:
+        if started_ray:
+            ray.shutdown()
+        raise
+    for w in warns:
+        warnings.warn(w, RuntimeWarning, stacklevel=2)
+        print(f"warning: {w}", flush=True)
+
+    if found is not None:
+        parent = tracking.ParentInfo(found.info.run_id, found.data.tags[f"{tracking.TAG}launch_id"], storage)
+        client.update_run(parent.run_id, "RUNNING")
+        client.set_tag(parent.run_id, f"{tracking.TAG}driver_pid", str(os.getpid()))
+        print(f"[sweep] resuming launch {parent.launch_id} (parent run {parent.run_id})", flush=True)
+    else:
         launch_id = f"{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
         parent = tracking.create_parent_run(
             client, experiment_id, launch_id=launch_id, spec_path=spec_path.resolve(),
@@ -392,10 +410,9 @@ def run_sweep(opts: SweepOptions) -> SweepOutcome:
     outcome = SweepOutcome(status="finished", experiment_id=experiment_id, parent_run_id=parent.run_id,
                            launch_id=parent.launch_id, skipped=skipped)
     interrupted, errors = False, 0
-    started_ray = False
     try:
-        interrupted, errors, started_ray = _run_phases(plan, opts, client, experiment_id, parent, grid_keys, phases,
-                                                       commit, storage, exp_name, uri)
+        interrupted, errors = _run_phases(plan, opts, client, experiment_id, parent, grid_keys, phases, commit,
+                                          storage, exp_name, uri, request)
     except KeyboardInterrupt:
         interrupted = True
     except BaseException:
@@ -432,18 +449,14 @@ def run_sweep(opts: SweepOptions) -> SweepOutcome:
 
 def _run_phases(plan: SweepPlan, opts: SweepOptions, client: Any, experiment_id: str,
                 parent: tracking.ParentInfo, grid_keys: list[str], phases: list[str], commit: str, storage: str,
-                exp_name: str, uri: str) -> tuple[bool, int, bool]:
-    import ray
+                exp_name: str, uri: str, request: dict[str, float]) -> tuple[bool, int]:
+    """Run the grid phase and the search phases in order; (interrupted, number of errored trials)."""
     from ray import tune
 
     from orchestration.trainable import TrialContext, run_trial
 
-    started = _init_ray()
-    request, warns = check_resources(plan.spec.resources, opts.gpu_policy, ray.nodes())
-    for w in warns:
-        warnings.warn(w, RuntimeWarning, stacklevel=2)
-        print(f"warning: {w}", flush=True)
-    ctx_args = dict(tracking_uri=uri, experiment_id=experiment_id, parent_run_id=parent.run_id, launch_id=parent.launch_id,
+    ctx_args = dict(tracking_uri=uri, experiment_id=experiment_id, parent_run_id=parent.run_id,
+                    launch_id=parent.launch_id,
                     git_commit=commit, device="cuda" if request["gpu"] > 0 else "cpu",
                     num_threads=max(1, round(request["cpu"])))
     exp_root = f"{storage.rstrip('/')}/{exp_name}/{parent.launch_id}"
@@ -460,7 +473,7 @@ def _run_phases(plan: SweepPlan, opts: SweepOptions, client: Any, experiment_id:
                          expected=len(grid_keys), **common)
         errors += res.errors
         if res.interrupted:
-            return True, errors, started
+            return True, errors
     for study in plan.searches:
         if study.phase not in phases:
             continue
@@ -470,8 +483,8 @@ def _run_phases(plan: SweepPlan, opts: SweepOptions, client: Any, experiment_id:
                          expected=study.n_trials, **common)
         errors += res.errors
         if res.interrupted:
-            return True, errors, started
-    return False, errors, started
+            return True, errors
+    return False, errors
 
 
 def _log_best(plan: SweepPlan, client: Any, experiment_id: str, parent_run_id: str) -> dict[str, dict[str, str]]:

@@ -1,0 +1,219 @@
+"""Fault tolerance with real processes: a trial's worker SIGKILLed mid-run resumes from its last checkpoint and ends
+with the weights of an uninterrupted run; a SIGKILLed sweep driver is resumed with ``--resume`` without re-running
+or duplicating anything; on two simulated nodes, removing the node that runs a trial moves it to the other node,
+where it continues from its checkpoint."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from mlflow import MlflowClient
+
+SPEC = """
+name: {name}
+base:
+  data: {{dataset: digits, num_labels: 20, root: {root}}}
+  model: {{backbone: small_cnn}}
+  train: {{iterations: {iterations}, eval_interval: 20, batch_size: 8, mu: 2, eval_batch_size: 512}}
+folds: {folds}
+axes:
+  method:
+{methods}
+resources: {{cpu: 1, gpu: {gpu}}}
+"""
+METHOD = "    {m}: {{algorithm: {{name: {m}}}}}"
+
+
+def write_spec(project: Path, data_root: Path, *, name: str, iterations: int, folds: list[int],
+               methods: list[str], gpu: float = 0) -> Path:
+    project.mkdir(parents=True, exist_ok=True)
+    spec = project / f"{name}.yaml"
+    spec.write_text(SPEC.format(name=name, root=data_root, iterations=iterations, folds=folds, gpu=gpu,
+                                methods="\n".join(METHOD.format(m=m) for m in methods)))
+    return spec
+
+
+def grid_runs(client: MlflowClient, name: str) -> list:
+    exp = client.get_experiment_by_name(name)
+    if exp is None:
+        return []
+    return client.search_runs([exp.experiment_id], "tags.`mutexmatch.role` = 'trial'", max_results=100)
+
+
+def logged_steps(client: MlflowClient, run) -> list[int]:
+    return [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")]
+
+
+def final_weights(client: MlflowClient, run, dest: Path) -> dict[str, torch.Tensor]:
+    path = client.download_artifacts(run.info.run_id, "weights/final_model.pt", str(dest))
+    return torch.load(path, weights_only=True)
+
+
+def uninterrupted_weights(client: MlflowClient, run, dest: Path) -> dict[str, torch.Tensor]:
+    """Train the same resolved config with the plain trainer, in this process, without any interruption."""
+    from mutexmatch.config import parse_config
+    from mutexmatch.train import Trainer
+
+    raw = yaml.safe_load(Path(client.download_artifacts(run.info.run_id, "config.yaml", str(dest))).read_text())
+    raw["output_dir"] = str(dest / "reference")
+    summary = Trainer(parse_config(raw)).fit()
+    return torch.load(summary.final_weights, weights_only=True)
+
+
+def assert_same_tensors(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    different = [k for k in a if not torch.equal(a[k], b[k])]
+    assert not different, f"tensors differ: {different}"
+
+
+@pytest.mark.slow
+def test_sigkilled_worker_resumes_from_its_checkpoint_with_identical_final_weights(tmp_path, data_root, sweep_env,
+                                                                                    procs):
+    write_spec(tmp_path, data_root, name="wkill", iterations=200, folds=[0], methods=["fixmatch"])
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    driver = subprocess.Popen([sys.executable, "-m", "orchestration.sweep", "wkill.yaml", "--max-failures", "2"],
+                              cwd=tmp_path, env=sweep_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, start_new_session=True)
+    try:
+        def running_past_60():
+            runs = grid_runs(client, "wkill")
+            if runs and "mutexmatch.worker_pid" in runs[0].data.tags and max(logged_steps(client, runs[0]),
+                                                                              default=0) >= 60:
+                return runs[0]
+            return None
+
+        run = procs["wait_for"](running_past_60, 240, "the trial to log step 60")
+        os.kill(int(run.data.tags["mutexmatch.worker_pid"]), signal.SIGKILL)
+        out, _ = driver.communicate(timeout=300)
+    finally:
+        if driver.poll() is None:
+            procs["kill"]([driver.pid, *procs["descendants"](driver.pid)])
+    assert driver.returncode == 0, out
+    assert "restarting from its last checkpoint" in out
+    runs = grid_runs(client, "wkill")
+    assert len(runs) == 1  # the restarted trial continued its own run
+    run = runs[0]
+    tags = run.data.tags
+    assert run.info.status == "FINISHED" and tags["mutexmatch.attempts"] == "2"
+    assert tags["mutexmatch.attempt.2.tune_checkpoint"] == "yes"
+    resumed_at = int(tags["mutexmatch.attempt.2.start_step"])
+    assert 20 <= resumed_at <= 200 and resumed_at % 20 == 0
+    assert logged_steps(client, run) == list(range(20, 201, 20))  # every evaluation logged exactly once
+    assert_same_tensors(final_weights(client, run, tmp_path / "a"), uninterrupted_weights(client, run, tmp_path / "b"))
+
+
+@pytest.mark.slow
+def test_sigkilled_driver_then_resume_finishes_everything_once(tmp_path, data_root, sweep_env, run_cli, procs):
+    write_spec(tmp_path, data_root, name="dkill", iterations=120, folds=[0, 1], methods=["fixmatch", "mutexmatch"])
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    driver = subprocess.Popen([sys.executable, "-m", "orchestration.sweep", "dkill.yaml", "--max-concurrent", "1"],
+                              cwd=tmp_path, env=sweep_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, start_new_session=True)
+    try:
+        def one_done_one_halfway():
+            runs = grid_runs(client, "dkill")
+            done = [r for r in runs if r.info.status == "FINISHED"]
+            running = [r for r in runs if r.info.status == "RUNNING" and max(logged_steps(client, r), default=0) >= 60]
+            return (done, running) if done and running else None
+
+        done_before, _ = procs["wait_for"](one_done_one_halfway, 300, "one finished and one half-way trial")
+        ray_procs = procs["descendants"](driver.pid)
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(timeout=30)
+    finally:
+        procs["kill"]([driver.pid, *procs["descendants"](driver.pid)])
+    procs["kill"](ray_procs)  # raylet, GCS, workers and the agents orphaned by the killed driver
+    assert not [p for p in ray_procs if procs["alive"](p)]
+    assert any(r.info.status == "RUNNING" for r in grid_runs(client, "dkill"))  # what the kill left behind
+
+    result = run_cli(tmp_path, "dkill.yaml", "--max-concurrent", "1", "--resume", timeout=400)
+    assert result.returncode == 0, result.output
+    assert "resuming launch" in result.output
+    runs = grid_runs(client, "dkill")
+    assert len(runs) == 4  # exactly one run per trial
+    assert sorted(r.info.run_name for r in runs) == ["method=fixmatch/fold0", "method=fixmatch/fold1",
+                                                     "method=mutexmatch/fold0", "method=mutexmatch/fold1"]
+    assert {r.info.status for r in runs} == {"FINISHED"}
+    for r in runs:
+        assert logged_steps(client, r) == list(range(20, 121, 20))
+    by_id = {r.info.run_id: r for r in runs}
+    for before in done_before:  # finished before the kill: not re-run
+        after = by_id[before.info.run_id]
+        assert after.data.tags["mutexmatch.attempts"] == "1"
+        assert after.info.end_time == before.info.end_time
+    resumed = [r for r in runs if r.data.tags["mutexmatch.attempts"] == "2"]
+    assert resumed and all(int(r.data.tags["mutexmatch.attempt.2.start_step"]) > 0 for r in resumed
+                           if r.data.tags["mutexmatch.attempt.2.tune_checkpoint"] == "yes")
+    exp = client.get_experiment_by_name("dkill")
+    everything = client.search_runs([exp.experiment_id], "", max_results=100)
+    assert not [r for r in everything if r.info.status == "RUNNING"]
+    parents = [r for r in everything if r.data.tags.get("mutexmatch.role") == "sweep"]
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+
+
+@pytest.mark.slow
+def test_removed_node_trial_finishes_on_the_other_node(tmp_path, data_root):
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from orchestration.sweep import SweepError, SweepOptions, run_sweep
+
+    # fast failure detection, so the test does not wait out the default health-check timeout
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 0, "_system_config": {"health_check_period_ms": 500, "health_check_timeout_ms": 500,
+                                          "health_check_failure_threshold": 3}})
+    workers = [cluster.add_node(num_cpus=1) for _ in range(2)]
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address)
+    try:
+        # a GPU request on this CPU-only cluster is refused at once instead of waiting forever
+        gpu_spec = write_spec(tmp_path / "gpu", data_root, name="gpu", iterations=40, folds=[0],
+                              methods=["supervised"], gpu=1)
+        with pytest.raises(SweepError, match="resources.gpu=1: the Ray cluster has no GPU"):
+            run_sweep(SweepOptions(spec_path=gpu_spec, project_dir=tmp_path / "gpu"))
+
+        spec = write_spec(tmp_path, data_root, name="nodes", iterations=200, folds=[0], methods=["fixmatch"])
+        client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+        removed: dict[str, str] = {}
+
+        def remover() -> None:
+            import time
+
+            deadline = time.monotonic() + 240
+            while time.monotonic() < deadline:
+                runs = grid_runs(client, "nodes")
+                if runs and "mutexmatch.node_id" in runs[0].data.tags and max(logged_steps(client, runs[0]),
+                                                                               default=0) >= 60:
+                    node_id = runs[0].data.tags["mutexmatch.node_id"]
+                    node = next(n for n in workers if n.node_id == node_id)
+                    cluster.remove_node(node, allow_graceful=False)
+                    removed["node_id"] = node_id
+                    return
+                time.sleep(0.2)
+
+        thread = threading.Thread(target=remover, daemon=True)
+        thread.start()
+        outcome = run_sweep(SweepOptions(spec_path=spec, project_dir=tmp_path, max_failures=3))
+        thread.join(timeout=10)
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    assert removed, "the trial's node was never removed"
+    assert outcome.status == "finished", outcome
+    runs = grid_runs(client, "nodes")
+    assert len(runs) == 1
+    tags = runs[0].data.tags
+    assert runs[0].info.status == "FINISHED" and tags["mutexmatch.attempts"] == "2"
+    assert tags["mutexmatch.attempt.1.node_id"] == removed["node_id"]
+    assert tags["mutexmatch.attempt.2.node_id"] not in ("", removed["node_id"])
+    assert tags["mutexmatch.attempt.2.tune_checkpoint"] == "yes" and int(tags["mutexmatch.attempt.2.start_step"]) > 0
+    assert logged_steps(client, runs[0]) == list(range(20, 201, 20))
+    assert final_weights(client, runs[0], tmp_path / "w")

@@ -1,0 +1,206 @@
+"""End to end through the real CLI, a real local Ray and a real MLflow SQLite store: a tiny sweep (2 variants × 2
+folds + an Optuna search of 4 trials) produces exactly the documented MLflow layout; a relaunch skips it; a dry run
+prints the plan and a measured cost; a GPU request on a CPU-only Ray is refused before anything starts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from mlflow import MlflowClient
+
+from mutexmatch.splits import Split
+
+TINY = """
+name: tiny
+base:
+  data: {{dataset: digits, num_labels: 20, root: {root}}}
+  model: {{backbone: small_cnn}}
+  train: {{iterations: 8, eval_interval: 4, batch_size: 4, mu: 2, eval_batch_size: 512}}
+folds: [0, 1]
+axes:
+  method:
+    fixmatch: {{algorithm: {{name: fixmatch}}}}
+    mutexmatch: {{algorithm: {{name: mutexmatch}}}}
+resources: {{cpu: 1, gpu: {gpu}}}
+search:
+  cells: [{{method: mutexmatch}}]
+  metric: val/best_acc
+  n_trials: 4
+  max_concurrent: 2
+  base: {{data: {{val_per_class: 5}}}}
+  space:
+    algorithm.tau: {{type: float, low: 0.7, high: 0.99}}
+    algorithm.k: {{type: int, low: 1, high: 10}}
+  scheduler: {{type: asha, grace_period: 1, reduction_factor: 2}}
+"""
+
+GRID_METRICS = {"test/acc", "test/acc_raw", "test/best_acc", "test/median_acc", "train/loss", "train/sup",
+                "train/sep", "train/p", "train/n", "train/mask_ratio", "train/pl_acc", "train/pl_acc_all", "train/cpa",
+                "train/tnc_cpa", "train/lr", "perf/img_per_s", "perf/data_s", "perf/compute_s"}
+
+
+def _write_spec(project: Path, data_root: Path, gpu: float = 0) -> Path:
+    project.mkdir(parents=True, exist_ok=True)
+    spec = project / "tiny.yaml"
+    spec.write_text(TINY.format(root=data_root, gpu=gpu))
+    return spec
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, data_root, run_cli):
+    """The tiny sweep, run once with the default tracking URI and storage (both under the project folder). The spec
+    asks for half a GPU and the sweep is told to drop it: this Ray has none."""
+    project = tmp_path_factory.mktemp("tiny")
+    _write_spec(project, data_root, gpu=0.5)
+    result = run_cli(project, "tiny.yaml", "--gpu-policy", "drop")
+    client = MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
+    return project, result, client, client.get_experiment_by_name("tiny")
+
+
+def _runs(client, exp, flt=""):
+    return client.search_runs([exp.experiment_id], flt, max_results=1000)
+
+
+def _artifacts(client, run_id, path=None):
+    out = []
+    for a in client.list_artifacts(run_id, path):
+        out += _artifacts(client, run_id, a.path) if a.is_dir else [a.path]
+    return out
+
+
+@pytest.mark.slow
+def test_tiny_sweep_writes_the_documented_mlflow_layout(tiny, tmp_path):
+    project, result, client, exp = tiny
+    assert result.returncode == 0, result.output
+    assert "resources.gpu=0.5: the Ray cluster has no GPU" in result.output  # dropped with a warning
+    assert (project / "ray_results" / "tiny").is_dir()  # default storage: <project>/ray_results
+    parents = _runs(client, exp, "tags.`mutexmatch.role` = 'sweep'")
+    assert len(parents) == 1
+    parent = parents[0]
+    assert parent.info.status == "FINISHED"
+    tags = parent.data.tags
+    assert tags["mutexmatch.spec_path"] == str(project / "tiny.yaml")
+    assert len(tags["mutexmatch.spec_hash"]) == 16 and tags["mutexmatch.git_commit"]
+    spec_copy = Path(client.download_artifacts(parent.info.run_id, "spec.yaml", str(tmp_path)))
+    assert spec_copy.read_text() == (project / "tiny.yaml").read_text()
+
+    grid = _runs(client, exp, "tags.`mutexmatch.kind` = 'grid'")
+    assert len(grid) == 4
+    assert sorted(r.info.run_name for r in grid) == ["method=fixmatch/fold0", "method=fixmatch/fold1",
+                                                     "method=mutexmatch/fold0", "method=mutexmatch/fold1"]
+    assert len({r.data.tags["mutexmatch.config_hash"] for r in grid}) == 4
+    for run in grid:
+        t, p = run.data.tags, run.data.params
+        variant = run.info.run_name.split("/")[0].split("=")[1]
+        fold = int(run.info.run_name[-1])
+        assert run.info.status == "FINISHED"
+        assert t["mlflow.parentRunId"] == parent.info.run_id
+        assert (t["mutexmatch.role"], t["mutexmatch.kind"], t["mutexmatch.cell"], t["mutexmatch.axis.method"],
+                t["mutexmatch.fold"], t["mutexmatch.variant"]) == ("trial", "grid", f"method={variant}", variant,
+                                                                   str(fold), variant)
+        assert t["mutexmatch.git_commit"] == tags["mutexmatch.git_commit"] and t["mutexmatch.trial_id"]
+        # params: the resolved RunConfig flattened with dots; the dropped GPU request means CPU trials
+        assert (p["algorithm.name"], p["data.fold"], p["train.iterations"], p["train.device"]) == (
+            variant, str(fold), "8", "cpu")
+        assert p["data.root"] == str(Path(yaml.safe_load((project / "tiny.yaml").read_text())["base"]["data"]
+                                          ["root"]))
+        # metrics at every evaluation step
+        expected = GRID_METRICS - ({"train/tnc_cpa", "train/sep", "train/n"} if variant == "fixmatch" else set())
+        assert expected <= set(run.data.metrics), expected - set(run.data.metrics)
+        for key in ("test/acc", "train/loss", "train/lr"):
+            assert [m.step for m in client.get_metric_history(run.info.run_id, key)] == [4, 8]
+        assert 0.0 <= run.data.metrics["test/acc"] <= 1.0
+        # artifacts
+        arts = set(_artifacts(client, run.info.run_id))
+        assert {"config.yaml", "split.json", "weights/best_model.pt", "weights/final_model.pt",
+                "class_counts/step_00000004.json", "class_counts/step_00000008.json",
+                "checkpoints/ckpt_00000008.pt", "checkpoints/ckpt_00000008.pt.sha256"} <= arts, arts
+        local = Path(client.download_artifacts(run.info.run_id, "", str(tmp_path / run.info.run_id)))
+        assert Split.load(local / "split.json").digest() == t["mutexmatch.split_digest"]
+        assert yaml.safe_load((local / "config.yaml").read_text())["algorithm"]["name"] == variant
+        counts = json.loads((local / "class_counts" / "step_00000008.json").read_text())
+        assert counts["step"] == 8 and len(counts["pseudo_label_counts"]) == 10
+        assert sum(map(sum, counts["pseudo_label_counts"])) == 4 * 2 * 4  # B·μ unlabeled images × 4 steps
+        assert ("comp_label_counts" in counts) == (variant == "mutexmatch")
+        weights = torch.load(local / "weights" / "final_model.pt", weights_only=True)
+        assert weights and all(torch.is_tensor(v) for v in weights.values())
+    assert "method=fixmatch" in result.output and "± " in result.output  # the summary table
+
+
+@pytest.mark.slow
+def test_optuna_search_stays_inside_its_bounds_and_logs_the_best(tiny):
+    project, result, client, exp = tiny
+    assert result.returncode == 0, result.output
+    search = _runs(client, exp, "tags.`mutexmatch.kind` = 'search'")
+    assert len(search) == 4
+    parent = _runs(client, exp, "tags.`mutexmatch.role` = 'sweep'")[0]
+    for run in search:
+        assert run.info.status == "FINISHED"
+        assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert run.data.tags["mutexmatch.cell"] == "method=mutexmatch" and run.data.tags["mutexmatch.fold"] == "0"
+        assert 0.7 <= float(run.data.params["algorithm.tau"]) <= 0.99
+        k = run.data.params["algorithm.k"]
+        assert k.isdigit() and 1 <= int(k) <= 10
+        assert run.data.params["data.val_per_class"] == "5"
+        assert "val/best_acc" in run.data.metrics
+    assert len({run.data.params["algorithm.tau"] for run in search}) == 4
+    best = max(search, key=lambda r: r.data.metrics["val/best_acc"])
+    best_value = best.data.metrics["val/best_acc"]
+    winners = [r for r in search if r.data.metrics["val/best_acc"] == best_value]
+    logged = parent.data.params
+    assert any(logged["best.algorithm.tau"] == r.data.params["algorithm.tau"] and
+               logged["best.algorithm.k"] == r.data.params["algorithm.k"] for r in winners)
+    assert parent.data.tags["best.algorithm.tau"] == logged["best.algorithm.tau"]
+    assert parent.data.metrics["best.val/best_acc"] == best_value
+    assert f"algorithm.tau={logged['best.algorithm.tau']}" in result.output
+
+
+@pytest.mark.slow
+def test_relaunch_skips_finished_trials_without_starting_ray(tiny, run_cli):
+    project, result, client, exp = tiny
+    assert result.returncode == 0, result.output
+    before = len(_runs(client, exp))
+    again = run_cli(project, "tiny.yaml", "--gpu-policy", "drop", timeout=120)
+    assert again.returncode == 0, again.output
+    assert "nothing to do (--force runs them again)" in again.output
+    assert "method=mutexmatch" in again.output  # the summary is still printed
+    assert len(_runs(client, exp)) == before
+
+
+@pytest.mark.slow
+def test_gpu_request_on_a_cpu_only_ray_is_refused_before_anything_runs(tmp_path, data_root, run_cli):
+    _write_spec(tmp_path, data_root, gpu=0.25)
+    result = run_cli(tmp_path, "tiny.yaml", timeout=180)
+    assert result.returncode == 2, result.output
+    assert ("error: resources.gpu=0.25: the Ray cluster has no GPU" in result.output
+            and "--gpu-policy drop" in result.output)
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("tiny")
+    assert _runs(client, exp) == []  # no parent run, no trial
+
+
+def test_dry_run_prints_plan_and_measured_cost_without_creating_a_store(tmp_path, data_root, run_cli):
+    _write_spec(tmp_path, data_root)
+    result = run_cli(tmp_path, "tiny.yaml", "--dry-run", "--n-trials", "3", timeout=180)
+    assert result.returncode == 0, result.output
+    lines = result.output.splitlines()
+    header = next(i for i, ln in enumerate(lines) if ln.split()[:4] == ["cell", "fold", "kind", "iterations"])
+    rows = [ln.split() for ln in lines[header + 2:header + 2 + 5]]
+    assert [r[:4] for r in rows] == [["method=fixmatch", "0", "grid", "8"], ["method=fixmatch", "1", "grid", "8"],
+                                     ["method=mutexmatch", "0", "grid", "8"], ["method=mutexmatch", "1", "grid", "8"],
+                                     ["method=mutexmatch", "0", "search", "×3"]]
+    assert rows[-1][4] == "3×8"
+    assert "ms/step" in result.output and "CPU-hours" in result.output
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "ray_results").exists()
+
+
+def test_bad_spec_exits_2_with_the_field(tmp_path, data_root, run_cli):
+    spec = _write_spec(tmp_path, data_root)
+    spec.write_text(spec.read_text().replace("metric: val/best_acc", "metric: test/acc"))
+    result = run_cli(tmp_path, "tiny.yaml", "--dry-run", timeout=120)
+    assert result.returncode == 2
+    assert "error: search.metric='test/acc': must be a validation metric" in result.output
