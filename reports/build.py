@@ -67,21 +67,28 @@ class _Metrics:
 
     def __init__(self, source: RunSource):
         self.source = source
-        self._hist: dict[str, pd.DataFrame] = {}
-        self._absent: dict[str, set[str]] = {}   # runs that never logged the metric: not queried twice
+        # metric → frames, one per read, with the run ids each holds; run id → its frame's index (-1: never logged)
+        self._chunks: dict[str, list[tuple[pd.DataFrame, set[str]]]] = {}
+        self._chunk_of: dict[str, dict[str, int]] = {}
 
     def histories(self, metric: str, run_ids: Sequence[str]) -> pd.DataFrame:
         """Histories (``run_id``, ``step``, ``value``) of ``metric`` for ``run_ids``, reading only uncached runs."""
-        have = self._hist.get(metric, self.source.histories([], metric))
-        absent = self._absent.setdefault(metric, set())
-        known = set(have["run_id"]) | absent
-        missing = [r for r in dict.fromkeys(run_ids) if r not in known]
+        chunks = self._chunks.setdefault(metric, [])
+        chunk_of = self._chunk_of.setdefault(metric, {})
+        wanted = set(run_ids)
+        missing = sorted(wanted - chunk_of.keys())
         if missing:
             new = self.source.histories(missing, metric)
-            have = pd.concat([have, new], ignore_index=True) if len(have) else new
-            absent |= set(missing) - set(new["run_id"])
-        self._hist[metric] = have
-        return have[have["run_id"].isin(set(run_ids))]
+            logged = set(new["run_id"])
+            chunks.append((new, logged))
+            chunk_of.update({r: len(chunks) - 1 if r in logged else -1 for r in missing})
+        needed = sorted({chunk_of[r] for r in wanted} - {-1})
+        if len(needed) == 1 and chunks[needed[0]][1] <= wanted:
+            return chunks[needed[0]][0]       # exactly one read's runs (a table's): no pass over ~1M rows
+        if not needed:
+            return self.source.histories([], metric)
+        frame = pd.concat([chunks[i][0] for i in needed], ignore_index=True)
+        return frame[frame["run_id"].isin(wanted)].reset_index(drop=True)
 
     def values(self, metric: str, protocol: str, runs: pd.DataFrame) -> pd.DataFrame:
         """``runs`` plus a ``value`` column: the metric under ``protocol`` ×100 (NaN when never logged)."""
