@@ -213,8 +213,8 @@ def render_markdown(data: TableData) -> str:
     titles = _column_titles(data)
     header = [_md_escape(_row_header(data))]
     for t in titles:
-        header += [_md_escape(t)] + ([_md_escape(f"{t}: paper"), _md_escape(f"{t}: Δ")] if data.has_published
-                                     else [])
+        # "paper" and "Δ" right after their column: repeating the column title would triple a wide table's width.
+        header += [_md_escape(t)] + (["paper", "Δ"] if data.has_published else [])
     lines = [f"**Table {lay.id}.** {_caption_sentences(data, markdown=True)}", "",
              _md_row(header), _md_row([":---"] + ["---:"] * (len(header) - 1))]
     for g in data.groups:
@@ -325,12 +325,15 @@ def _tex_cell(data: TableData, key: Key) -> str:
     return text
 
 
-def _tex_header(data: TableData, lead: list[str], span: int = 1, sub: list[str] | None = None) -> list[str]:
-    """Header rows: column groups (if any), column labels spanning ``span`` sub-columns, then sub-column titles.
+def _tex_header(data: TableData, lead: list[str], columns: list[str] | None = None, span: int = 1,
+                sub: list[str] | None = None) -> list[str]:
+    """Header rows for ``columns`` (default all): column groups (if any), column labels spanning ``span``
+    sub-columns, then sub-column titles.
 
     ``lead`` holds the (already LaTeX) titles of the leading label columns; they go on the last header row.
     """
     lay = data.layout
+    columns = data.columns if columns is None else columns
     lead_cols = len(lead)
     lines = []
     pad = " & " * (lead_cols - 1)
@@ -345,48 +348,78 @@ def _tex_header(data: TableData, lead: list[str], span: int = 1, sub: list[str] 
         return " & ".join(cells), " ".join(rules)
 
     if lay.column_groups:
-        row, rules = spans([(g, len(cols) * span) for g, cols in lay.column_groups.items()])
+        groups = [(g, sum(c in columns for c in cols)) for g, cols in lay.column_groups.items()]
+        row, rules = spans([(g, n * span) for g, n in groups if n])
         lines.append(f"{pad} & {row} \\\\ {rules}")
-    labels = [(lay.column_label(c), span) for c in data.columns]
+    labels = [(lay.column_label(c), span) for c in columns]
     if sub:
         row, rules = spans(labels)
         lines.append(f"{pad} & {row} \\\\ {rules}")
-        lines.append(" & ".join(lead + sub * len(data.columns)) + r" \\")
+        lines.append(" & ".join(lead + sub * len(columns)) + r" \\")
     else:
         lines.append(" & ".join(lead + [latex_escape(t) for t, _ in labels]) + r" \\")
     return lines
 
 
 _FIT = r"\resizebox{\ifdim\width>\linewidth\linewidth\else\width\fi}{!}{%"
+MAX_TEX_COLUMNS = 9
+"""Value sub-columns per tabular: a wider table is cut into stacked blocks (whole column groups where they fit) so
+that it is not scaled down to an unreadable size — the paper's Table 1 with Ours/Paper/Δ has 27."""
+
+
+def _column_blocks(data: TableData, span: int) -> list[list[str]]:
+    per_block = max(1, MAX_TEX_COLUMNS // span)
+    if len(data.columns) <= per_block:
+        return [list(data.columns)]
+    lay = data.layout
+    units = [list(cols) for cols in lay.column_groups.values()] if lay.column_groups else [list(data.columns)]
+    blocks: list[list[str]] = []
+    for unit in units:
+        if len(unit) > per_block:
+            # a group wider than a block is cut into even pieces (4 columns → 2 + 2, not 3 + 1)
+            pieces = -(-len(unit) // per_block)
+            size = -(-len(unit) // pieces)
+            blocks += [unit[i:i + size] for i in range(0, len(unit), size)]
+        elif blocks and len(blocks[-1]) + len(unit) <= per_block:
+            blocks[-1] += unit                    # small whole groups share a block
+        else:
+            blocks.append(list(unit))
+    return blocks
 
 
 def render_latex(data: TableData) -> str:
     """A ``table`` float (booktabs) to ``\\input``; needs ``booktabs`` and ``graphicx`` in the preamble."""
     lay = data.layout
     span = 3 if data.has_published else 1
-    ncols = 1 + span * len(data.columns)
-    lines = [r"\begin{table}[htbp]", r"\centering",
-             rf"\caption{{{latex_escape(_caption_sentences(data, markdown=False))}}}",
-             rf"\label{{tab:{lay.id}}}", _FIT, rf"\begin{{tabular}}{{@{{}}l{'c' * (ncols - 1)}@{{}}}}", r"\toprule"]
-    lines += _tex_header(data, [latex_escape(_row_header(data))], span,
-                         sub=["Ours", "Paper", r"$\Delta$"] if span == 3 else None)
-    lines.append(r"\midrule")
-    for gi, g in enumerate(data.groups):
-        if g is not None:
-            if gi:
-                lines.append(r"\midrule")
-            lines.append(rf"\multicolumn{{{ncols}}}{{@{{}}l}}{{\textit{{{latex_escape(lay.group_label(g))}}}}} \\")
-        for r in data.rows:
-            row = [latex_escape(lay.row_label(r))]
-            for c in data.columns:
-                key = (g, r, c)
-                row.append(_tex_cell(data, key))
-                if span == 3:
-                    paper = data.published.get(key)
-                    row += [_tex_value(str(paper)) if paper else "---",
-                            _tex_signed(format_delta(data.cells[key], paper))]
-            lines.append(" & ".join(row) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}}"]
+    # One font size for every block (footnotesize, tighter columns, as SSL papers set their tables); a block is
+    # scaled down only if it is still wider than the line.
+    lines = [r"\begin{table}[!htbp]", r"\centering", r"\footnotesize", r"\setlength{\tabcolsep}{4pt}",
+             rf"\caption{{{latex_escape(_caption_sentences(data, markdown=False))}}}", rf"\label{{tab:{lay.id}}}"]
+    for bi, columns in enumerate(_column_blocks(data, span)):
+        ncols = 1 + span * len(columns)
+        if bi:
+            lines.append(r"\par\medskip")
+        lines += [_FIT, rf"\begin{{tabular}}{{@{{}}l{'c' * (ncols - 1)}@{{}}}}", r"\toprule"]
+        lines += _tex_header(data, [latex_escape(_row_header(data))], columns, span,
+                             sub=["Ours", "Paper", r"$\Delta$"] if span == 3 else None)
+        lines.append(r"\midrule")
+        for gi, g in enumerate(data.groups):
+            if g is not None:
+                if gi:
+                    lines.append(r"\midrule")
+                label = latex_escape(lay.group_label(g))
+                lines.append(rf"\multicolumn{{{ncols}}}{{@{{}}l}}{{\textit{{{label}}}}} \\")
+            for r in data.rows:
+                row = [latex_escape(lay.row_label(r))]
+                for c in columns:
+                    key = (g, r, c)
+                    row.append(_tex_cell(data, key))
+                    if span == 3:
+                        paper = data.published.get(key)
+                        row += [_tex_value(str(paper)) if paper else "---",
+                                _tex_signed(format_delta(data.cells[key], paper))]
+                lines.append(" & ".join(row) + r" \\")
+        lines += [r"\bottomrule", r"\end{tabular}}"]
     for pair, results in data.paired:
         lines += _tex_paired(data, pair, results)
     lines.append(r"\end{table}")

@@ -106,6 +106,26 @@ def test_grouped_folds_markdown(data):
     assert lines[4 + 3 * 5 + 5 + 4] == "| Backbone: WRN-28-2 | MutexMatch | 4 | 98.00 | — | — |"
 
 
+def wide_table():
+    """Five columns with published numbers: 15 value sub-columns, more than one LaTeX block holds."""
+    spec = {"name": "w", "axes": {"method": {"fm": {}, "mm": {}}, "labels": {f"n{i}": {} for i in range(5)}},
+            "tables": [{"id": "w", "rows": "method", "columns": "labels",
+                        "published": {"mm": {f"n{i}": 90 + i for i in range(5)}}}]}
+    report = validate_report(spec)
+    frame = pd.DataFrame([{"cell": f"method={m},labels=n{i}", "fold": f, "value": 80.0 + i + f + (m == "mm"),
+                           "run_id": f"{m}{i}{f}", "split_digest": str(f)} for m in ("fm", "mm") for i in range(5)
+                          for f in range(5)])
+    return build_table_data(report.tables[0], report.axes, report.folds, frame, "best")
+
+
+def test_wide_latex_table_is_cut_into_blocks():
+    tex = render_latex(wide_table())
+    assert tex.count(r"\begin{tabular}") == 2                      # 3 columns × (Ours, Paper, Δ), then 2
+    assert r"Method & Ours & Paper & $\Delta$ & Ours & Paper & $\Delta$ & Ours & Paper & $\Delta$ \\" in tex
+    assert r" & \multicolumn{3}{c}{n3} & \multicolumn{3}{c}{n4} \\ \cmidrule(lr){2-4} \cmidrule(lr){5-7}" in tex
+    assert r"mm & \textbf{83.00$\pm$1.58} & 90.00 & $-7.00$" in tex
+
+
 def test_grouped_latex_structure_and_compiles(data, tmp_path):
     tex = render_latex(data)
     assert r" & \multicolumn{2}{c}{CIFAR-10} & CIFAR-100 \\ \cmidrule(lr){2-3} \cmidrule(lr){4-4}" in tex
@@ -118,7 +138,7 @@ def test_grouped_latex_structure_and_compiles(data, tmp_path):
                      "texlive-latex-recommended texlive-latex-extra)"
     (tmp_path / "t.tex").write_text("\n".join([
         r"\documentclass{article}", r"\usepackage[T1]{fontenc}", r"\usepackage{booktabs,longtable,graphicx}",
-        r"\begin{document}", tex, render_folds_latex(data), r"\end{document}"]))
+        r"\begin{document}", tex, render_folds_latex(data), render_latex(wide_table()), r"\end{document}"]))
     proc = subprocess.run([pdflatex, "-interaction=nonstopmode", "-halt-on-error", "t.tex"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:]
