@@ -14,10 +14,10 @@ Two readers return the same frames:
   ``search_runs`` takes 3.7–4.5 s (it builds ~73k ORM objects for every param, tag and latest metric), and
   ``get_metric_history`` 20 ms *per run*, because SQLite answers MLflow's query through the ``(key, …)`` primary
   key and scans every row of the metric for each run — 20 s for one metric of 1,000 runs. The bulk reads take
-  about 0.2 s (runs, tags, params) and 0.2 s per 100k metric rows. Only MLflow's long-stable core tables are read (``experiments``, ``runs``, ``tags``, ``params``,
-  ``metrics``); if the file lacks one of the expected columns the API reader is used instead. Class-count
-  artifacts are read from each run's artifact URI: as plain files when it is a local ``file:`` folder, else with
-  ``mlflow.artifacts``.
+  about 0.2 s (runs, tags, params) and 0.2 s per 100k metric rows. Only MLflow's long-stable core tables are read
+  (``experiments``, ``runs``, ``tags``, ``params``, ``metrics``); if the file lacks one of the expected columns the
+  API reader is used instead. Class-count artifacts are read from each run's artifact URI: as plain files when it
+  is a local ``file:`` folder, else with ``mlflow.artifacts``.
 
 Protocols (how one run's metric history becomes one number, as in FixMatch/MutexMatch reporting):
 ``best`` = maximum over all evaluations, ``final`` = the value at the last step, ``median20`` = median of the last 20
