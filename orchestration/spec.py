@@ -61,7 +61,7 @@ __all__ = [
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 # The trainer's validation metrics (mutexmatch.train.Trainer.evaluate); the only legal search objectives.
 VALIDATION_METRICS = ("val/acc", "val/best_acc")
-# --smoke without a `smoke:` section: a few steps of every cell, enough to exercise load → train → eval → checkpoint.
+# --smoke without a `smoke:` section: a few steps of every cell, enough to exercise load, train, eval, checkpoint.
 SMOKE_DEFAULT: dict[str, Any] = {"train": {"iterations": 4, "eval_interval": 2, "batch_size": 4, "mu": 2}}
 # Set per trial by orchestration; a value in the YAML would be silently replaced, so it is refused instead.
 _OWNED = {("output_dir",): "set per trial by orchestration (under the Ray storage)",

@@ -32,6 +32,7 @@ import shlex
 import signal
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -77,6 +78,7 @@ class SweepOptions:
     project_dir: Path | None = None
     reuse_actors: bool = True
     verbose: int = 0
+    handle_signals: bool = False      # the CLI: Ctrl+C and SIGTERM end the launch gracefully (see _on_interrupt)
 
 
 @dataclass
@@ -230,17 +232,45 @@ def _run_phase(name: str, trainable: Any, *, param_space: dict | None, tune_kwar
             checkpoint_config=tune.CheckpointConfig(num_to_keep=2), callbacks=[ProgressPrinter()])
         tuner = tune.Tuner(trainable, param_space=param_space, run_config=run_config,
                            tune_config=tune.TuneConfig(reuse_actors=opts.reuse_actors, **tune_kwargs))
-    results = tuner.fit()
-    interrupted = len(results) < expected or results.num_terminated + results.num_errors < len(results)
-    _reconcile_phase(results, interrupted, client, experiment_id, parent_run_id)
+    _IN_FIT.set()
+    try:
+        results = tuner.fit()
+    finally:
+        _IN_FIT.clear()
+    # After an interrupt Tune returns normally; trials it stopped may even count as terminated, so the signal
+    # handler's flag is what tells an interrupted phase from a finished one (the counts cover in-process callers).
+    interrupted = (_INTERRUPTED.is_set() or len(results) < expected
+                   or results.num_terminated + results.num_errors < len(results))
+    _reconcile_phase(results, interrupted, client, experiment_id, parent_run_id,
+                     early_stopping="scheduler" in tune_kwargs and not isinstance(
+                         tune_kwargs["scheduler"], _fifo_scheduler()))
     return _PhaseResult(interrupted, results.num_errors)
 
 
-def _reconcile_phase(results: Any, interrupted: bool, client: Any, experiment_id: str, parent_run_id: str) -> None:
-    """End the runs a trial process could not end itself: a worker killed for good (FAILED), a trial stopped by
-    ASHA before it could mark its run (FINISHED, early stopped), trials cut off by an interrupt (KILLED)."""
+def _fifo_scheduler() -> type:
+    from ray.tune.schedulers import FIFOScheduler
+
+    return FIFOScheduler
+
+
+def _reconcile_phase(results: Any, interrupted: bool, client: Any, experiment_id: str, parent_run_id: str, *,
+                     early_stopping: bool) -> None:
+    """Give every run of the phase its final status.
+
+    A trial stopped by Tune ends its run as KILLED with ``mutexmatch.stopped=true`` (the trial cannot tell ASHA's
+    stop from an interrupt); in a phase with an early-stopping scheduler that was not interrupted, that was ASHA:
+    FINISHED with ``mutexmatch.early_stopped=true``. Runs a dead process left RUNNING: FAILED if their trial
+    errored, KILLED if the phase was interrupted, FINISHED (early stopped) if Tune holds a result for them and
+    the scheduler stops trials early, FAILED otherwise."""
     error_ids = {r.metrics.get("trial_id") for r in results if r.error is not None}
     reported_ids = {r.metrics.get("trial_id") for r in results if r.error is None and r.metrics}
+    if early_stopping and not interrupted:
+        flt = (f"tags.`mlflow.parentRunId` = '{parent_run_id}' AND attributes.status = 'KILLED' AND "
+               f"tags.`{tracking.TAG}stopped` = 'true'")
+        for run in tracking.iter_runs(client, experiment_id, flt):
+            client.set_tag(run.info.run_id, f"{tracking.TAG}early_stopped", "true")
+            client.set_tag(run.info.run_id, f"{tracking.TAG}stopped", "false")
+            tracking.end_run(client, run.info.run_id, "FINISHED")
     flt = f"tags.`mlflow.parentRunId` = '{parent_run_id}' AND attributes.status = 'RUNNING'"
     for run in tracking.iter_runs(client, experiment_id, flt):
         tid = run.data.tags.get(f"{tracking.TAG}trial_id")
@@ -248,13 +278,42 @@ def _reconcile_phase(results: Any, interrupted: bool, client: Any, experiment_id
             status = "FAILED"
         elif interrupted:
             status = "KILLED"
-        elif tid in reported_ids:
+        elif early_stopping and tid in reported_ids:
             status = "FINISHED"
             client.set_tag(run.info.run_id, f"{tracking.TAG}early_stopped", "true")
         else:
             status = "FAILED"
         client.set_tag(run.info.run_id, f"{tracking.TAG}ended_by", "driver")
         tracking.end_run(client, run.info.run_id, status)
+
+
+# Set by the CLI's SIGINT/SIGTERM handler; _IN_FIT while Tuner.fit runs (Tune then stops gracefully on SIGUSR1).
+_INTERRUPTED = threading.Event()
+_IN_FIT = threading.Event()
+
+
+def _on_interrupt(signum: int, frame: Any) -> None:
+    """First Ctrl+C/SIGTERM: ask Tune to stop gracefully (its SIGUSR1 handler saves the experiment state and stops
+    the trials) and remember that the launch was interrupted. A second one, or one outside ``fit``, aborts."""
+    first = not _INTERRUPTED.is_set()
+    _INTERRUPTED.set()
+    tune_listens = hasattr(signal, "SIGUSR1") and signal.getsignal(signal.SIGUSR1) not in (
+        signal.SIG_DFL, signal.SIG_IGN, None)
+    if first and _IN_FIT.is_set() and tune_listens:
+        print("\n[sweep] interrupted: stopping the trials and saving the state (interrupt again to abort at once)",
+              file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGUSR1)
+        return
+    raise KeyboardInterrupt
+
+
+def _handle_interrupts() -> None:
+    """Route SIGINT and SIGTERM (``kill``, a scheduler's preemption) through :func:`_on_interrupt`. Called again
+    after ``ray.init``, which installs its own aborting SIGTERM handler."""
+    if threading.current_thread() is threading.main_thread():
+        os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"  # Tune's own SIGINT handler would hide the interrupt
+        signal.signal(signal.SIGINT, _on_interrupt)
+        signal.signal(signal.SIGTERM, _on_interrupt)
 
 
 # ------------------------------------------------------------------------------------------------ selection
@@ -327,7 +386,8 @@ def _dry_run(plan: SweepPlan, opts: SweepOptions, uri: str, storage: str, exp_na
     for ck, c in costs.items():
         k = json.loads(ck)
         print(f"measured on {c.device} ({threads} thread(s)): {k['backbone']} {k['dataset']} {k['alg']} "
-              f"B={k['b']} mu={k['mu']}{' +val split' if k['val'] else ''}: {c.step_s * 1000:.1f} ms/step, {c.eval_s:.2f} s/evaluation")
+              f"B={k['b']} mu={k['mu']}{' +val split' if k['val'] else ''}: {c.step_s * 1000:.1f} ms/step, "
+              f"{c.eval_s:.2f} s/evaluation")
     print(f"estimated cost: {total / 3600:.3f} {unit}-hours ({total:.0f} s of trial time; search trials counted at "
           f"full length, ASHA stops some early; Ray/MLflow overhead not included); "
           f"≈ {total / slots / 60:.1f} min wall time at {slots} concurrent trial(s) on this machine")
@@ -379,6 +439,8 @@ def run_sweep(opts: SweepOptions) -> SweepOutcome:
 
     # Ray and the resource check come before the parent run: a sweep the cluster cannot run leaves no trace.
     started_ray = _init_ray()
+    if opts.handle_signals:
+        _handle_interrupts()  # again: ray.init installs its own (aborting) SIGTERM handler
     try:
         import ray
 
@@ -541,10 +603,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         resume=args.resume, force=args.force, dry_run=args.dry_run, smoke=args.smoke,
                         n_trials=args.n_trials, max_concurrent=args.max_concurrent, gpu_policy=args.gpu_policy,
                         max_failures=args.max_failures, experiment_name=args.experiment_name,
-                        verbose=args.tune_verbose)
-    # SIGTERM (kill, a scheduler's preemption) ends the launch like Ctrl+C: Tune stops gracefully on SIGINT and the
-    # driver then reports what finished and how to resume.
-    signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
+                        verbose=args.tune_verbose, handle_signals=True)
+    _handle_interrupts()
     t0 = time.perf_counter()
     try:
         outcome = run_sweep(opts)

@@ -19,15 +19,17 @@ snapshot, before the driver was killed) is not trained again.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import shutil
 import tempfile
+import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from orchestration.env import apply_closed_network_env
 
@@ -90,15 +92,36 @@ class TrialCallback(Callback):
         self.attempt = attempt
         self.iterations = iterations
         self.final: tuple[dict[str, float], Path | None] | None = None
+        self.hooks_s = 0.0  # time spent here, i.e. added to the training run by orchestration
 
     def on_start(self, trainer: Any) -> None:
+        with self._timed():
+            self._on_start(trainer)
+
+    def on_eval(self, event: EvalEvent) -> bool | None:
+        with self._timed():
+            return self._on_eval(event)
+
+    def on_end(self, summary: RunSummary) -> None:
+        with self._timed():
+            self._on_end(summary)
+
+    @contextlib.contextmanager
+    def _timed(self) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.hooks_s += time.perf_counter() - t0
+
+    def _on_start(self, trainer: Any) -> None:
         tags = {f"{tracking.TAG}split_digest": trainer.split.digest(),
                 f"{tracking.TAG}attempt.{self.attempt}.start_step": str(trainer.step)}
         tracking.log_params_and_tags(self.client, self.run_id, {}, tags)
         for name in ("config.yaml", "split.json"):
             self.client.log_artifact(self.run_id, str(self.out / name))
 
-    def on_eval(self, event: EvalEvent) -> bool | None:
+    def _on_eval(self, event: EvalEvent) -> bool | None:
         if event.step > self.last_logged_step:
             tracking.log_metrics(self.client, self.run_id, event.metrics, event.step)
             counts = {"step": event.step, **{k: v.tolist() for k, v in event.class_counts.items()}}
@@ -125,7 +148,7 @@ class TrialCallback(Callback):
         (stage / META_FILE).write_text(json.dumps({"step": event.step, "run_id": self.run_id}))
         return stage
 
-    def on_end(self, summary: RunSummary) -> None:
+    def _on_end(self, summary: RunSummary) -> None:
         for path, dest in ((summary.best_weights, "weights"), (summary.final_weights, "weights")):
             if path is not None and Path(path).exists():
                 self.client.log_artifact(self.run_id, str(path), dest)
@@ -168,11 +191,17 @@ def _resolve(config: dict[str, Any], ctx: TrialContext) -> tuple[dict[str, Any],
 
 
 def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
-    """Tune function trainable (use with ``tune.with_parameters(run_trial, ctx=...)``)."""
+    """Tune function trainable (use with ``tune.with_parameters(run_trial, ctx=...)``).
+
+    The time orchestration adds to the training run is recorded on the MLflow run as tags
+    ``mutexmatch.overhead.{setup_s,hooks_s,wall_s}`` (MLflow and Tune bookkeeping before training, inside the
+    trainer's callbacks, and the whole attempt), which ``benchmarks/orchestration_overhead.py`` reads."""
     import ray
     from ray import tune
 
-    from mutexmatch.train import Trainer
+    from mutexmatch.train import Trainer  # imports are not counted: the trainer CLI pays them too
+
+    t_entry = time.perf_counter()
 
     # Tune logs every persisted checkpoint at INFO from the worker; one line per evaluation drowns the console.
     logging.getLogger("ray.train._internal.storage").setLevel(logging.WARNING)
@@ -202,6 +231,7 @@ def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
         last_logged = -1
     else:
         client.update_run(run.info.run_id, "RUNNING")
+        client.set_tag(run.info.run_id, f"{tracking.TAG}stopped", "false")
         logged_params = run.data.params
         attempt = int(run.data.tags.get(f"{tracking.TAG}attempts", "0")) + 1
         history = client.get_metric_history(run.info.run_id, "train/loss")
@@ -222,21 +252,27 @@ def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
             with checkpoint.as_directory() as d:
                 shutil.copytree(d, out, ignore=shutil.ignore_patterns(META_FILE))
         callback = TrialCallback(client, run_id, out, last_logged, attempt, cfg.train.iterations)
+        setup_s = time.perf_counter() - t_entry
         trainer = Trainer(cfg, callbacks=[callback], resume="auto")
         trainer.fit()
     except SystemExit:
-        # tune.report raises SystemExit(0) in the training thread when the scheduler (ASHA) stops this trial:
-        # a normal, early end of the run.
+        # tune.report raises SystemExit(0) in the training thread when Tune stops this trial: ASHA stopping it
+        # early, or the sweep being interrupted. The trial cannot tell which; the driver can, and turns the run
+        # into FINISHED (early stopped) unless the phase was interrupted.
         best = out / "best_model.pt"
         if best.exists():
             client.log_artifact(run_id, str(best), "weights")
-        client.set_tag(run_id, f"{tracking.TAG}early_stopped", "true")
-        tracking.end_run(client, run_id, "FINISHED")
+        client.set_tag(run_id, f"{tracking.TAG}stopped", "true")
+        tracking.end_run(client, run_id, "KILLED")
         raise
     except BaseException as e:
         client.set_tag(run_id, f"{tracking.TAG}error", "".join(traceback.format_exception_only(e)).strip()[:5000])
         tracking.end_run(client, run_id, "FAILED")
         raise
+    tracking.log_params_and_tags(client, run_id, {}, {
+        f"{tracking.TAG}overhead.setup_s": f"{setup_s:.3f}",
+        f"{tracking.TAG}overhead.hooks_s": f"{callback.hooks_s:.3f}",
+        f"{tracking.TAG}overhead.wall_s": f"{time.perf_counter() - t_entry:.3f}"})
     tracking.end_run(client, run_id, "FINISHED")
     if callback.final is not None:
         # may raise SystemExit (the scheduler stops the trial at max_t); the run is complete and FINISHED already,

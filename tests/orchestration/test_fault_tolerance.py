@@ -6,6 +6,7 @@ where it continues from its checkpoint."""
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -149,9 +150,12 @@ def test_sigkilled_driver_then_resume_finishes_everything_once(tmp_path, data_ro
         after = by_id[before.info.run_id]
         assert after.data.tags["mutexmatch.attempts"] == "1"
         assert after.info.end_time == before.info.end_time
+    # the trial cut off by the kill continued its run from a Tune checkpoint (forced snapshots: num_to_keep=2)
     resumed = [r for r in runs if r.data.tags["mutexmatch.attempts"] == "2"]
-    assert resumed and all(int(r.data.tags["mutexmatch.attempt.2.start_step"]) > 0 for r in resumed
-                           if r.data.tags["mutexmatch.attempt.2.tune_checkpoint"] == "yes")
+    assert resumed
+    for r in resumed:
+        assert r.data.tags["mutexmatch.attempt.2.tune_checkpoint"] == "yes"
+        assert int(r.data.tags["mutexmatch.attempt.2.start_step"]) > 0
     exp = client.get_experiment_by_name("dkill")
     everything = client.search_runs([exp.experiment_id], "", max_results=100)
     assert not [r for r in everything if r.info.status == "RUNNING"]
@@ -217,3 +221,47 @@ def test_removed_node_trial_finishes_on_the_other_node(tmp_path, data_root):
     assert tags["mutexmatch.attempt.2.tune_checkpoint"] == "yes" and int(tags["mutexmatch.attempt.2.start_step"]) > 0
     assert logged_steps(client, runs[0]) == list(range(20, 201, 20))
     assert final_weights(client, runs[0], tmp_path / "w")
+
+
+@pytest.mark.slow
+def test_terminated_driver_reports_what_finished_and_the_resume_command_works(tmp_path, data_root, sweep_env,
+                                                                             run_cli, procs):
+    write_spec(tmp_path, data_root, name="intr", iterations=120, folds=[0], methods=["fixmatch", "mutexmatch"])
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    driver = subprocess.Popen([sys.executable, "-m", "orchestration.sweep", "intr.yaml", "--max-concurrent", "1"],
+                              cwd=tmp_path, env=sweep_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, start_new_session=True)
+    try:
+        def one_done_one_started():
+            runs = grid_runs(client, "intr")
+            done = [r for r in runs if r.info.status == "FINISHED"]
+            running = [r for r in runs if r.info.status == "RUNNING" and logged_steps(client, r)]
+            return done and running
+        procs["wait_for"](one_done_one_started, 300, "one finished and one started trial")
+        driver.send_signal(signal.SIGTERM)  # like `kill`: handled as Ctrl+C (Tune stops gracefully)
+        out, _ = driver.communicate(timeout=180)
+    finally:
+        procs["kill"]([driver.pid, *procs["descendants"](driver.pid)])
+    assert driver.returncode == 130, out
+    assert "[sweep] interrupted" in out
+    assert "finished (1): method=fixmatch fold 0" in out and "not finished (1): method=mutexmatch fold 0" in out
+    resume = out.split("To resume this launch (finished trials are not re-run):\n", 1)[1].splitlines()[0].strip()
+    assert resume == (f"python -m orchestration.sweep intr.yaml --tracking-uri sqlite:///{tmp_path / 'mlflow.db'} "
+                      f"--storage {tmp_path / 'ray_results'} --max-concurrent 1 --resume")
+    runs = grid_runs(client, "intr")
+    assert sorted((r.info.run_name, r.info.status) for r in runs) == [("method=fixmatch/fold0", "FINISHED"),
+                                                                      ("method=mutexmatch/fold0", "KILLED")]
+    exp = client.get_experiment_by_name("intr")
+    parent = client.search_runs([exp.experiment_id], "tags.`mutexmatch.role` = 'sweep'")
+    assert [p.info.status for p in parent] == ["KILLED"]
+    killed = next(r for r in runs if r.info.status == "KILLED")
+
+    args = shlex.split(resume)[3:]  # the printed command, run as it is
+    result = run_cli(tmp_path, *args, timeout=300)
+    assert result.returncode == 0, result.output
+    runs = grid_runs(client, "intr")
+    assert sorted((r.info.run_name, r.info.status) for r in runs) == [("method=fixmatch/fold0", "FINISHED"),
+                                                                      ("method=mutexmatch/fold0", "FINISHED")]
+    again = client.get_run(killed.info.run_id)
+    assert again.data.tags["mutexmatch.attempts"] == "2"  # continued its own run
+    assert logged_steps(client, again) == list(range(20, 121, 20))

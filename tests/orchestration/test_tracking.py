@@ -1,0 +1,100 @@
+"""The MLflow side without Ray: URIs every process can use, the experiment with its artifact root, flattened
+params, and the reconciliation of runs left RUNNING by a driver that is gone."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from orchestration import tracking
+from orchestration.sweep import check_resources, resolve_storage
+from orchestration.spec import Resources
+
+
+def test_tracking_uri_is_absolute_for_sqlite_and_refuses_the_file_store(tmp_path):
+    assert tracking.resolve_tracking_uri(None, tmp_path) == f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert tracking.resolve_tracking_uri("sqlite:///sub/x.db", tmp_path) == f"sqlite:///{tmp_path / 'sub/x.db'}"
+    assert tracking.resolve_tracking_uri("sqlite:////abs/y.db", tmp_path) == "sqlite:////abs/y.db"
+    assert tracking.resolve_tracking_uri("z.db", tmp_path) == f"sqlite:///{tmp_path / 'z.db'}"
+    assert tracking.resolve_tracking_uri("http://127.0.0.1:5000", tmp_path) == "http://127.0.0.1:5000"
+    for bad in ("./mlruns", "file:///tmp/mlruns"):
+        with pytest.raises(ValueError, match=f"--tracking-uri='{bad}': use sqlite"):
+            tracking.resolve_tracking_uri(bad, tmp_path)
+    assert resolve_storage(None, tmp_path) == str(tmp_path / "ray_results")
+    assert resolve_storage("rr", tmp_path) == str(tmp_path / "rr")
+    assert resolve_storage("s3://bucket/rr", tmp_path) == "s3://bucket/rr"
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """One SQLite store for the module (creating its schema takes seconds)."""
+    project = tmp_path_factory.mktemp("store")
+    uri = tracking.resolve_tracking_uri(None, project)
+    return project, uri, MlflowClient(uri)
+
+
+def test_experiment_artifacts_live_beside_the_database(store):
+    project, uri, client = store
+    exp_id = tracking.ensure_experiment(client, "artifacts", uri)
+    assert tracking.ensure_experiment(client, "artifacts", uri) == exp_id
+    assert client.get_experiment(exp_id).artifact_location == (project / "mlruns").as_uri()
+    client.delete_experiment(exp_id)
+    assert tracking.ensure_experiment(client, "artifacts", uri) == exp_id  # restored from the trash, not duplicated
+
+
+def test_flatten_params_uses_dotted_paths():
+    flat = tracking.flatten_params({"algorithm": {"tau": 0.95, "k": "C"}, "train": {"compile": False},
+                                    "data": {"image_size": None}, "output_dir": "o", "x": {"y": [1, 2]}})
+    assert flat == {"algorithm.tau": "0.95", "algorithm.k": "C", "train.compile": "False",
+                    "data.image_size": "None", "output_dir": "o", "x.y": "[1, 2]"}
+
+
+def test_runs_of_a_dead_driver_are_killed_and_a_live_one_is_left_alone(store):
+    _, uri, client = store
+    exp_id = tracking.ensure_experiment(client, "reconcile", uri)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(gone.stdout)  # a pid that existed and has exited
+    parents = {}
+    for label, pid in (("dead", dead_pid), ("alive", os.getppid())):
+        info = tracking.create_parent_run(client, exp_id, launch_id=label, spec_path=Path("s.yaml"), spec_text="x",
+                                          spec_hash="h", commit="c", storage="st", smoke=False, command="cmd")
+        client.set_tag(info.run_id, "mutexmatch.driver_pid", str(pid))
+        child = client.create_run(exp_id, tags={"mlflow.parentRunId": info.run_id, "mutexmatch.role": "trial"})
+        done = client.create_run(exp_id, tags={"mlflow.parentRunId": info.run_id, "mutexmatch.role": "trial"})
+        tracking.end_run(client, done.info.run_id, "FINISHED")
+        parents[label] = (info.run_id, child.info.run_id, done.info.run_id)
+    killed = tracking.kill_dead_launches(client, exp_id)
+    assert [r.info.run_id for r in killed] == [parents["dead"][0]]
+    status = {label: [client.get_run(r).info.status for r in ids] for label, ids in parents.items()}
+    assert status == {"dead": ["KILLED", "KILLED", "FINISHED"], "alive": ["RUNNING", "RUNNING", "FINISHED"]}
+    found = tracking.find_resumable_parent(client, exp_id, spec_hash="h", storage="st", smoke=False)
+    assert found is not None and found.data.tags["mutexmatch.launch_id"] == "alive"  # the newest launch
+    assert tracking.find_resumable_parent(client, exp_id, spec_hash="h", storage="other", smoke=False) is None
+
+
+NODES = [{"Alive": True, "Resources": {"CPU": 4.0}}, {"Alive": True, "Resources": {"CPU": 2.0, "GPU": 1.0}},
+         {"Alive": False, "Resources": {"CPU": 64.0, "GPU": 8.0}}]
+
+
+@pytest.mark.parametrize("cpu, gpu, policy, nodes, expected", [
+    (1, 0.25, "error", NODES, {"cpu": 1, "gpu": 0.25}),
+    (1, 0.5, "error", NODES[:1], "resources.gpu=0.5: the Ray cluster has no GPU"),
+    (1, 0.5, "drop", NODES[:1], {"cpu": 1, "gpu": 0.0}),
+    (1, 2, "error", NODES, "resources.gpu=2: no node of the Ray cluster has 2 GPUs (largest: 1)"),
+    (8, 0, "error", NODES, "resources.cpu=8: no node of the Ray cluster has 8 CPUs (largest: 4)"),
+])
+def test_resource_requests_no_alive_node_can_satisfy_are_refused(cpu, gpu, policy, nodes, expected):
+    from orchestration.sweep import SweepError
+
+    if isinstance(expected, str):
+        with pytest.raises(SweepError, match=expected.replace("(", r"\(").replace(")", r"\)")):
+            check_resources(Resources(cpu=cpu, gpu=gpu), policy, nodes)
+    else:
+        request, warns = check_resources(Resources(cpu=cpu, gpu=gpu), policy, nodes)
+        assert request == expected
+        assert bool(warns) == (policy == "drop")
