@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import EngFormatter
 
 __all__ = ["CurvePanel", "curve_band", "is_fraction_metric", "row_normalise", "plot_curves", "plot_heatmaps",
            "plot_sensitivity"]
@@ -91,6 +92,7 @@ def plot_curves(panels: list[CurvePanel], metrics: list[str], path: Path, title:
             handles[metric] = line
         ax.set_title(f"{panel.title} (n={panel.n_runs})", fontsize=8)
         ax.set_xlabel("step", fontsize=8)
+        ax.xaxis.set_major_formatter(EngFormatter(sep=""))        # 200k, 1M: the paper trains for 2^20 steps
         ax.set_ylabel("%", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
@@ -161,7 +163,7 @@ def plot_sensitivity(series: dict[str, pd.DataFrame], path: Path, title: str, xl
     xs_all = [x for frame in series.values() for x in frame["x"]]
     numeric = all(isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool) for x in xs_all)
     categories: list[Any] = list(dict.fromkeys(xs_all))
-    fig = Figure(figsize=(5.0, 3.6), layout="constrained")
+    fig = Figure(figsize=(6.4, 3.6), layout="constrained")
     ax = fig.subplots()
     plotted = False
     for i, (label, frame) in enumerate(series.items()):
@@ -192,5 +194,6 @@ def plot_sensitivity(series: dict[str, pd.DataFrame], path: Path, title: str, xl
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
+    # Outside the axes: with several series any spot inside covers a line.
+    fig.legend(loc="outside right upper", fontsize=8, frameon=False)
     _save(fig, path)
