@@ -8,7 +8,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install quickstart test test-fast report clean
+.PHONY: install system-deps quickstart test test-fast report clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,7 +25,15 @@ quickstart: install
 	$(PY) -m orchestration.sweep experiments/quickstart.yaml
 	$(PY) -m reports.build experiments/quickstart.yaml --out reports/out/quickstart
 
-test: install
+# The report tests compile LaTeX tables: pdflatex from Debian's TeX Live (installed when missing and run as root).
+system-deps:
+	@command -v pdflatex >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	      texlive-latex-base texlive-latex-recommended >/dev/null; \
+	  else echo "pdflatex missing: sudo apt-get install texlive-latex-base texlive-latex-recommended" >&2; exit 1; fi; }
+
+test: install system-deps
 	$(PY) -m pytest -q
 
 test-fast: install
