@@ -215,8 +215,8 @@ class _PhaseResult:
 
 
 def _run_phase(name: str, trainable: Any, *, param_space: dict | None, tune_kwargs: dict[str, Any], expected: int,
-               exp_root: str, opts: SweepOptions, client: Any, experiment_id: str, parent_run_id: str
-               ) -> _PhaseResult:
+               early_stopping: bool, exp_root: str, opts: SweepOptions, client: Any, experiment_id: str,
+               parent_run_id: str) -> _PhaseResult:
     from ray import tune
 
     from orchestration.progress import ProgressPrinter
@@ -241,50 +241,55 @@ def _run_phase(name: str, trainable: Any, *, param_space: dict | None, tune_kwar
     # handler's flag is what tells an interrupted phase from a finished one (the counts cover in-process callers).
     interrupted = (_INTERRUPTED.is_set() or len(results) < expected
                    or results.num_terminated + results.num_errors < len(results))
-    _reconcile_phase(results, interrupted, client, experiment_id, parent_run_id,
-                     early_stopping="scheduler" in tune_kwargs and not isinstance(
-                         tune_kwargs["scheduler"], _fifo_scheduler()))
+    _reconcile_phase(results, interrupted, client, experiment_id, parent_run_id, early_stopping=early_stopping)
     return _PhaseResult(interrupted, results.num_errors)
-
-
-def _fifo_scheduler() -> type:
-    from ray.tune.schedulers import FIFOScheduler
-
-    return FIFOScheduler
 
 
 def _reconcile_phase(results: Any, interrupted: bool, client: Any, experiment_id: str, parent_run_id: str, *,
                      early_stopping: bool) -> None:
-    """Give every run of the phase its final status.
+    """Give every run of the phase its final status, once Tune is done with its trials.
 
-    A trial stopped by Tune ends its run as KILLED with ``mutexmatch.stopped=true`` (the trial cannot tell ASHA's
-    stop from an interrupt); in a phase with an early-stopping scheduler that was not interrupted, that was ASHA:
-    FINISHED with ``mutexmatch.early_stopped=true``. Runs a dead process left RUNNING: FAILED if their trial
-    errored, KILLED if the phase was interrupted, FINISHED (early stopped) if Tune holds a result for them and
-    the scheduler stops trials early, FAILED otherwise."""
-    error_ids = {r.metrics.get("trial_id") for r in results if r.error is not None}
-    reported_ids = {r.metrics.get("trial_id") for r in results if r.error is None and r.metrics}
-    if early_stopping and not interrupted:
-        flt = (f"tags.`mlflow.parentRunId` = '{parent_run_id}' AND attributes.status = 'KILLED' AND "
-               f"tags.`{tracking.TAG}stopped` = 'true'")
-        for run in tracking.iter_runs(client, experiment_id, flt):
-            client.set_tag(run.info.run_id, f"{tracking.TAG}early_stopped", "true")
-            client.set_tag(run.info.run_id, f"{tracking.TAG}stopped", "false")
-            tracking.end_run(client, run.info.run_id, "FINISHED")
-    flt = f"tags.`mlflow.parentRunId` = '{parent_run_id}' AND attributes.status = 'RUNNING'"
-    for run in tracking.iter_runs(client, experiment_id, flt):
+    A trial that Tune stops ends its run as KILLED with ``mutexmatch.stopped=true`` — it cannot tell ASHA's stop
+    from an interrupt — or, if its worker is torn down first, leaves it RUNNING. In a phase whose scheduler stops
+    trials early and that was not interrupted, such a run was stopped by ASHA: FINISHED with
+    ``mutexmatch.early_stopped=true``. Otherwise a RUNNING run is FAILED if its trial errored or the phase has no
+    early stopping (its process died), KILLED if the phase was interrupted."""
+    children = f"tags.`mlflow.parentRunId` = '{parent_run_id}'"
+    open_runs = list(tracking.iter_runs(client, experiment_id, f"{children} AND attributes.status = 'RUNNING'"))
+    open_runs += tracking.iter_runs(client, experiment_id, f"{children} AND attributes.status = 'KILLED' AND "
+                                    f"tags.`{tracking.TAG}stopped` = 'true'")
+    errored = _errored_trial_ids(results, {r.data.tags.get(f"{tracking.TAG}trial_id", "") for r in open_runs})
+    for run in open_runs:
         tid = run.data.tags.get(f"{tracking.TAG}trial_id")
-        if tid in error_ids:
+        running = run.info.status == "RUNNING"
+        if tid in errored:
             status = "FAILED"
-        elif interrupted:
-            status = "KILLED"
-        elif early_stopping and tid in reported_ids:
+        elif early_stopping and not interrupted:
             status = "FINISHED"
             client.set_tag(run.info.run_id, f"{tracking.TAG}early_stopped", "true")
+            client.set_tag(run.info.run_id, f"{tracking.TAG}stopped", "false")
+        elif not running:
+            continue  # stopped by the interrupt: stays KILLED
         else:
-            status = "FAILED"
+            status = "KILLED" if interrupted else "FAILED"
         client.set_tag(run.info.run_id, f"{tracking.TAG}ended_by", "driver")
         tracking.end_run(client, run.info.run_id, status)
+
+
+def _errored_trial_ids(results: Any, candidates: set[str]) -> set[str]:
+    """Tune trial ids of the errored results: from the result's metrics, or (an error before the first report
+    leaves none) from the trial folder name, which contains the id."""
+    ids = set()
+    for r in results:
+        if r.error is None:
+            continue
+        tid = (r.metrics or {}).get("trial_id")
+        if tid:
+            ids.add(tid)
+        elif r.path:
+            name = Path(str(r.path)).name
+            ids |= {c for c in candidates if c and f"_{c}_" in name}
+    return ids
 
 
 # Set by the CLI's SIGINT/SIGTERM handler; _IN_FIT while Tuner.fit runs (Tune then stops gracefully on SIGUSR1).
@@ -532,7 +537,7 @@ def _run_phases(plan: SweepPlan, opts: SweepOptions, client: Any, experiment_id:
         tune_kwargs = {"max_concurrent_trials": opts.max_concurrent} if opts.max_concurrent else {}
         res = _run_phase("smoke" if plan.smoke else "grid", trainable,
                          param_space={"trial": tune.grid_search(grid_keys)}, tune_kwargs=tune_kwargs,
-                         expected=len(grid_keys), **common)
+                         expected=len(grid_keys), early_stopping=False, **common)
         errors += res.errors
         if res.interrupted:
             return True, errors
@@ -542,7 +547,8 @@ def _run_phases(plan: SweepPlan, opts: SweepOptions, client: Any, experiment_id:
         ctx = TrialContext(**ctx_args, study=study)
         trainable = tune.with_resources(tune.with_parameters(run_trial, ctx=ctx), request)
         res = _run_phase(study.phase, trainable, param_space=None, tune_kwargs=_search_config(study),
-                         expected=study.n_trials, **common)
+                         expected=study.n_trials, early_stopping=study.search.scheduler.type == "asha",
+                         **common)
         errors += res.errors
         if res.interrupted:
             return True, errors

@@ -183,6 +183,8 @@ def test_removed_node_trial_finishes_on_the_other_node(tmp_path, data_root):
                               methods=["supervised"], gpu=1)
         with pytest.raises(SweepError, match="resources.gpu=1: the Ray cluster has no GPU"):
             run_sweep(SweepOptions(spec_path=gpu_spec, project_dir=tmp_path / "gpu"))
+        gpu_store = MlflowClient(f"sqlite:///{tmp_path / 'gpu' / 'mlflow.db'}")
+        assert gpu_store.search_runs([gpu_store.get_experiment_by_name("gpu").experiment_id], "") == []  # no trace
 
         spec = write_spec(tmp_path, data_root, name="nodes", iterations=200, folds=[0], methods=["fixmatch"])
         client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
