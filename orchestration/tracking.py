@@ -170,10 +170,11 @@ def trial_tags(*, parent_run_id: str, kind: str, cell_levels: Iterable[tuple[str
     return tags
 
 
-def find_trial_run(client: MlflowClient, experiment_id: str, trial_id: str) -> Run | None:
-    """The run of Tune trial ``trial_id`` (ids are unique across launches: Tune prefixes them per experiment)."""
-    runs = list(iter_runs(client, experiment_id, f"tags.`{TAG}trial_id` = '{trial_id}'",
-                          order_by=["attributes.start_time ASC"]))
+def find_trial_run(client: MlflowClient, experiment_id: str, trial_id: str, launch_id: str) -> Run | None:
+    """The run of Tune trial ``trial_id`` of launch ``launch_id`` (Tune keeps trial ids across restarts and
+    ``Tuner.restore``; the launch id guards against the rare id reused by another launch)."""
+    flt = f"tags.`{TAG}trial_id` = '{trial_id}' AND tags.`{TAG}launch_id` = '{launch_id}'"
+    runs = list(iter_runs(client, experiment_id, flt, order_by=["attributes.start_time ASC"]))
     return runs[0] if runs else None
 
 

@@ -214,7 +214,7 @@ def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
     client = tracking.MlflowClient(ctx.tracking_uri)
 
     checkpoint = tune.get_checkpoint()
-    run = tracking.find_trial_run(client, ctx.experiment_id, trial_id)
+    run = tracking.find_trial_run(client, ctx.experiment_id, trial_id, ctx.launch_id)
     if run is not None and run.info.status == "FINISHED":
         history = client.get_metric_history(run.info.run_id, "train/loss")
         tune.report({**run.data.metrics, "step": max((m.step for m in history), default=0)})
@@ -262,8 +262,9 @@ def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
         best = out / "best_model.pt"
         if best.exists():
             client.log_artifact(run_id, str(best), "weights")
-        client.set_tag(run_id, f"{tracking.TAG}stopped", "true")
-        tracking.end_run(client, run_id, "KILLED")
+        if client.get_run(run_id).info.status == "RUNNING":  # the driver may have ended it already
+            client.set_tag(run_id, f"{tracking.TAG}stopped", "true")
+            tracking.end_run(client, run_id, "KILLED")
         raise
     except BaseException as e:
         client.set_tag(run_id, f"{tracking.TAG}error", "".join(traceback.format_exception_only(e)).strip()[:5000])

@@ -137,6 +137,7 @@ def test_sigkilled_driver_then_resume_finishes_everything_once(tmp_path, data_ro
 
     result = run_cli(tmp_path, "dkill.yaml", "--max-concurrent", "1", "--resume", timeout=400)
     assert result.returncode == 0, result.output
+    assert "was interrupted (its driver is gone); its runs are now KILLED" in result.output
     assert "resuming launch" in result.output
     runs = grid_runs(client, "dkill")
     assert len(runs) == 4  # exactly one run per trial

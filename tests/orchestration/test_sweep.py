@@ -169,6 +169,10 @@ def test_relaunch_skips_finished_trials_without_starting_ray(tiny, run_cli):
     assert "nothing to do (--force runs them again)" in again.output
     assert "method=mutexmatch" in again.output  # the summary is still printed
     assert len(_runs(client, exp)) == before
+    plan = run_cli(project, "tiny.yaml", "--dry-run", timeout=180)
+    assert plan.output.count("(done, skipped)") == 5  # 4 grid trials and the search study
+    forced = run_cli(project, "tiny.yaml", "--dry-run", "--force", timeout=180)
+    assert forced.returncode == 0 and "(done, skipped)" not in forced.output
 
 
 def test_dry_run_prints_plan_and_measured_cost_without_creating_a_store(tmp_path, data_root, run_cli):
