@@ -122,10 +122,10 @@ def test_sigkilled_driver_then_resume_finishes_everything_once(tmp_path, data_ro
         def one_done_one_halfway():
             runs = grid_runs(client, "dkill")
             done = [r for r in runs if r.info.status == "FINISHED"]
-            running = [r for r in runs if r.info.status == "RUNNING" and max(logged_steps(client, r), default=0) >= 60]
+            running = [r for r in runs if r.info.status == "RUNNING" and max(logged_steps(client, r), default=0) >= 40]
             return (done, running) if done and running else None
 
-        done_before, _ = procs["wait_for"](one_done_one_halfway, 300, "one finished and one half-way trial")
+        done_before, _ = procs["wait_for"](one_done_one_halfway, 300, "one finished and one started trial")
         ray_procs = procs["descendants"](driver.pid)
         driver.send_signal(signal.SIGKILL)
         driver.wait(timeout=30)
