@@ -161,6 +161,7 @@ class Trainer:
         self.history: list[float] = []   # EMA test accuracy at every evaluation
         self.best_acc = -1.0
         self.best_val = -1.0
+        self.resumed_from: Path | None = None
         self._reset_accumulators()
         if resume_state is not None:
             self._load_state(*resume_state)
