@@ -8,7 +8,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install system-deps quickstart test test-fast report clean
+.PHONY: install system-deps quickstart test test-fast test-heavy report clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,10 +34,14 @@ system-deps:
 	  else echo "pdflatex missing: sudo apt-get install texlive-latex-base texlive-latex-recommended" >&2; exit 1; fi; }
 
 test: install system-deps
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not heavy"
+
+## --smoke over every experiment YAML on generated fixture datasets (about an hour on 2 cores)
+test-heavy: install system-deps
+	$(PY) -m pytest -q -m heavy
 
 test-fast: install
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow and not heavy"
 
 clean:
 	rm -rf outputs ray_results reports/out .pytest_cache
