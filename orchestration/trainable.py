@@ -258,13 +258,11 @@ def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
     except SystemExit:
         # tune.report raises SystemExit(0) in the training thread when Tune stops this trial: ASHA stopping it
         # early, or the sweep being interrupted. The trial cannot tell which; the driver can, and turns the run
-        # into FINISHED (early stopped) unless the phase was interrupted.
+        # into FINISHED (early stopped) unless the phase was interrupted. The run is left RUNNING for the driver:
+        # ending it here raced with the driver's reconciliation (a KILLED written after the driver's FINISHED).
         best = out / "best_model.pt"
         if best.exists():
             client.log_artifact(run_id, str(best), "weights")
-        if client.get_run(run_id).info.status == "RUNNING":  # the driver may have ended it already
-            client.set_tag(run_id, f"{tracking.TAG}stopped", "true")
-            tracking.end_run(client, run_id, "KILLED")
         raise
     except BaseException as e:
         client.set_tag(run_id, f"{tracking.TAG}error", "".join(traceback.format_exception_only(e)).strip()[:5000])
