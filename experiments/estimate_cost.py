@@ -16,8 +16,9 @@ inflate the estimate less. Evaluation is timed per image and scaled to the datas
 as the trainer does), so the data root must hold test sets of the real size (``python -m mutexmatch.fakedata`` can
 write them: generated pixels cost the same as real ones).
 
-    python experiments/estimate_cost.py experiments/table1_cifar_svhn.yaml ... --project /tmp/cost \
-        --batch-for wrn28_8=16 --batch-for wrn37_2=4 --batch-for wrn28_8@miniimagenet=2 --batch-for wrn28_8@tinyimagenet=4
+    python experiments/estimate_cost.py experiments/table1_cifar_svhn.yaml ... --project /tmp/cost \\
+        --batch-for wrn28_8=16 --batch-for wrn37_2=4 \\
+        --batch-for wrn28_8@miniimagenet=1 --batch-for wrn28_8@tinyimagenet=2
 
 prints every measured setup and, per YAML, the trials and the estimated hours of the full sweep (every grid trial at
 its full length; Ray/MLflow overhead not included). These are CPU-hours on *this* machine; GPU-hours need the same
@@ -69,8 +70,11 @@ def measure(raw: dict[str, Any], *, device: str, threads: int, steps: int, warmu
     from mutexmatch.train import Trainer
 
     with tempfile.TemporaryDirectory(prefix="mm_estimate_") as tmp:
+        # A smaller evaluation batch bounds memory; the cost per evaluated image barely depends on it.
+        eval_batch = min(raw.get("train", {}).get("eval_batch_size", 1024), 128)
         cfg = parse_config(deep_merge(raw, {"output_dir": tmp, "train": {"device": device, "num_threads": threads,
-                                                                            "progress": False}}))
+                                                                            "progress": False,
+                                                                            "eval_batch_size": eval_batch}}))
         trainer = Trainer(cfg)
         sync = torch.cuda.synchronize if trainer.device.type == "cuda" else (lambda: None)
         for _ in range(warmup):
@@ -104,6 +108,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=10, help="timed steps per setup (the median is used)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--cache", type=Path, help="JSON file of measured setups: read if present, updated after each "
+                   "measurement (lets a long estimate be resumed)")
     args = p.parse_args(argv)
     if args.steps < 1:
         p.error(f"--steps={args.steps}: must be >= 1")
@@ -112,7 +118,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:
         p.error(str(e))
 
-    measured: dict[str, tuple[float, float]] = {}   # setup -> (seconds per full-batch step, seconds per eval)
+    # setup -> (seconds per full-batch step, seconds per evaluation)
+    measured: dict[str, tuple[float, float]] = {}
+    if args.cache is not None and args.cache.is_file():
+        measured = {k: tuple(v) for k, v in json.loads(args.cache.read_text()).items()}  # type: ignore[misc]
     grand = 0.0
     for path in args.specs:
         spec = load_spec(path, args.project)
@@ -126,6 +135,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 step_s, eval_s = measure(deep_merge(trial.config, {"train": {"batch_size": small}}),
                                          device=args.device, threads=args.threads, steps=args.steps)
                 measured[key] = (step_s * full / small, eval_s)
+                if args.cache is not None:
+                    args.cache.write_text(json.dumps(measured, indent=1))
                 scaled = f" -> {step_s * full / small:.2f} s/step at B={full} (scaled)" if small < full else ""
                 print(f"  {key} [{trial.config['algorithm']['name']}]: {step_s:.2f} s/step at B={small}{scaled}; "
                       f"{eval_s:.1f} s/evaluation", flush=True)
