@@ -1,18 +1,29 @@
 """Images/s of our full MutexMatch training step vs a step in the released code's style, same run.
 
-    python benchmarks/train_step.py [--device cpu|cuda] [--backbone wrn28_2] [--batch 64] [--mu 7] [--steps 3]
-                                    [--workers 0] [--precision fp32|bf16]
+    python benchmarks/train_step.py [--device cpu|cuda] [--backbone wrn28_2] [--batch 64] [--mu 7] [--steps 4]
+                                    [--workers 0] [--precision fp32|bf16] [--allocator default|retain|both]
 
 Ours: `mutexmatch.train.Trainer.train_step` — uint8 images on the device, batched weak+strong augmentation there,
-channels-last model, one forward over [labeled | weak | strong]. Reference (the released code's design): per-image
-PIL RandAugment+Cutout and flip/crop in a `torch.utils.data.DataLoader`, an NCHW fp32 model, the same backbone, loss
-(MutexMatch, official form), batch and optimiser. Both run on CIFAR-sized synthetic uint8 images (speed does not
-depend on pixel values). Each side is warmed up by one step, then timed over `--steps` steps; the ratio is printed.
+channels-last model, one forward over [labeled | weak | strong]; measured eager and with ``train.compile`` (torch.compile
+of the model, which fuses BatchNorm + LeakyReLU). Reference (the released code's design): per-image PIL
+RandAugment+Cutout and flip/crop in a `torch.utils.data.DataLoader`, an NCHW fp32 eager model, the same backbone,
+loss (MutexMatch, official form), batch and optimiser. All run on CIFAR-sized synthetic uint8 images (speed does not
+depend on pixel values). Each pipeline runs in its own fresh process (so compile caches, allocator state and thread
+pools do not leak between them), one after another, warmed up by two steps and timed over ``--steps`` steps.
+
+``--allocator``: glibc's default returns every large block (each activation tensor of a 960-image batch is ~100 MB)
+to the kernel and page-faults it back on the next step; ``retain`` sets ``MALLOC_MMAP_MAX_=0`` and a huge
+``MALLOC_TRIM_THRESHOLD_`` in the child's environment so freed blocks are reused. ``both`` (default on CPU) measures
+every pipeline under both settings, and every ratio is printed against the reference under the *same* setting as
+well as against the reference as the released code runs it (default allocator).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -30,6 +41,13 @@ from mutexmatch.datasets import DATASETS, DatasetBundle, ImageData  # noqa: E402
 from mutexmatch.models import build_model  # noqa: E402
 from mutexmatch.train import Trainer, _param_groups  # noqa: E402
 
+RETAIN_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 40)}
+PIPELINES = {
+    "reference": "reference (PIL per image in DataLoader, NCHW fp32, eager)",
+    "ours": "ours (batched on-device augmentation, channels-last, eager)",
+    "ours_compile": "ours + train.compile (torch.compile of the model)",
+}
+
 
 def synthetic_cifar(n: int, seed: int = 0) -> DatasetBundle:
     g = torch.Generator().manual_seed(seed)
@@ -39,23 +57,28 @@ def synthetic_cifar(n: int, seed: int = 0) -> DatasetBundle:
                          extra_unlabeled=None, predefined_folds=None)
 
 
-def time_ours(args, bundle: DatasetBundle, root: str) -> float:
+def timed(step, args) -> float:
+    for _ in range(2):
+        step()
+    sync(args.device)
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        step()
+    sync(args.device)
+    return (time.perf_counter() - start) / args.steps
+
+
+def time_ours(args, bundle: DatasetBundle, root: str, compile_model: bool) -> float:
     cfg = parse_config({
         "data": {"dataset": "cifar10", "root": root, "num_labels": 250},
         "model": {"backbone": args.backbone},
         "algorithm": {"name": "mutexmatch", "form": "official"},
         "train": {"batch_size": args.batch, "mu": args.mu, "device": args.device, "precision": args.precision,
-                  "progress": False, "iterations": 1000},
+                  "progress": False, "iterations": 1000, "compile": compile_model},
         "output_dir": str(Path(root) / "ours"),
     })
     trainer = Trainer(cfg, bundle=bundle)
-    trainer.train_step()
-    sync(args.device)
-    start = time.perf_counter()
-    for _ in range(args.steps):
-        trainer.train_step()
-    sync(args.device)
-    return (time.perf_counter() - start) / args.steps
+    return timed(trainer.train_step, args)
 
 
 def time_reference(args, bundle: DatasetBundle) -> float:
@@ -85,18 +108,36 @@ def time_reference(args, bundle: DatasetBundle) -> float:
         out["loss"].backward()
         opt.step()
 
-    step()
-    sync(args.device)
-    start = time.perf_counter()
-    for _ in range(args.steps):
-        step()
-    sync(args.device)
-    return (time.perf_counter() - start) / args.steps
+    return timed(step, args)
 
 
 def sync(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
+
+
+def run_child(args) -> None:
+    torch.manual_seed(0)
+    np.random.seed(0)
+    bundle = synthetic_cifar(args.images)
+    with tempfile.TemporaryDirectory() as root:
+        if args.child == "reference":
+            sec = time_reference(args, bundle)
+        else:
+            sec = time_ours(args, bundle, root, compile_model=args.child == "ours_compile")
+    print(json.dumps({"s_per_step": sec, "threads": torch.get_num_threads()}))
+
+
+def measure(pipeline: str, allocator: str, argv: list[str]) -> float:
+    env = dict(os.environ, **(RETAIN_ENV if allocator == "retain" else {}))
+    if allocator == "default":
+        for key in RETAIN_ENV:
+            env.pop(key, None)
+    proc = subprocess.run([sys.executable, __file__, *argv, "--child", pipeline], env=env, capture_output=True,
+                          text=True)
+    if proc.returncode:
+        sys.exit(f"{pipeline} ({allocator} allocator) failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])["s_per_step"]
 
 
 def main() -> None:
@@ -105,26 +146,47 @@ def main() -> None:
     ap.add_argument("--backbone", default="wrn28_2")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--mu", type=int, default=7)
-    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--workers", type=int, default=0, help="reference DataLoader workers (the notes: 0 is fastest "
                     "on 2 cores)")
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--images", type=int, default=4096)
+    ap.add_argument("--allocator", choices=["default", "retain", "both"], default=None,
+                    help="glibc allocator setting of the child processes (default: both on CPU, default on CUDA)")
+    ap.add_argument("--pipelines", default=",".join(PIPELINES), help=f"comma-separated subset of {list(PIPELINES)}")
+    ap.add_argument("--child", choices=list(PIPELINES), help=argparse.SUPPRESS)
     args = ap.parse_args()
-    torch.manual_seed(0)
-    np.random.seed(0)
-    bundle = synthetic_cifar(args.images)
+    if args.child:
+        return run_child(args)
+    pipelines = args.pipelines.split(",")
+    for name in pipelines:
+        if name not in PIPELINES:
+            sys.exit(f"--pipelines: {name!r} is not one of {list(PIPELINES)}")
+    if "reference" not in pipelines:
+        pipelines.insert(0, "reference")
+    allocators = {"both": ["default", "retain"], None: ["default", "retain"] if args.device == "cpu"
+                  else ["default"]}.get(args.allocator, [args.allocator])
+    child_argv = [f"--{k}={getattr(args, k)}" for k in ("device", "backbone", "batch", "mu", "steps", "workers",
+                                                          "precision", "images")]
     per_step = args.batch * (1 + 2 * args.mu)
-    with tempfile.TemporaryDirectory() as root:
-        ours = time_ours(args, bundle, root)
-    ref = time_reference(args, bundle)
     print(f"device={args.device} backbone={args.backbone} B={args.batch} mu={args.mu} steps={args.steps} "
-          f"torch_threads={torch.get_num_threads()}")
-    print("| pipeline | s/step | images/s |\n| --- | --- | --- |")
-    print(f"| reference (PIL per image in DataLoader, NCHW fp32) | {ref:.3f} | {per_step / ref:.1f} |")
-    print(f"| ours (batched on-device augmentation, channels-last, {args.precision}) | {ours:.3f} | "
-          f"{per_step / ours:.1f} |")
-    print(f"speed-up: {ref / ours:.2f}x")
+          f"precision={args.precision} torch_threads={torch.get_num_threads()} load={os.getloadavg()[0]:.2f}")
+    results: dict[tuple[str, str], float] = {}
+    for allocator in allocators:
+        for name in pipelines:
+            results[name, allocator] = measure(name, allocator, child_argv)
+            print(f"  measured {name} ({allocator} allocator): {results[name, allocator]:.3f} s/step", flush=True)
+    ref_released = results["reference", "default"] if "default" in allocators else None
+    print("\n| pipeline | allocator | s/step | images/s | vs reference, same allocator | vs reference as released |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for (name, allocator), sec in results.items():
+        same = results["reference", allocator] / sec
+        released = f"{ref_released / sec:.2f}x" if ref_released else "n/a"
+        print(f"| {PIPELINES[name]} | {allocator} | {sec:.3f} | {per_step / sec:.1f} | {same:.2f}x | {released} |")
+    best = min((sec, name, alloc) for (name, alloc), sec in results.items() if name != "reference")
+    print(f"speed-up of our fastest step ({best[1]}, {best[2]} allocator) vs the reference as released: "
+          f"{(ref_released or results['reference', best[2]]) / best[0]:.2f}x; vs the reference with the same "
+          f"allocator: {results['reference', best[2]] / best[0]:.2f}x")
 
 
 if __name__ == "__main__":
