@@ -245,8 +245,9 @@ class Trainer:
         dev = self.device
         self._terms = torch.zeros(len(_TERMS), device=dev)
         self._first_bad = torch.full((len(_TERMS),), -1, dtype=torch.long, device=dev)
-        # [masked, seen-with-label, pl correct among masked, pl correct all, comp correct, tnc comp correct, tnc seen]
-        self._stats = torch.zeros(7, device=dev)
+        # [masked, seen-with-label, pl correct among masked, pl correct all, comp correct, tnc comp correct, tnc seen,
+        #  comp labels scored]
+        self._stats = torch.zeros(8, device=dev)
         self._pl_counts = torch.zeros(C * C, dtype=torch.long, device=dev)
         self._comp_counts = torch.zeros(C * C, dtype=torch.long, device=dev)
         self._steps_since = 0
@@ -313,10 +314,16 @@ class Trainer:
         pl = out["pseudo_label"]
         correct = (pl == y) & known
         stats = [mask.sum(), known.sum(), (correct.float() * mask).sum(), correct.sum()]
-        if "comp_label" in out:
-            stats.append(((out["comp_label"] != y) & known).sum())
+        if "neg_mask" in out:
+            # Several complementary labels per sample (UPS negative labels): CPA = sum neg*[c != y] / sum neg.
+            neg = out["neg_mask"].float() * known.unsqueeze(1)
+            not_true = torch.ones_like(neg).scatter_(1, yk.unsqueeze(1), 0.0)
+            comp_stats = [(neg * not_true).sum(), neg.sum()]
+        elif "comp_label" in out:
+            comp_stats = [((out["comp_label"] != y) & known).sum(), known.sum()]
         else:
-            stats.append(zero)
+            comp_stats = [zero, zero]
+        stats.append(comp_stats[0])
         self._pl_counts += torch.bincount((yk * C + pl)[known], minlength=C * C)
         if "tnc_comp_label" in out:
             tcl = out["tnc_comp_label"]
@@ -324,6 +331,7 @@ class Trainer:
             self._comp_counts += torch.bincount((yk * C + tcl)[known], minlength=C * C)
         else:
             stats += [zero, zero]
+        stats.append(comp_stats[1])
         self._stats += torch.stack([s.float() for s in stats])
         self._ulb_seen += len(ulb)
 
@@ -376,7 +384,7 @@ class Trainer:
                 "train/mask_ratio": s[0] / self._ulb_seen,
                 "train/pl_acc": s[2] / s[0] if s[0] else float("nan"),
                 "train/pl_acc_all": s[3] / s[1] if s[1] else float("nan"),
-                "train/cpa": s[4] / s[1] if s[1] else float("nan"),
+                "train/cpa": s[4] / s[7] if s[7] else float("nan"),
             })
             if s[6]:
                 metrics["train/tnc_cpa"] = s[5] / s[6]

@@ -238,6 +238,9 @@ class SweepSpec(_Strict):
     description: str = ""
     base: dict[str, Any] = Field(default_factory=dict, description="Partial RunConfig applied to every trial.")
     folds: list[int] = Field(default_factory=lambda: [0, 1, 2, 3, 4], description="Labeled folds.")
+    seed_per_fold: bool = Field(True, description="Fold k trains with `train.seed` + k, as the released code seeds "
+                                "each fold's run with its fold seed; false: every fold uses `train.seed` (the folds "
+                                "then differ only by their labeled split).")
     axes: dict[str, dict[str, dict[str, Any] | None]] = Field(description="axis → level → partial RunConfig.")
     exclude: list[dict[str, str]] = Field(default_factory=list, description="Partial cells to drop.")
     resources: Resources = Field(default_factory=Resources)
@@ -379,6 +382,10 @@ def trial_config(spec: SweepSpec, cell: Cell, fold: int, *, project_dir: Path, s
     if smoke:
         raw = deep_merge(raw, SMOKE_DEFAULT if spec.smoke is None else spec.smoke)
     raw = deep_merge(raw, {"data": {"fold": fold}, "train": {"progress": False}})
+    seed = raw["train"].get("seed", 0) if isinstance(raw.get("train"), dict) else None
+    if spec.seed_per_fold and isinstance(seed, int) and not isinstance(seed, bool):
+        # A bad seed is left as it is for the RunConfig validation to name.
+        raw["train"]["seed"] = seed + fold
     root = Path(raw["data"].get("root", "data")) if isinstance(raw.get("data"), dict) else Path("data")
     if not root.is_absolute():
         root = (project_dir / root).resolve()

@@ -75,6 +75,28 @@ def test_run_folder_and_callbacks(tmp_path):
     assert summary.final_weights is not None and summary.step == 8
 
 
+def _cpa_after(trainer: Trainer, out: dict) -> float:
+    trainer._reset_accumulators()
+    trainer._accumulate(out, out.pop("ulb"))
+    return trainer.evaluate().metrics["train/cpa"]
+
+
+def test_cpa_scores_the_complementary_labels_the_algorithm_returns(tmp_path):
+    """One complementary label per sample (argmin / TNC): the fraction that is not the true class. Several (UPS
+    negative labels, ``neg_mask``): sum neg*[c != y] / sum neg over every selected (sample, class) pair."""
+    trainer = Trainer(_cfg(tmp_path))
+    ulb = torch.tensor([0, 1])
+    y0, y1 = trainer.ulb_y[ulb].tolist()
+    other0, other1 = [c for c in range(10) if c != y0][:2], (y1 + 1) % 10
+    base = {"ulb": ulb, "pseudo_label": torch.tensor([y0, y1]), "mask": torch.tensor([True, True])}
+    # comp labels: sample 0's is its true class (wrong), sample 1's is not (right) -> 1/2
+    assert _cpa_after(trainer, {**base, "comp_label": torch.tensor([y0, other1])}) == pytest.approx(0.5)
+    neg = torch.zeros(2, 10)
+    neg[0, [y0, *other0]] = 1.0  # 2 of 3 negative labels right
+    neg[1, other1] = 1.0         # 1 of 1 right
+    assert _cpa_after(trainer, {**base, "neg_mask": neg, "comp_label": torch.tensor([y0, y1])}) == pytest.approx(0.75)
+
+
 def test_callback_can_stop_after_a_checkpoint(tmp_path):
     class StopAt4(Callback):
         def on_eval(self, event):

@@ -164,6 +164,18 @@ def test_valid_spec_cells_configs_and_hash(tmp_path):
     assert spec_hash(parse_spec(other, tmp_path)) != spec_hash(spec)
 
 
+def test_each_fold_trains_with_its_own_seed_unless_disabled(tmp_path):
+    raw = copy.deepcopy(BASE)
+    raw["base"]["train"]["seed"] = 7
+    spec = parse_spec(raw, tmp_path)
+    cell = expand_cells(spec)[0]
+    assert [trial_config(spec, cell, f, project_dir=tmp_path)["train"]["seed"] for f in (0, 1)] == [7, 8]
+    assert trial_config(parse_spec(copy.deepcopy(BASE), tmp_path), cell, 1, project_dir=tmp_path)["train"]["seed"] == 1
+    raw["seed_per_fold"] = False
+    spec = parse_spec(raw, tmp_path)
+    assert [trial_config(spec, cell, f, project_dir=tmp_path)["train"]["seed"] for f in (0, 1)] == [7, 7]
+
+
 def test_quickstart_yaml_is_valid():
     spec = load_spec(REPO / "experiments" / "quickstart.yaml", REPO)
     assert spec.name == "quickstart"
