@@ -1,7 +1,8 @@
 """Images/s of our full MutexMatch training step vs a step in the released code's style, same run.
 
-    python benchmarks/train_step.py [--device cpu|cuda] [--backbone wrn28_2] [--batch 64] [--mu 7] [--steps 4]
-                                    [--workers 0] [--precision fp32|bf16] [--allocator default|retain|both]
+    python benchmarks/train_step.py [--device cpu|cuda] [--backbone wrn28_2] [--batch 64] [--mu 7] [--steps 3]
+                                    [--rounds 2] [--workers 0] [--precision fp32|bf16]
+                                    [--allocator default|retain|both] [--pipelines reference,ours,ours_compile]
 
 Ours: `mutexmatch.train.Trainer.train_step` — uint8 images on the device, batched weak+strong augmentation there,
 channels-last model, one forward over [labeled | weak | strong]; measured eager and with ``train.compile`` (torch.compile
@@ -9,7 +10,8 @@ of the model, which fuses BatchNorm + LeakyReLU). Reference (the released code's
 RandAugment+Cutout and flip/crop in a `torch.utils.data.DataLoader`, an NCHW fp32 eager model, the same backbone,
 loss (MutexMatch, official form), batch and optimiser. All run on CIFAR-sized synthetic uint8 images (speed does not
 depend on pixel values). Each pipeline runs in its own fresh process (so compile caches, allocator state and thread
-pools do not leak between them), one after another, warmed up by two steps and timed over ``--steps`` steps.
+pools do not leak between them), warmed up by two steps and timed over ``--steps`` steps; ``--rounds`` rounds run
+every pipeline once each, interleaved, and each figure is the median over all timed steps.
 
 ``--allocator``: glibc's default returns every large block (each activation tensor of a 960-image batch is ~100 MB)
 to the kernel and page-faults it back on the next step; ``retain`` sets ``MALLOC_MMAP_MAX_=0`` and a huge
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -57,18 +60,20 @@ def synthetic_cifar(n: int, seed: int = 0) -> DatasetBundle:
                          extra_unlabeled=None, predefined_folds=None)
 
 
-def timed(step, args) -> float:
+def timed(step, args) -> list[float]:
     for _ in range(2):
         step()
     sync(args.device)
-    start = time.perf_counter()
+    times = []
     for _ in range(args.steps):
+        start = time.perf_counter()
         step()
-    sync(args.device)
-    return (time.perf_counter() - start) / args.steps
+        sync(args.device)
+        times.append(time.perf_counter() - start)
+    return times
 
 
-def time_ours(args, bundle: DatasetBundle, root: str, compile_model: bool) -> float:
+def time_ours(args, bundle: DatasetBundle, root: str, compile_model: bool) -> list[float]:
     cfg = parse_config({
         "data": {"dataset": "cifar10", "root": root, "num_labels": 250},
         "model": {"backbone": args.backbone},
@@ -81,7 +86,7 @@ def time_ours(args, bundle: DatasetBundle, root: str, compile_model: bool) -> fl
     return timed(trainer.train_step, args)
 
 
-def time_reference(args, bundle: DatasetBundle) -> float:
+def time_reference(args, bundle: DatasetBundle) -> list[float]:
     device = torch.device(args.device)
     images = bundle.train.x.permute(0, 2, 3, 1).numpy()
     labels = bundle.train.y
@@ -122,13 +127,13 @@ def run_child(args) -> None:
     bundle = synthetic_cifar(args.images)
     with tempfile.TemporaryDirectory() as root:
         if args.child == "reference":
-            sec = time_reference(args, bundle)
+            times = time_reference(args, bundle)
         else:
-            sec = time_ours(args, bundle, root, compile_model=args.child == "ours_compile")
-    print(json.dumps({"s_per_step": sec, "threads": torch.get_num_threads()}))
+            times = time_ours(args, bundle, root, compile_model=args.child == "ours_compile")
+    print(json.dumps({"step_s": times, "threads": torch.get_num_threads()}))
 
 
-def measure(pipeline: str, allocator: str, argv: list[str]) -> float:
+def measure(pipeline: str, allocator: str, argv: list[str]) -> list[float]:
     env = dict(os.environ, **(RETAIN_ENV if allocator == "retain" else {}))
     if allocator == "default":
         for key in RETAIN_ENV:
@@ -137,7 +142,7 @@ def measure(pipeline: str, allocator: str, argv: list[str]) -> float:
                           text=True)
     if proc.returncode:
         sys.exit(f"{pipeline} ({allocator} allocator) failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])["s_per_step"]
+    return json.loads(proc.stdout.strip().splitlines()[-1])["step_s"]
 
 
 def main() -> None:
@@ -146,7 +151,9 @@ def main() -> None:
     ap.add_argument("--backbone", default="wrn28_2")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--mu", type=int, default=7)
-    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=3, help="timed steps per process (after two warm-up steps)")
+    ap.add_argument("--rounds", type=int, default=2, help="each pipeline runs once per round, rounds interleaved, "
+                    "so slow phases of a shared machine hit every pipeline alike")
     ap.add_argument("--workers", type=int, default=0, help="reference DataLoader workers (the notes: 0 is fastest "
                     "on 2 cores)")
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
@@ -171,18 +178,26 @@ def main() -> None:
     per_step = args.batch * (1 + 2 * args.mu)
     print(f"device={args.device} backbone={args.backbone} B={args.batch} mu={args.mu} steps={args.steps} "
           f"precision={args.precision} torch_threads={torch.get_num_threads()} load={os.getloadavg()[0]:.2f}")
-    results: dict[tuple[str, str], float] = {}
-    for allocator in allocators:
-        for name in pipelines:
-            results[name, allocator] = measure(name, allocator, child_argv)
-            print(f"  measured {name} ({allocator} allocator): {results[name, allocator]:.3f} s/step", flush=True)
+    steps: dict[tuple[str, str], list[float]] = {(n, a): [] for a in allocators for n in pipelines}
+    for r in range(args.rounds):
+        for allocator in allocators:
+            for name in pipelines:
+                times = measure(name, allocator, child_argv)
+                steps[name, allocator] += times
+                print(f"  round {r + 1}: {name} ({allocator} allocator): "
+                      f"{', '.join(f'{t:.2f}' for t in times)} s/step", flush=True)
+    # The median over every timed step of every round: robust to a burst of other load on a shared machine.
+    results = {key: statistics.median(times) for key, times in steps.items()}
     ref_released = results["reference", "default"] if "default" in allocators else None
-    print("\n| pipeline | allocator | s/step | images/s | vs reference, same allocator | vs reference as released |")
+    print("\n| pipeline | allocator | median s/step (min-max) | images/s | vs reference, same allocator | "
+          "vs reference as released |")
     print("| --- | --- | --- | --- | --- | --- |")
     for (name, allocator), sec in results.items():
         same = results["reference", allocator] / sec
         released = f"{ref_released / sec:.2f}x" if ref_released else "n/a"
-        print(f"| {PIPELINES[name]} | {allocator} | {sec:.3f} | {per_step / sec:.1f} | {same:.2f}x | {released} |")
+        lo, hi = min(steps[name, allocator]), max(steps[name, allocator])
+        print(f"| {PIPELINES[name]} | {allocator} | {sec:.3f} ({lo:.2f}-{hi:.2f}) | {per_step / sec:.1f} | "
+              f"{same:.2f}x | {released} |")
     best = min((sec, name, alloc) for (name, alloc), sec in results.items() if name != "reference")
     print(f"speed-up of our fastest step ({best[1]}, {best[2]} allocator) vs the reference as released: "
           f"{(ref_released or results['reference', best[2]]) / best[0]:.2f}x; vs the reference with the same "
