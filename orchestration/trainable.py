@@ -263,6 +263,7 @@ def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
         best = out / "best_model.pt"
         if best.exists():
             client.log_artifact(run_id, str(best), "weights")
+        _remove_run_folder(out)
         raise
     except BaseException as e:
         client.set_tag(run_id, f"{tracking.TAG}error", "".join(traceback.format_exception_only(e)).strip()[:5000])
@@ -273,7 +274,19 @@ def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
         f"{tracking.TAG}overhead.hooks_s": f"{callback.hooks_s:.3f}",
         f"{tracking.TAG}overhead.wall_s": f"{time.perf_counter() - t_entry:.3f}"})
     tracking.end_run(client, run_id, "FINISHED")
-    if callback.final is not None:
-        # may raise SystemExit (the scheduler stops the trial at max_t); the run is complete and FINISHED already,
-        # and the exception must reach Tune's thread runner, which waits for it
-        report(*callback.final)
+    try:
+        if callback.final is not None:
+            # may raise SystemExit (the scheduler stops the trial at max_t); the run is complete and FINISHED
+            # already, and the exception must reach Tune's thread runner, which waits for it
+            report(*callback.final)
+    finally:
+        _remove_run_folder(out)
+
+
+def _remove_run_folder(out: Path) -> None:
+    """Delete a finished or stopped trial's local run folder. Everything in it is in MLflow (weights, final
+    checkpoint, metrics) or in Tune's storage (the last checkpoint), and a restarted attempt rebuilds the folder from
+    Tune's checkpoint, never from these files; left in place, the folders of a sweep pile up in Ray's session
+    directory (a WRN-28-8 trial's checkpoints are ~0.7 GB) until the node's disk is full. A FAILED trial keeps its
+    folder for inspection."""
+    shutil.rmtree(out, ignore_errors=True)

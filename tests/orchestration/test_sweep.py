@@ -128,6 +128,8 @@ def test_tiny_sweep_writes_the_documented_mlflow_layout(tiny, tmp_path):
         assert ("comp_label_counts" in counts) == (variant == "mutexmatch")
         weights = torch.load(local / "weights" / "final_model.pt", weights_only=True)
         assert weights and all(torch.is_tensor(v) for v in weights.values())
+        # the trial's local run folder (inside Ray's session directory) is gone once its files are in MLflow
+        assert p["output_dir"].endswith("/run") and not Path(p["output_dir"]).exists(), p["output_dir"]
     assert "method=fixmatch" in result.output and "± " in result.output  # the summary table
 
 
@@ -147,6 +149,7 @@ def test_optuna_search_stays_inside_its_bounds_and_logs_the_best(tiny):
         assert k.isdigit() and 1 <= int(k) <= 10
         assert run.data.params["data.val_per_class"] == "5"
         assert "val/best_acc" in run.data.metrics
+        assert not Path(run.data.params["output_dir"]).exists()  # removed when finished or stopped by ASHA
     assert len({run.data.params["algorithm.tau"] for run in search}) == 4
     best = max(search, key=lambda r: r.data.metrics["val/best_acc"])
     best_value = best.data.metrics["val/best_acc"]
