@@ -1,23 +1,22 @@
 """Images/s of our full MutexMatch training step vs a step in the released code's style, same run.
 
     python benchmarks/train_step.py [--device cpu|cuda] [--backbone wrn28_2] [--batch 64] [--mu 7] [--steps 3]
-                                    [--rounds 2] [--workers 0] [--precision fp32|bf16]
-                                    [--allocator default|retain|both] [--pipelines reference,ours,ours_compile]
+                                    [--rounds 2] [--workers 0] [--precision fp32|bf16] [--pipelines a,b,...]
 
-Ours: `mutexmatch.train.Trainer.train_step` — uint8 images on the device, batched weak+strong augmentation there,
-channels-last model, one forward over [labeled | weak | strong]; measured eager and with ``train.compile`` (torch.compile
-of the model, which fuses BatchNorm + LeakyReLU). Reference (the released code's design): per-image PIL
+Ours: `mutexmatch.train.Trainer.train_step` with its defaults — uint8 images on the device, batched weak+strong
+augmentation there, channels-last model, one forward over [labeled | weak | strong], and on CPU
+``train.keep_freed_memory`` (glibc keeps freed activation blocks instead of page-faulting them back every step,
+:mod:`mutexmatch.allocator`); also measured with ``train.compile`` (torch.compile of the model, which fuses
+BatchNorm + LeakyReLU) and with ``keep_freed_memory`` off. Reference (the released code's design): per-image PIL
 RandAugment+Cutout and flip/crop in a `torch.utils.data.DataLoader`, an NCHW fp32 eager model, the same backbone,
-loss (MutexMatch, official form), batch and optimiser. All run on CIFAR-sized synthetic uint8 images (speed does not
-depend on pixel values). Each pipeline runs in its own fresh process (so compile caches, allocator state and thread
-pools do not leak between them), warmed up by two steps and timed over ``--steps`` steps; ``--rounds`` rounds run
-every pipeline once each, interleaved, and each figure is the median over all timed steps.
+loss (MutexMatch, official form), batch and optimiser, as released (glibc defaults) and — to separate the allocator
+from the rest of our design — with the same allocator setting given through the environment (``MALLOC_MMAP_MAX_=0``,
+huge ``MALLOC_TRIM_THRESHOLD_``). All run on CIFAR-sized synthetic uint8 images (speed does not depend on pixel
+values). Each pipeline runs in its own fresh process (no compile cache, allocator state or thread pool shared),
+warmed up by two steps and timed over ``--steps`` steps; ``--rounds`` rounds run every pipeline once each,
+interleaved, and each figure is the median over all timed steps. Every ratio is printed against both references.
 
-``--allocator``: glibc's default returns every large block (each activation tensor of a 960-image batch is ~100 MB)
-to the kernel and page-faults it back on the next step; ``retain`` sets ``MALLOC_MMAP_MAX_=0`` and a huge
-``MALLOC_TRIM_THRESHOLD_`` in the child's environment so freed blocks are reused. ``both`` (default on CPU) measures
-every pipeline under both settings, and every ratio is printed against the reference under the *same* setting as
-well as against the reference as the released code runs it (default allocator).
+On a machine shared with other jobs set ``OMP_WAIT_POLICY=PASSIVE`` (OpenMP spin-waiting, see benchmarks/augment.py).
 """
 
 from __future__ import annotations
@@ -46,9 +45,11 @@ from mutexmatch.train import Trainer, _param_groups  # noqa: E402
 
 RETAIN_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 40)}
 PIPELINES = {
-    "reference": "reference (PIL per image in DataLoader, NCHW fp32, eager)",
-    "ours": "ours (batched on-device augmentation, channels-last, eager)",
-    "ours_compile": "ours + train.compile (torch.compile of the model)",
+    "reference": "reference as released (PIL per image in DataLoader, NCHW fp32, eager, glibc defaults)",
+    "reference_retain": "reference + the allocator setting through the environment",
+    "ours": "ours, defaults (batched on-device augmentation, channels-last, eager, keep_freed_memory)",
+    "ours_compile": "ours + train.compile",
+    "ours_no_keep": "ours with train.keep_freed_memory=false",
 }
 
 
@@ -73,13 +74,14 @@ def timed(step, args) -> list[float]:
     return times
 
 
-def time_ours(args, bundle: DatasetBundle, root: str, compile_model: bool) -> list[float]:
+def time_ours(args, bundle: DatasetBundle, root: str, compile_model: bool, keep: bool) -> list[float]:
     cfg = parse_config({
         "data": {"dataset": "cifar10", "root": root, "num_labels": 250},
         "model": {"backbone": args.backbone},
         "algorithm": {"name": "mutexmatch", "form": "official"},
         "train": {"batch_size": args.batch, "mu": args.mu, "device": args.device, "precision": args.precision,
-                  "progress": False, "iterations": 1000, "compile": compile_model},
+                  "progress": False, "iterations": 1000, "compile": compile_model,
+                  "keep_freed_memory": keep},
         "output_dir": str(Path(root) / "ours"),
     })
     trainer = Trainer(cfg, bundle=bundle)
@@ -126,22 +128,22 @@ def run_child(args) -> None:
     np.random.seed(0)
     bundle = synthetic_cifar(args.images)
     with tempfile.TemporaryDirectory() as root:
-        if args.child == "reference":
+        if args.child.startswith("reference"):
             times = time_reference(args, bundle)
         else:
-            times = time_ours(args, bundle, root, compile_model=args.child == "ours_compile")
+            times = time_ours(args, bundle, root, compile_model=args.child == "ours_compile",
+                              keep=args.child != "ours_no_keep")
     print(json.dumps({"step_s": times, "threads": torch.get_num_threads()}))
 
 
-def measure(pipeline: str, allocator: str, argv: list[str]) -> list[float]:
-    env = dict(os.environ, **(RETAIN_ENV if allocator == "retain" else {}))
-    if allocator == "default":
-        for key in RETAIN_ENV:
-            env.pop(key, None)
+def measure(pipeline: str, argv: list[str]) -> list[float]:
+    env = {k: v for k, v in os.environ.items() if k not in RETAIN_ENV}
+    if pipeline == "reference_retain":
+        env.update(RETAIN_ENV)
     proc = subprocess.run([sys.executable, __file__, *argv, "--child", pipeline], env=env, capture_output=True,
                           text=True)
     if proc.returncode:
-        sys.exit(f"{pipeline} ({allocator} allocator) failed:\n{proc.stderr[-3000:]}")
+        sys.exit(f"{pipeline} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])["step_s"]
 
 
@@ -158,9 +160,8 @@ def main() -> None:
                     "on 2 cores)")
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--images", type=int, default=4096)
-    ap.add_argument("--allocator", choices=["default", "retain", "both"], default=None,
-                    help="glibc allocator setting of the child processes (default: both on CPU, default on CUDA)")
-    ap.add_argument("--pipelines", default=",".join(PIPELINES), help=f"comma-separated subset of {list(PIPELINES)}")
+    ap.add_argument("--pipelines", default=",".join(PIPELINES), help=f"comma-separated subset of {list(PIPELINES)}"
+                    " (both references are always measured)")
     ap.add_argument("--child", choices=list(PIPELINES), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -169,39 +170,32 @@ def main() -> None:
     for name in pipelines:
         if name not in PIPELINES:
             sys.exit(f"--pipelines: {name!r} is not one of {list(PIPELINES)}")
-    if "reference" not in pipelines:
-        pipelines.insert(0, "reference")
-    allocators = {"both": ["default", "retain"], None: ["default", "retain"] if args.device == "cpu"
-                  else ["default"]}.get(args.allocator, [args.allocator])
+    pipelines = ["reference", "reference_retain"] + [p for p in pipelines if not p.startswith("reference")]
     child_argv = [f"--{k}={getattr(args, k)}" for k in ("device", "backbone", "batch", "mu", "steps", "workers",
                                                           "precision", "images")]
     per_step = args.batch * (1 + 2 * args.mu)
     print(f"device={args.device} backbone={args.backbone} B={args.batch} mu={args.mu} steps={args.steps} "
-          f"precision={args.precision} torch_threads={torch.get_num_threads()} load={os.getloadavg()[0]:.2f}")
-    steps: dict[tuple[str, str], list[float]] = {(n, a): [] for a in allocators for n in pipelines}
+          f"rounds={args.rounds} precision={args.precision} torch_threads={torch.get_num_threads()} "
+          f"load={os.getloadavg()[0]:.2f}")
+    steps: dict[str, list[float]] = {name: [] for name in pipelines}
     for r in range(args.rounds):
-        for allocator in allocators:
-            for name in pipelines:
-                times = measure(name, allocator, child_argv)
-                steps[name, allocator] += times
-                print(f"  round {r + 1}: {name} ({allocator} allocator): "
-                      f"{', '.join(f'{t:.2f}' for t in times)} s/step", flush=True)
+        for name in pipelines:
+            times = measure(name, child_argv)
+            steps[name] += times
+            print(f"  round {r + 1}: {name}: {', '.join(f'{t:.2f}' for t in times)} s/step", flush=True)
     # The median over every timed step of every round: robust to a burst of other load on a shared machine.
-    results = {key: statistics.median(times) for key, times in steps.items()}
-    ref_released = results["reference", "default"] if "default" in allocators else None
-    print("\n| pipeline | allocator | median s/step (min-max) | images/s | vs reference, same allocator | "
-          "vs reference as released |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    for (name, allocator), sec in results.items():
-        same = results["reference", allocator] / sec
-        released = f"{ref_released / sec:.2f}x" if ref_released else "n/a"
-        lo, hi = min(steps[name, allocator]), max(steps[name, allocator])
-        print(f"| {PIPELINES[name]} | {allocator} | {sec:.3f} ({lo:.2f}-{hi:.2f}) | {per_step / sec:.1f} | "
-              f"{same:.2f}x | {released} |")
-    best = min((sec, name, alloc) for (name, alloc), sec in results.items() if name != "reference")
-    print(f"speed-up of our fastest step ({best[1]}, {best[2]} allocator) vs the reference as released: "
-          f"{(ref_released or results['reference', best[2]]) / best[0]:.2f}x; vs the reference with the same "
-          f"allocator: {results['reference', best[2]] / best[0]:.2f}x")
+    results = {name: statistics.median(times) for name, times in steps.items()}
+    ref, ref_retain = results["reference"], results["reference_retain"]
+    print("\n| pipeline | median s/step (min-max) | images/s | vs reference as released | "
+          "vs reference + allocator setting |")
+    print("| --- | --- | --- | --- | --- |")
+    for name, sec in results.items():
+        lo, hi = min(steps[name]), max(steps[name])
+        print(f"| {PIPELINES[name]} | {sec:.3f} ({lo:.2f}-{hi:.2f}) | {per_step / sec:.1f} | {ref / sec:.2f}x | "
+              f"{ref_retain / sec:.2f}x |")
+    best = min((sec, name) for name, sec in results.items() if not name.startswith("reference"))
+    print(f"speed-up of our fastest step ({best[1]}): {ref / best[0]:.2f}x vs the reference as released, "
+          f"{ref_retain / best[0]:.2f}x vs the reference with the same allocator setting")
 
 
 if __name__ == "__main__":

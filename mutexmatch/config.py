@@ -261,6 +261,10 @@ class TrainConfig(_Section):
         "fp32", description="Autocast precision for the forward pass; bf16 recommended on CUDA.")
     compile: bool = Field(False, description="Wrap the model in torch.compile.")
     num_threads: int = Field(0, description="torch CPU threads; 0 keeps torch's default.")
+    keep_freed_memory: bool = Field(True, description="CPU runs on glibc: keep freed host memory in the process "
+                                    "instead of returning each ~100 MB activation block to the kernel and "
+                                    "page-faulting it back the next step (mutexmatch/allocator.py; ~20% of a "
+                                    "WRN-28-2 CPU step). Process-wide; no effect on CUDA runs or on results.")
     progress: bool = Field(True, description="Show a tqdm progress bar.")
 
     @field_validator("iterations", "batch_size", "mu", "eval_interval", "eval_batch_size", "median_window",
@@ -462,6 +466,7 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
 
 
 _HASH_EXCLUDE = {("output_dir",), ("data", "root"), ("data", "download"), ("train", "progress"),
+                 ("train", "keep_freed_memory"),
                  ("train", "num_threads"), ("train", "device")}
 
 

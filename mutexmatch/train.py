@@ -32,6 +32,7 @@ import yaml
 from torch import nn
 
 from mutexmatch.algorithms import ALGORITHMS, StepInputs
+from mutexmatch.allocator import keep_freed_memory
 from mutexmatch.augment import normalize, strong_augment, weak_augment
 from mutexmatch.callbacks import Callback, EvalEvent, RunSummary
 from mutexmatch.checkpoint import (CheckpointError, atomic_write_bytes, latest_checkpoint, list_checkpoints,
@@ -115,6 +116,8 @@ class Trainer:
         self.device = resolve_device(cfg.train.device)
         if cfg.train.num_threads:
             torch.set_num_threads(cfg.train.num_threads)
+        if self.device.type == "cpu" and cfg.train.keep_freed_memory:
+            keep_freed_memory()
         resume_state = self._find_resume_state(resume)
 
         _seed_everything(cfg.train.seed)
