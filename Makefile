@@ -36,7 +36,7 @@ system-deps:
 test: install system-deps
 	$(PY) -m pytest -q -m "not heavy"
 
-## --smoke over every experiment YAML on generated fixture datasets (about an hour on 2 cores)
+## --smoke over every experiment YAML on generated fixture datasets (~27 min on 2 cores)
 test-heavy: install system-deps
 	$(PY) -m pytest -q -m heavy
 
