@@ -29,17 +29,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from orchestration.cost import measure_cost
 from orchestration.plan import build_plan
 from orchestration.spec import deep_merge, load_spec
-
-_EVAL_SLICE = 256
 
 
 def _setup(raw: dict[str, Any]) -> tuple[str, str, str]:
@@ -62,41 +58,13 @@ def _batch_overrides(items: Sequence[str]) -> dict[str, int]:
     return out
 
 
-def measure(raw: dict[str, Any], *, device: str, threads: int, steps: int, warmup: int = 2) -> tuple[float, float]:
+def measure(raw: dict[str, Any], *, device: str, threads: int, steps: int) -> tuple[float, float]:
     """(median seconds per training step, seconds per evaluation) of the trial config ``raw`` on ``device``."""
-    import torch
-
-    from mutexmatch.config import parse_config
-    from mutexmatch.train import Trainer
-
-    with tempfile.TemporaryDirectory(prefix="mm_estimate_") as tmp:
-        # A smaller evaluation batch bounds memory; the cost per evaluated image barely depends on it.
-        eval_batch = min(raw.get("train", {}).get("eval_batch_size", 1024), 128)
-        cfg = parse_config(deep_merge(raw, {"output_dir": tmp, "train": {"device": device, "num_threads": threads,
-                                                                            "progress": False,
-                                                                            "eval_batch_size": eval_batch}}))
-        trainer = Trainer(cfg)
-        sync = torch.cuda.synchronize if trainer.device.type == "cuda" else (lambda: None)
-        for _ in range(warmup):
-            trainer.train_step()
-        times = []
-        for _ in range(steps):
-            sync()
-            t0 = time.perf_counter()
-            trainer.train_step()
-            sync()
-            times.append(time.perf_counter() - t0)
-        test = trainer.bundle.test
-        n = min(_EVAL_SLICE, len(test.y))
-        trainer.accuracy(trainer.ema.module, test.x[:8], test.y[:8])  # one-off set-up costs
-        per_image = []
-        for _ in range(3):
-            sync()
-            t0 = time.perf_counter()
-            trainer.accuracy(trainer.ema.module, test.x[:n], test.y[:n])
-            sync()
-            per_image.append((time.perf_counter() - t0) / n)
-        return statistics.median(times), min(per_image) * (2 * len(test.y) + len(trainer.split.val))
+    # A smaller evaluation batch bounds memory; the cost per evaluated image barely depends on it.
+    eval_batch = min(raw.get("train", {}).get("eval_batch_size", 1024), 128)
+    cost = measure_cost(deep_merge(raw, {"train": {"eval_batch_size": eval_batch}}), device=device,
+                        num_threads=threads, steps=steps, eval_repeats=3)
+    return cost.step_s, cost.eval_s
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -12,6 +12,7 @@ evaluation (EMA and raw model on the test set, EMA model on the validation split
 from __future__ import annotations
 
 import json
+import statistics
 import tempfile
 import time
 from dataclasses import dataclass
@@ -47,9 +48,10 @@ def _cost_key(raw: dict[str, Any]) -> str:
     return json.dumps(key, sort_keys=True)
 
 
-def measure_cost(raw: dict[str, Any], *, device: str, num_threads: int, warmup: int = 2, steps: int = 5
-                 ) -> StepCost:
-    """Seconds per training step and per evaluation of the trial config ``raw`` on ``device``."""
+def measure_cost(raw: dict[str, Any], *, device: str, num_threads: int, warmup: int = 2, steps: int = 5,
+                 eval_repeats: int = 1) -> StepCost:
+    """Seconds per training step (median of ``steps`` timed steps, robust to bursts of other load) and per
+    evaluation (best of ``eval_repeats`` timings) of the trial config ``raw`` on ``device``."""
     import torch
 
     from mutexmatch.train import Trainer
@@ -60,22 +62,22 @@ def measure_cost(raw: dict[str, Any], *, device: str, num_threads: int, warmup: 
                                                                             "progress": False}}))
         trainer = Trainer(cfg)
         sync = torch.cuda.synchronize if trainer.device.type == "cuda" else (lambda: None)
+
+        def timed(fn: Any) -> float:
+            sync()
+            t0 = time.perf_counter()
+            fn()
+            sync()
+            return time.perf_counter() - t0
+
         for _ in range(warmup):
             trainer.train_step()
-        sync()
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            trainer.train_step()
-        sync()
-        step_s = (time.perf_counter() - t0) / steps
+        step_s = statistics.median(timed(trainer.train_step) for _ in range(steps))
         test = trainer.bundle.test
         n = min(_EVAL_SLICE, len(test.y))
         trainer.accuracy(trainer.ema.module, test.x[:8], test.y[:8])  # first call pays one-off set-up costs
-        sync()
-        t0 = time.perf_counter()
-        trainer.accuracy(trainer.ema.module, test.x[:n], test.y[:n])
-        sync()
-        per_image = (time.perf_counter() - t0) / n
+        per_image = min(timed(lambda: trainer.accuracy(trainer.ema.module, test.x[:n], test.y[:n]))
+                        for _ in range(eval_repeats)) / n
         eval_images = 2 * len(test.y) + len(trainer.split.val)
         return StepCost(step_s, per_image * eval_images, trainer.device.type)
 
