@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# GPU checks and figures in one call of a lent GPU machine (see benchmarks/README.md, "On a GPU").
+#
+#   OUT=/tmp/gpu bash benchmarks/device_check.sh
+#
+# Each part has its own time limit and writes its log under $OUT, so a part that fails or runs long leaves the
+# others' figures; the summary at the end prints every part's exit status. Parts, in order of priority:
+#   1. the training-step benchmark (ours vs the released design) on CUDA, fp32, DataLoader workers as released (4);
+#   2. the same with bf16 autocast for ours and 12 DataLoader workers for the reference (its best on 16 cores);
+#   3. the augmentation benchmark on CUDA;
+#   4. digits end to end on CUDA: an uninterrupted run and one stopped half-way and resumed, fp32, plus bf16;
+#   5. per-setup step and evaluation times of every experiment YAML on CUDA (GPU-hours), cached as it goes.
+# Python packages the machine lacks travel as wheels in .whl (pydantic and its needs).
+set -u
+OUT=${OUT:?set OUT to a folder for logs}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site:$PWD || exit 1
+else
+  export PYTHONPATH=$PWD
+fi
+declare -A RC
+part() {  # part NAME SECONDS COMMAND...
+  local name=$1 limit=$2; shift 2
+  echo "=== $name (limit ${limit}s): $*" | tee -a "$OUT/summary.txt"
+  local t0=$SECONDS
+  # timeout signals its whole process group, so a part's child processes stop with it
+  timeout --kill-after=5 "$limit" bash -c '"$@"' _ "$@" >"$OUT/$name.log" 2>&1
+  RC[$name]=$?
+  echo "=== $name: rc=${RC[$name]} in $((SECONDS - t0)) s" | tee -a "$OUT/summary.txt"
+  tail -n 14 "$OUT/$name.log"
+}
+
+{ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
+  python3 -c "import torch, torchvision, sys; print(sys.version.split()[0], torch.__version__, torchvision.__version__,
+torch.cuda.get_device_name(0), torch.backends.cudnn.version())"
+  lscpu | grep -E "Model name|^CPU\(s\)"; } 2>&1 | tee "$OUT/machine.txt"
+
+part step_fp32 180 python3 benchmarks/train_step.py --device cuda --steps 30 --rounds 2 --workers 4 \
+  --pipelines ours,ours_compile
+part step_bf16 60 python3 benchmarks/train_step.py --device cuda --steps 30 --rounds 1 --workers 12 \
+  --precision bf16 --pipelines ours
+part augment 35 python3 benchmarks/augment.py --device cuda --seconds 5 --workers 12
+
+digits() {
+  local d=/tmp/digits; rm -rf $d
+  local common=(--config experiments/runs/digits.yaml --set train.device=cuda --set train.iterations=1000
+                --set train.progress=false)
+  python3 -m mutexmatch.train "${common[@]}" --set output_dir=$d/full || return 1
+  python3 -m mutexmatch.train "${common[@]}" --set output_dir=$d/resumed --stop-at 500 || return 1
+  python3 -m mutexmatch.train --resume $d/resumed || return 1
+  python3 -m mutexmatch.train "${common[@]}" --set output_dir=$d/bf16 --set train.precision=bf16 || return 1
+  for run in full resumed bf16; do cp $d/$run/metrics.jsonl "$OUT/digits_$run.jsonl"; done
+  python3 - <<'EOF'
+import torch
+a, b = (torch.load(f"/tmp/digits/{r}/final_model.pt", weights_only=True, map_location="cpu") for r in ("full", "resumed"))
+diff = {k: (a[k].double() - b[k].double()).abs().max().item() for k in a if a[k].is_floating_point()}
+print(f"final model, uninterrupted vs stopped at 500 and resumed: {sum(torch.equal(a[k], b[k]) for k in a)}/{len(a)}"
+      f" tensors bit-identical, largest difference {max(diff.values()):.3g}")
+EOF
+}
+export -f digits
+part digits 90 digits
+
+cost() {
+  rm -rf /tmp/cost
+  python3 -c "from mutexmatch.fakedata import FakeSize as F, write_fake_root as w; w('/tmp/cost/data', sizes={
+    'cifar10': F(400, 1000), 'cifar100': F(100, 100), 'svhn': F(25, 2603), 'stl10': F(500, 800, 20),
+    'miniimagenet': F(10, 100), 'tinyimagenet': F(25, 50)})" || return 1
+  python3 experiments/estimate_cost.py experiments/table1_cifar_svhn.yaml experiments/table_cnn13_wrn.yaml \
+    experiments/ablation_*.yaml experiments/pseudo_label_accuracy.yaml experiments/table2_stl_mini_tiny.yaml \
+    --project /tmp/cost --device cuda --threads 4 --steps 10 --batch-for wrn37_2=32 \
+    --batch-for wrn28_8@miniimagenet=16 --batch-for wrn28_8@tinyimagenet=16 --cache "$OUT/gpu_cost_cache.json"
+}
+export -f cost
+part cost 190 cost
+
+echo "=== exit status per part:"; for k in "${!RC[@]}"; do echo "  $k ${RC[$k]}"; done
+nvidia-smi --query-gpu=memory.used,clocks.sm --format=csv
