@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# GPU checks and figures in one call of a lent GPU machine (see benchmarks/README.md, "On a GPU").
+# GPU checks and figures in one call of a lent GPU machine (figures: README.md, "Training on a GPU").
 #
-#   OUT=/tmp/gpu bash benchmarks/device_check.sh
+#   OUT=/tmp/gpu bash benchmarks/device_check.sh [PART ...]     (default: every part)
 #
 # Each part has its own time limit and writes its log under $OUT, so a part that fails or runs long leaves the
 # others' figures; the summary at the end prints every part's exit status. Parts, in order of priority:
 #   1. the training-step benchmark (ours vs the released design) on CUDA, fp32, DataLoader workers as released (4);
 #   2. the same with bf16 autocast for ours and 12 DataLoader workers for the reference (its best on 16 cores);
 #   3. the augmentation benchmark on CUDA;
-#   4. digits end to end on CUDA: an uninterrupted run and one stopped half-way and resumed, fp32, plus bf16;
+#   4. digits end to end on CUDA: an uninterrupted run and one stopped half-way and resumed (bit-identical with
+#      train.deterministic), the same pair without it, and a bf16 run;
 #   5. per-setup step and evaluation times of every experiment YAML on CUDA (GPU-hours), cached as it goes.
 # Python packages the machine lacks travel as wheels in .whl (pydantic and its needs).
 set -u
@@ -22,8 +23,10 @@ else
   export PYTHONPATH=$PWD
 fi
 declare -A RC
+WANTED=" ${*:-step_fp32 step_bf16 augment digits cost} "
 part() {  # part NAME SECONDS COMMAND...
   local name=$1 limit=$2; shift 2
+  [[ $WANTED == *" $name "* ]] || return 0
   echo "=== $name (limit ${limit}s): $*" | tee -a "$OUT/summary.txt"
   local t0=$SECONDS
   # timeout signals its whole process group, so a part's child processes stop with it
@@ -46,23 +49,28 @@ part augment 35 python3 benchmarks/augment.py --device cuda --seconds 5 --worker
 
 digits() {
   local d=/tmp/digits; rm -rf $d
-  local common=(--config experiments/runs/digits.yaml --set train.device=cuda --set train.iterations=1000
-                --set train.progress=false)
-  python3 -m mutexmatch.train "${common[@]}" --set output_dir=$d/full || return 1
-  python3 -m mutexmatch.train "${common[@]}" --set output_dir=$d/resumed --stop-at 500 || return 1
-  python3 -m mutexmatch.train --resume $d/resumed || return 1
+  local common=(--config experiments/runs/digits.yaml --set train.device=cuda --set train.iterations=600
+                --set train.eval_interval=300 --set train.progress=false)
+  for det in true false; do
+    python3 -m mutexmatch.train "${common[@]}" --set train.deterministic=$det --set output_dir=$d/full_$det || return 1
+    python3 -m mutexmatch.train "${common[@]}" --set train.deterministic=$det --set output_dir=$d/resumed_$det \
+      --stop-at 300 || return 1
+    python3 -m mutexmatch.train --resume $d/resumed_$det || return 1
+  done
   python3 -m mutexmatch.train "${common[@]}" --set output_dir=$d/bf16 --set train.precision=bf16 || return 1
-  for run in full resumed bf16; do cp $d/$run/metrics.jsonl "$OUT/digits_$run.jsonl"; done
+  for run in full_true resumed_true bf16; do cp $d/$run/metrics.jsonl "$OUT/digits_$run.jsonl"; done
   python3 - <<'EOF'
 import torch
-a, b = (torch.load(f"/tmp/digits/{r}/final_model.pt", weights_only=True, map_location="cpu") for r in ("full", "resumed"))
-diff = {k: (a[k].double() - b[k].double()).abs().max().item() for k in a if a[k].is_floating_point()}
-print(f"final model, uninterrupted vs stopped at 500 and resumed: {sum(torch.equal(a[k], b[k]) for k in a)}/{len(a)}"
-      f" tensors bit-identical, largest difference {max(diff.values()):.3g}")
+for det in ("true", "false"):
+    a, b = (torch.load(f"/tmp/digits/{r}_{det}/final_model.pt", weights_only=True, map_location="cpu")
+            for r in ("full", "resumed"))
+    diff = max((a[k].double() - b[k].double()).abs().max().item() for k in a if a[k].is_floating_point())
+    print(f"train.deterministic={det}: final model, uninterrupted vs stopped at 300 and resumed: "
+          f"{sum(torch.equal(a[k], b[k]) for k in a)}/{len(a)} tensors bit-identical, largest difference {diff:.3g}")
 EOF
 }
 export -f digits
-part digits 90 digits
+part digits 150 digits
 
 cost() {
   rm -rf /tmp/cost

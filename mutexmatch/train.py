@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import json
 import math
+import os
 import random
 import statistics
 import sys
@@ -93,6 +94,15 @@ def _set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def _set_deterministic(on: bool) -> None:
+    """``train.deterministic``. Set by every Trainer, on or off, because the setting is process-wide and a Ray
+    worker reused across trials must not keep the previous trial's."""
+    if on:
+        # cuBLAS reads it when PyTorch creates a handle's workspace, i.e. before this run's first CUDA matmul.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(on, warn_only=True)
+
+
 def _seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
@@ -118,6 +128,7 @@ class Trainer:
             torch.set_num_threads(cfg.train.num_threads)
         if self.device.type == "cpu" and cfg.train.keep_freed_memory:
             keep_freed_memory()
+        _set_deterministic(cfg.train.deterministic)
         resume_state = self._find_resume_state(resume)
 
         _seed_everything(cfg.train.seed)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
@@ -49,6 +50,31 @@ def test_stop_and_resume_is_bit_identical(tmp_path, alg):
         assert torch.equal(a[k], b[k]), k
     lines = [json.loads(x) for x in (tmp_path / "half" / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines] == [2, 4, 6, 8]
+
+
+@pytest.fixture
+def restore_determinism():
+    before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    yield
+    torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+
+
+def test_deterministic_is_set_by_every_trainer_and_keeps_cpu_results(tmp_path, monkeypatch, restore_determinism):
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    runs = {}
+    for on in (True, False):
+        cfg = _cfg(tmp_path, f"det{on}")
+        cfg.train.deterministic = on
+        trainer = Trainer(cfg)
+        assert torch.are_deterministic_algorithms_enabled() is on
+        if on:
+            # warn-only: an op without a deterministic CUDA kernel must not kill a long run
+            assert torch.is_deterministic_algorithms_warn_only_enabled()
+            assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+        trainer.fit()
+        runs[on] = _tensors(trainer)
+    for k in runs[True]:
+        assert torch.equal(runs[True][k], runs[False][k]), k
 
 
 def test_run_folder_and_callbacks(tmp_path):
