@@ -41,8 +41,8 @@ part() {  # part NAME SECONDS COMMAND...
 torch.cuda.get_device_name(0), torch.backends.cudnn.version())"
   lscpu | grep -E "Model name|^CPU\(s\)"; } 2>&1 | tee "$OUT/machine.txt"
 
-part step_fp32 180 python3 benchmarks/train_step.py --device cuda --steps 30 --rounds 2 --workers 4 \
-  --pipelines ours,ours_compile
+part step_fp32 220 python3 benchmarks/train_step.py --device cuda --steps 30 --rounds 2 --workers 4 \
+  --pipelines ours,ours_compile,ours_deterministic
 part step_bf16 60 python3 benchmarks/train_step.py --device cuda --steps 30 --rounds 1 --workers 12 \
   --precision bf16 --pipelines ours
 part augment 35 python3 benchmarks/augment.py --device cuda --seconds 5 --workers 12

@@ -7,7 +7,8 @@ Ours: `mutexmatch.train.Trainer.train_step` with its defaults — uint8 images o
 augmentation there, channels-last model, one forward over [labeled | weak | strong], and on CPU
 ``train.keep_freed_memory`` (glibc keeps freed activation blocks instead of page-faulting them back every step,
 :mod:`mutexmatch.allocator`); also measured with ``train.compile`` (torch.compile of the model, which fuses
-BatchNorm + LeakyReLU) and with ``keep_freed_memory`` off. Reference (the released code's design): per-image PIL
+BatchNorm + LeakyReLU), with ``keep_freed_memory`` off, and with ``train.deterministic`` (deterministic kernels,
+what a bit-exact CUDA resume needs). Reference (the released code's design): per-image PIL
 RandAugment+Cutout and flip/crop in a `torch.utils.data.DataLoader`, an NCHW fp32 eager model, the same backbone,
 loss (MutexMatch, official form), batch and optimiser, as released (glibc defaults) and — to separate the allocator
 from the rest of our design — with the same allocator setting given through the environment (``MALLOC_MMAP_MAX_=0``,
@@ -50,6 +51,7 @@ PIPELINES = {
     "ours": "ours, defaults (batched on-device augmentation, channels-last, eager, keep_freed_memory)",
     "ours_compile": "ours + train.compile",
     "ours_no_keep": "ours with train.keep_freed_memory=false",
+    "ours_deterministic": "ours + train.deterministic",
 }
 
 
@@ -74,14 +76,15 @@ def timed(step, args) -> list[float]:
     return times
 
 
-def time_ours(args, bundle: DatasetBundle, root: str, compile_model: bool, keep: bool) -> list[float]:
+def time_ours(args, bundle: DatasetBundle, root: str, compile_model: bool, keep: bool,
+              deterministic: bool = False) -> list[float]:
     cfg = parse_config({
         "data": {"dataset": "cifar10", "root": root, "num_labels": 250},
         "model": {"backbone": args.backbone},
         "algorithm": {"name": "mutexmatch", "form": "official"},
         "train": {"batch_size": args.batch, "mu": args.mu, "device": args.device, "precision": args.precision,
                   "progress": False, "iterations": 1000, "compile": compile_model,
-                  "keep_freed_memory": keep},
+                  "keep_freed_memory": keep, "deterministic": deterministic},
         "output_dir": str(Path(root) / "ours"),
     })
     trainer = Trainer(cfg, bundle=bundle)
@@ -132,7 +135,7 @@ def run_child(args) -> None:
             times = time_reference(args, bundle)
         else:
             times = time_ours(args, bundle, root, compile_model=args.child == "ours_compile",
-                              keep=args.child != "ours_no_keep")
+                              keep=args.child != "ours_no_keep", deterministic=args.child == "ours_deterministic")
     print(json.dumps({"step_s": times, "threads": torch.get_num_threads()}))
 
 

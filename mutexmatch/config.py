@@ -268,7 +268,7 @@ class TrainConfig(_Section):
     deterministic: bool = Field(False, description="Bit-reproducible CUDA runs: torch.use_deterministic_algorithms "
                                 "(warn-only, for ops without a deterministic CUDA kernel) and CUBLAS_WORKSPACE_CONFIG="
                                 ":4096:8; with it a CUDA run stopped and resumed ends bit-identical to an "
-                                "uninterrupted one (measured on an H200; ~11% slower WRN-28-2 step). CPU runs are "
+                                "uninterrupted one (measured on an H200; WRN-28-2 step 11-15% slower). CPU runs are "
                                 "deterministic without it. Process-wide; not part of the config hash.")
     progress: bool = Field(True, description="Show a tqdm progress bar.")
 
