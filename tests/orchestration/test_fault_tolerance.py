@@ -23,7 +23,7 @@ name: {name}
 base:
   data: {{dataset: digits, num_labels: 20, root: {root}}}
   model: {{backbone: small_cnn}}
-  train: {{iterations: {iterations}, eval_interval: 20, batch_size: 8, mu: 2, eval_batch_size: 512}}
+  train: {{iterations: {iterations}, eval_interval: {eval_interval}, batch_size: 8, mu: 2, eval_batch_size: 512}}
 folds: {folds}
 axes:
   method:
@@ -34,10 +34,11 @@ METHOD = "    {m}: {{algorithm: {{name: {m}}}}}"
 
 
 def write_spec(project: Path, data_root: Path, *, name: str, iterations: int, folds: list[int],
-               methods: list[str], gpu: float = 0) -> Path:
+               methods: list[str], gpu: float = 0, eval_interval: int = 20) -> Path:
     project.mkdir(parents=True, exist_ok=True)
     spec = project / f"{name}.yaml"
     spec.write_text(SPEC.format(name=name, root=data_root, iterations=iterations, folds=folds, gpu=gpu,
+                                eval_interval=eval_interval,
                                 methods="\n".join(METHOD.format(m=m) for m in methods)))
     return spec
 
@@ -51,6 +52,21 @@ def grid_runs(client: MlflowClient, name: str) -> list:
 
 def logged_steps(client: MlflowClient, run) -> list[int]:
     return [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")]
+
+
+def running_trial_checkpoint_saved(exp_dir: Path) -> bool:
+    """Whether the newest Tune experiment state under ``exp_dir`` holds a checkpoint of an unfinished trial."""
+    from ray.tune import ExperimentAnalysis
+
+    for state_dir in {p.parent for p in exp_dir.glob("*/grid/experiment_state-*.json")}:
+        try:
+            trials = ExperimentAnalysis(str(state_dir)).trials
+        except Exception:  # noqa: BLE001 - the driver may be writing the file; the caller polls again
+            continue
+        # a loaded state reports an unfinished trial as PENDING (what Tune would restart), not RUNNING
+        if any(t.status not in ("TERMINATED", "ERROR") and t.checkpoint is not None for t in trials):
+            return True
+    return False
 
 
 def final_weights(client: MlflowClient, run, dest: Path) -> dict[str, torch.Tensor]:
@@ -113,17 +129,24 @@ def test_sigkilled_worker_resumes_from_its_checkpoint_with_identical_final_weigh
 
 @pytest.mark.slow
 def test_sigkilled_driver_then_resume_finishes_everything_once(tmp_path, data_root, sweep_env, run_cli, procs):
-    write_spec(tmp_path, data_root, name="dkill", iterations=120, folds=[0, 1], methods=["fixmatch", "mutexmatch"])
+    # Trials long enough (~10 s here) that the kill lands inside one with a saved checkpoint, not between trials.
+    write_spec(tmp_path, data_root, name="dkill", iterations=1000, eval_interval=100, folds=[0, 1],
+               methods=["fixmatch", "mutexmatch"])
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    log = (tmp_path / "driver.log").open("w")  # a file, not a pipe nobody reads: a full pipe would block the driver
     driver = subprocess.Popen([sys.executable, "-m", "orchestration.sweep", "dkill.yaml", "--max-concurrent", "1"],
-                              cwd=tmp_path, env=sweep_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              cwd=tmp_path, env=sweep_env, stdout=log, stderr=subprocess.STDOUT,
                               text=True, start_new_session=True)
     try:
         def one_done_one_halfway():
             runs = grid_runs(client, "dkill")
             done = [r for r in runs if r.info.status == "FINISHED"]
-            running = [r for r in runs if r.info.status == "RUNNING" and max(logged_steps(client, r), default=0) >= 40]
-            return (done, running) if done and running else None
+            running = [r for r in runs if r.info.status == "RUNNING" and max(logged_steps(client, r), default=0) >= 200]
+            # The driver must also have saved its experiment state since the running trial's first checkpoint:
+            # a kill before that loses the checkpoint (Tune restores the trial from the state file), and the test
+            # would see a restart from step 0 instead of the resume it checks.
+            ok = done and running and running_trial_checkpoint_saved(tmp_path / "ray_results" / "dkill")
+            return (done, running) if ok else None
 
         done_before, _ = procs["wait_for"](one_done_one_halfway, 300, "one finished and one started trial")
         ray_procs = procs["descendants"](driver.pid)
@@ -131,6 +154,7 @@ def test_sigkilled_driver_then_resume_finishes_everything_once(tmp_path, data_ro
         driver.wait(timeout=30)
     finally:
         procs["kill"]([driver.pid, *procs["descendants"](driver.pid)])
+        log.close()
     procs["kill"](ray_procs)  # raylet, GCS, workers and the agents orphaned by the killed driver
     assert not [p for p in ray_procs if procs["alive"](p)]
     assert any(r.info.status == "RUNNING" for r in grid_runs(client, "dkill"))  # what the kill left behind
@@ -145,7 +169,7 @@ def test_sigkilled_driver_then_resume_finishes_everything_once(tmp_path, data_ro
                                                      "method=mutexmatch/fold0", "method=mutexmatch/fold1"]
     assert {r.info.status for r in runs} == {"FINISHED"}
     for r in runs:
-        assert logged_steps(client, r) == list(range(20, 121, 20))
+        assert logged_steps(client, r) == list(range(100, 1001, 100))
     by_id = {r.info.run_id: r for r in runs}
     for before in done_before:  # finished before the kill: not re-run
         after = by_id[before.info.run_id]
