@@ -10,7 +10,11 @@
 #   3. the augmentation benchmark on CUDA;
 #   4. digits end to end on CUDA: an uninterrupted run and one stopped half-way and resumed (bit-identical with
 #      train.deterministic), the same pair without it, and a bf16 run;
-#   5. per-setup step and evaluation times of every experiment YAML on CUDA (GPU-hours), cached as it goes.
+#   5. cost: per-setup step and evaluation times of every experiment YAML on CUDA (GPU-hours), cached as it goes;
+#   6. memory: peak GPU memory of a full-batch step per backbone and image size, fp32 and bf16 (what fits);
+#   7. share: two training processes on one GPU vs one alone (do the YAMLs' `gpu: 0.5` trials pay?).
+# The parts' limits add up to more than one 10-minute call of the device tool: name the parts a call needs, e.g.
+# `... device_check.sh step_fp32 step_bf16 augment digits cost` then `... device_check.sh memory share`.
 # Python packages the machine lacks travel as wheels in .whl (pydantic and its needs).
 set -u
 OUT=${OUT:?set OUT to a folder for logs}
@@ -23,7 +27,7 @@ else
   export PYTHONPATH=$PWD
 fi
 declare -A RC
-WANTED=" ${*:-step_fp32 step_bf16 augment digits cost} "
+WANTED=" ${*:-step_fp32 step_bf16 augment digits cost memory share} "
 part() {  # part NAME SECONDS COMMAND...
   local name=$1 limit=$2; shift 2
   [[ $WANTED == *" $name "* ]] || return 0
@@ -33,7 +37,7 @@ part() {  # part NAME SECONDS COMMAND...
   timeout --kill-after=5 "$limit" bash -c '"$@"' _ "$@" >"$OUT/$name.log" 2>&1
   RC[$name]=$?
   echo "=== $name: rc=${RC[$name]} in $((SECONDS - t0)) s" | tee -a "$OUT/summary.txt"
-  tail -n 14 "$OUT/$name.log"
+  tail -n 24 "$OUT/$name.log"
 }
 
 { nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
@@ -84,6 +88,9 @@ cost() {
 }
 export -f cost
 part cost 190 cost
+
+part memory 300 python3 benchmarks/step_memory.py --device cuda
+part share 90 python3 benchmarks/gpu_share.py --device cuda --processes 2 --steps 30
 
 echo "=== exit status per part:"; for k in "${!RC[@]}"; do echo "  $k ${RC[$k]}"; done
 nvidia-smi --query-gpu=memory.used,clocks.sm --format=csv

@@ -76,8 +76,8 @@ def timed(step, args) -> list[float]:
     return times
 
 
-def time_ours(args, bundle: DatasetBundle, root: str, compile_model: bool, keep: bool,
-              deterministic: bool = False) -> list[float]:
+def build_ours(args, bundle: DatasetBundle, root: str, compile_model: bool = False, keep: bool = True,
+               deterministic: bool = False) -> Trainer:
     cfg = parse_config({
         "data": {"dataset": "cifar10", "root": root, "num_labels": 250},
         "model": {"backbone": args.backbone},
@@ -87,8 +87,12 @@ def time_ours(args, bundle: DatasetBundle, root: str, compile_model: bool, keep:
                   "keep_freed_memory": keep, "deterministic": deterministic},
         "output_dir": str(Path(root) / "ours"),
     })
-    trainer = Trainer(cfg, bundle=bundle)
-    return timed(trainer.train_step, args)
+    return Trainer(cfg, bundle=bundle)
+
+
+def time_ours(args, bundle: DatasetBundle, root: str, compile_model: bool, keep: bool,
+              deterministic: bool = False) -> list[float]:
+    return timed(build_ours(args, bundle, root, compile_model, keep, deterministic).train_step, args)
 
 
 def time_reference(args, bundle: DatasetBundle) -> list[float]:
@@ -150,18 +154,23 @@ def measure(pipeline: str, argv: list[str]) -> list[float]:
     return json.loads(proc.stdout.strip().splitlines()[-1])["step_s"]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_step_arguments(ap: argparse.ArgumentParser) -> None:
+    """The options of the measured step, shared with benchmarks/gpu_share.py."""
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--backbone", default="wrn28_2")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--mu", type=int, default=7)
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_step_arguments(ap)
     ap.add_argument("--steps", type=int, default=3, help="timed steps per process (after two warm-up steps)")
     ap.add_argument("--rounds", type=int, default=2, help="each pipeline runs once per round, rounds interleaved, "
                     "so slow phases of a shared machine hit every pipeline alike")
     ap.add_argument("--workers", type=int, default=0, help="reference DataLoader workers (the notes: 0 is fastest "
                     "on 2 cores)")
-    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--images", type=int, default=4096)
     ap.add_argument("--pipelines", default=",".join(PIPELINES), help=f"comma-separated subset of {list(PIPELINES)}"
                     " (both references are always measured)")

@@ -1,0 +1,116 @@
+"""Peak device memory of one full training step per (backbone, image size) setup of the experiment YAMLs.
+
+    python benchmarks/step_memory.py [--device cuda] [--batch 64] [--mu 7] [--precision fp32,bf16]
+                                     [--setups wrn28_2@32,wrn28_8@80,...]
+
+Answers "does this paper setting fit on my GPU?" before a sweep is launched: each setup runs in its own fresh
+process (so an out-of-memory error or allocator fragmentation does not leak into the next), builds our
+:class:`mutexmatch.train.Trainer` on synthetic uint8 images of the setup's size (memory does not depend on pixel
+values), runs two training steps and one evaluation batch, and prints PyTorch's peak allocated and reserved CUDA
+memory, or ``OOM`` with the device's capacity. On a CPU it prints the process's peak resident memory instead (a
+smoke run; host memory is not what limits a GPU run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from mutexmatch.config import parse_config
+from mutexmatch.datasets import DATASETS, DatasetBundle, ImageData
+from mutexmatch.train import Trainer
+
+# backbone@image size for every setup of experiments/*.yaml (CIFAR/SVHN 32, STL-10 96, mini-ImageNet 80, Tiny 64)
+SETUPS = ["wrn28_2@32", "cnn13@32", "wrn28_8@32", "resnet18@96", "wrn37_2@96", "resnet18@80", "wrn28_8@80",
+          "resnet18@64", "wrn28_8@64"]
+GB = 2 ** 30
+
+
+def synthetic(size: int, num_classes: int, per_class: int = 8) -> DatasetBundle:
+    n = num_classes * per_class
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 256, (n, 3, size, size), dtype=torch.uint8, generator=g)
+    y = torch.arange(n) % num_classes
+    info = dataclasses.replace(DATASETS["cifar10"], num_classes=num_classes, image_size=size)
+    return DatasetBundle(info=info, train=ImageData(x, y), test=ImageData(x[:64], y[:64]), extra_unlabeled=None,
+                         predefined_folds=None)
+
+
+def run_child(args) -> None:
+    backbone, size = args.child.split("@")
+    num_classes = 100  # the classifier heads are a negligible share of the memory
+    with tempfile.TemporaryDirectory() as root:
+        cfg = parse_config({
+            "data": {"dataset": "cifar10", "root": root, "num_labels": 4 * num_classes},
+            "model": {"backbone": backbone},
+            "algorithm": {"name": "mutexmatch", "form": "official"},
+            "train": {"batch_size": args.batch, "mu": args.mu, "device": args.device, "precision": args.precision,
+                      "progress": False, "iterations": 1000, "eval_batch_size": 1024},
+            "output_dir": str(Path(root) / "run"),
+        })
+        result = {"setup": args.child, "precision": args.precision}
+        try:
+            trainer = Trainer(cfg, bundle=synthetic(int(size), num_classes))
+            for _ in range(2):
+                trainer.train_step()
+            test = trainer.bundle.test
+            trainer.accuracy(trainer.ema.module, test.x, test.y)
+            if trainer.device.type == "cuda":
+                torch.cuda.synchronize()
+                result.update(allocated_gb=torch.cuda.max_memory_allocated() / GB,
+                              reserved_gb=torch.cuda.max_memory_reserved() / GB)
+            else:
+                result.update(rss_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GB)
+        except torch.OutOfMemoryError:
+            result.update(oom=True, capacity_gb=torch.cuda.get_device_properties(0).total_memory / GB)
+    print(json.dumps(result))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--mu", type=int, default=7)
+    ap.add_argument("--precision", default="fp32,bf16", help="comma-separated: fp32, bf16, fp16")
+    ap.add_argument("--setups", default=",".join(SETUPS), help="comma-separated backbone@image_size")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        return run_child(args)
+    setups = args.setups.split(",")
+    for s in setups:
+        backbone, _, size = s.partition("@")
+        if not size.isdigit():
+            sys.exit(f"--setups: {s!r} is not backbone@image_size (e.g. wrn28_8@80)")
+    print(f"device={args.device} B={args.batch} mu={args.mu} ({args.batch * (1 + 2 * args.mu)} images per step)")
+    print("\n| setup | precision | peak allocated GB | peak reserved GB |")
+    print("| --- | --- | ---: | ---: |")
+    for setup in setups:
+        for precision in args.precision.split(","):
+            proc = subprocess.run([sys.executable, __file__, f"--device={args.device}", f"--batch={args.batch}",
+                                   f"--mu={args.mu}", f"--precision={precision}", f"--child={setup}"],
+                                  capture_output=True, text=True)
+            if proc.returncode:
+                print(f"| {setup} | {precision} | failed: {proc.stderr.strip().splitlines()[-1][:120]} | |",
+                      flush=True)
+                continue
+            r = json.loads(proc.stdout.strip().splitlines()[-1])
+            if r.get("oom"):
+                cells = f"OOM (> {r['capacity_gb']:.0f}) | |"
+            elif "rss_gb" in r:
+                cells = f"{r['rss_gb']:.2f} (host RSS) | |"
+            else:
+                cells = f"{r['allocated_gb']:.1f} | {r['reserved_gb']:.1f} |"
+            print(f"| {setup} | {precision} | {cells}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
