@@ -6,9 +6,14 @@
 Answers "does this paper setting fit on my GPU?" before a sweep is launched: each setup runs in its own fresh
 process (so an out-of-memory error or allocator fragmentation does not leak into the next), builds our
 :class:`mutexmatch.train.Trainer` on synthetic uint8 images of the setup's size (memory does not depend on pixel
-values), runs two training steps and one evaluation batch, and prints PyTorch's peak allocated and reserved CUDA
-memory, or ``OOM`` with the device's capacity. On a CPU it prints the process's peak resident memory instead (a
-smoke run; host memory is not what limits a GPU run).
+values), runs two training steps and one evaluation batch, and prints
+
+* the bytes of the tensors autograd saves for the backward pass of one step (counted with
+  ``torch.autograd.graph.saved_tensors_hooks``, each storage once) — the activations, which dominate. The count
+  is linear in the batch (up to the saved weights, a small constant) and nearly the same on any device (CUDA
+  autocast keeps BatchNorm in fp32, so its bf16 count is somewhat higher), so on a machine too small for the full
+  batch, run a small ``--batch`` and add ``--scale-to 64``;
+* on CUDA, PyTorch's peak allocated and reserved memory, or ``OOM`` with the device's capacity.
 """
 
 from __future__ import annotations
@@ -16,7 +21,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import resource
 import subprocess
 import sys
 import tempfile
@@ -59,16 +63,22 @@ def run_child(args) -> None:
         result = {"setup": args.child, "precision": args.precision}
         try:
             trainer = Trainer(cfg, bundle=synthetic(int(size), num_classes))
-            for _ in range(2):
+            trainer.train_step()
+            storages: dict[int, int] = {}
+
+            def pack(t: torch.Tensor) -> torch.Tensor:
+                storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+                return t
+
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
                 trainer.train_step()
+            result["saved_gb"] = sum(storages.values()) / GB
             test = trainer.bundle.test
             trainer.accuracy(trainer.ema.module, test.x, test.y)
             if trainer.device.type == "cuda":
                 torch.cuda.synchronize()
                 result.update(allocated_gb=torch.cuda.max_memory_allocated() / GB,
                               reserved_gb=torch.cuda.max_memory_reserved() / GB)
-            else:
-                result.update(rss_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GB)
         except torch.OutOfMemoryError:
             result.update(oom=True, capacity_gb=torch.cuda.get_device_properties(0).total_memory / GB)
     print(json.dumps(result))
@@ -81,6 +91,7 @@ def main() -> None:
     ap.add_argument("--mu", type=int, default=7)
     ap.add_argument("--precision", default="fp32,bf16", help="comma-separated: fp32, bf16, fp16")
     ap.add_argument("--setups", default=",".join(SETUPS), help="comma-separated backbone@image_size")
+    ap.add_argument("--scale-to", type=int, help="also print the saved activations scaled to this labeled batch")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -91,8 +102,9 @@ def main() -> None:
         if not size.isdigit():
             sys.exit(f"--setups: {s!r} is not backbone@image_size (e.g. wrn28_8@80)")
     print(f"device={args.device} B={args.batch} mu={args.mu} ({args.batch * (1 + 2 * args.mu)} images per step)")
-    print("\n| setup | precision | peak allocated GB | peak reserved GB |")
-    print("| --- | --- | ---: | ---: |")
+    scaled = f" saved activations GB at B={args.scale_to} (scaled) |" if args.scale_to else ""
+    print(f"\n| setup | precision | saved activations GB |{scaled} peak allocated GB | peak reserved GB |")
+    print("| --- | --- | ---: |" + (" ---: |" if args.scale_to else "") + " ---: | ---: |")
     for setup in setups:
         for precision in args.precision.split(","):
             proc = subprocess.run([sys.executable, __file__, f"--device={args.device}", f"--batch={args.batch}",
@@ -104,11 +116,14 @@ def main() -> None:
                 continue
             r = json.loads(proc.stdout.strip().splitlines()[-1])
             if r.get("oom"):
-                cells = f"OOM (> {r['capacity_gb']:.0f}) | |"
-            elif "rss_gb" in r:
-                cells = f"{r['rss_gb']:.2f} (host RSS) | |"
+                cells = f"OOM (> {r['capacity_gb']:.0f} GB on this device) |" + (" |" if args.scale_to else "")
+                cells += " | |"
             else:
-                cells = f"{r['allocated_gb']:.1f} | {r['reserved_gb']:.1f} |"
+                cells = f"{r['saved_gb']:.2f} |"
+                if args.scale_to:
+                    cells += f" {r['saved_gb'] * args.scale_to / args.batch:.1f} |"
+                cells += (f" {r['allocated_gb']:.1f} | {r['reserved_gb']:.1f} |" if "allocated_gb" in r
+                          else " (CPU) | (CPU) |")
             print(f"| {setup} | {precision} | {cells}", flush=True)
 
 

@@ -32,9 +32,14 @@ def test_train_step_prints_every_pipeline_against_both_references():
 
 @pytest.mark.slow
 def test_step_memory_reports_each_setup_and_precision():
-    out = _run("step_memory.py", *TINY, "--setups", "cnn13@32", "--precision", "fp32,bf16")
-    assert re.search(r"\| cnn13@32 \| fp32 \| \d+\.\d\d \(host RSS\) \|", out), out
-    assert re.search(r"\| cnn13@32 \| bf16 \| \d+\.\d\d \(host RSS\) \|", out), out
+    out = _run("step_memory.py", *TINY, "--setups", "cnn13@32", "--precision", "fp32,bf16", "--scale-to", "4")
+    saved = {}
+    for precision in ("fp32", "bf16"):
+        m = re.search(rf"\| cnn13@32 \| {precision} \| (\d+\.\d\d) \| (\d+\.\d) \| \(CPU\) \| \(CPU\) \|", out)
+        assert m, out
+        saved[precision] = float(m.group(1))
+        assert float(m.group(2)) == pytest.approx(saved[precision] * 2, abs=0.06)  # B=2 scaled to 4
+    assert 0 < saved["bf16"] < saved["fp32"]  # autocast saves half-width activations
 
 
 def test_step_memory_rejects_a_malformed_setup():
