@@ -56,3 +56,11 @@ def test_gpu_share_compares_shared_with_alone():
     ratio = float(re.search(r"ratio shared / alone: ([\d.]+)x", out).group(1))
     assert alone > 0 and shared > 0
     assert ratio == pytest.approx(shared / alone, abs=0.01)
+
+
+def test_conv_floor_finds_every_convolution_of_the_backbone():
+    out = _run("conv_floor.py", "--device", "cpu", "--batch", "1", "--mu", "0", "--repeats", "1")
+    rows = [line for line in out.splitlines() if line.startswith("| [")]
+    # WRN-28-2: the stem, 3 groups of 4 blocks x 2 convs, and 3 shortcut 1x1 convs = 28 convolutions
+    assert sum(int(r.split("|")[4]) for r in rows) == 28, out
+    assert re.search(r"convolutions of one step, forward \+ backward, faster layout per shape: \d+\.\d\d s", out)
