@@ -19,7 +19,6 @@ values), runs two training steps and one evaluation batch, and prints
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import subprocess
 import sys
@@ -28,9 +27,8 @@ from pathlib import Path
 
 import torch
 
-from mutexmatch.config import parse_config
-from mutexmatch.datasets import DATASETS, DatasetBundle, ImageData
-from mutexmatch.train import Trainer
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from train_step import build_ours, synthetic_cifar  # noqa: E402  (the `ours` step of benchmarks/train_step.py)
 
 # backbone@image size for every setup of experiments/*.yaml (CIFAR/SVHN 32, STL-10 96, mini-ImageNet 80, Tiny 64)
 SETUPS = ["wrn28_2@32", "cnn13@32", "wrn28_8@32", "resnet18@96", "wrn37_2@96", "resnet18@80", "wrn28_8@80",
@@ -38,31 +36,15 @@ SETUPS = ["wrn28_2@32", "cnn13@32", "wrn28_8@32", "resnet18@96", "wrn37_2@96", "
 GB = 2 ** 30
 
 
-def synthetic(size: int, num_classes: int, per_class: int = 8) -> DatasetBundle:
-    n = num_classes * per_class
-    g = torch.Generator().manual_seed(0)
-    x = torch.randint(0, 256, (n, 3, size, size), dtype=torch.uint8, generator=g)
-    y = torch.arange(n) % num_classes
-    info = dataclasses.replace(DATASETS["cifar10"], num_classes=num_classes, image_size=size)
-    return DatasetBundle(info=info, train=ImageData(x, y), test=ImageData(x[:64], y[:64]), extra_unlabeled=None,
-                         predefined_folds=None)
-
-
 def run_child(args) -> None:
     backbone, size = args.child.split("@")
-    num_classes = 100  # the classifier heads are a negligible share of the memory
+    step_args = argparse.Namespace(backbone=backbone, batch=args.batch, mu=args.mu, device=args.device,
+                                   precision=args.precision)
+    result = {"setup": args.child, "precision": args.precision}
     with tempfile.TemporaryDirectory() as root:
-        cfg = parse_config({
-            "data": {"dataset": "cifar10", "root": root, "num_labels": 4 * num_classes},
-            "model": {"backbone": backbone},
-            "algorithm": {"name": "mutexmatch", "form": "official"},
-            "train": {"batch_size": args.batch, "mu": args.mu, "device": args.device, "precision": args.precision,
-                      "progress": False, "iterations": 1000, "eval_batch_size": 1024},
-            "output_dir": str(Path(root) / "run"),
-        })
-        result = {"setup": args.child, "precision": args.precision}
         try:
-            trainer = Trainer(cfg, bundle=synthetic(int(size), num_classes))
+            # 100 classes: the classifier heads are a negligible share of the memory
+            trainer = build_ours(step_args, synthetic_cifar(4000, size=int(size), num_classes=100), root)
             trainer.train_step()
             storages: dict[int, int] = {}
 

@@ -23,6 +23,7 @@ On a machine shared with other jobs set ``OMP_WAIT_POLICY=PASSIVE`` (OpenMP spin
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -55,11 +56,14 @@ PIPELINES = {
 }
 
 
-def synthetic_cifar(n: int, seed: int = 0) -> DatasetBundle:
+def synthetic_cifar(n: int, seed: int = 0, size: int = 32, num_classes: int = 10) -> DatasetBundle:
+    """CIFAR-10-like uint8 images (speed and memory do not depend on pixel values); ``size`` and ``num_classes``
+    stand in for the other datasets' shapes."""
     g = torch.Generator().manual_seed(seed)
-    x = torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, generator=g)
-    y = torch.arange(n) % 10
-    return DatasetBundle(info=DATASETS["cifar10"], train=ImageData(x, y), test=ImageData(x[:256], y[:256]),
+    x = torch.randint(0, 256, (n, 3, size, size), dtype=torch.uint8, generator=g)
+    y = torch.arange(n) % num_classes
+    info = dataclasses.replace(DATASETS["cifar10"], num_classes=num_classes, image_size=size)
+    return DatasetBundle(info=info, train=ImageData(x, y), test=ImageData(x[:256], y[:256]),
                          extra_unlabeled=None, predefined_folds=None)
 
 
@@ -79,7 +83,7 @@ def timed(step, args) -> list[float]:
 def build_ours(args, bundle: DatasetBundle, root: str, compile_model: bool = False, keep: bool = True,
                deterministic: bool = False) -> Trainer:
     cfg = parse_config({
-        "data": {"dataset": "cifar10", "root": root, "num_labels": 250},
+        "data": {"dataset": "cifar10", "root": root, "num_labels": 25 * bundle.info.num_classes},
         "model": {"backbone": args.backbone},
         "algorithm": {"name": "mutexmatch", "form": "official"},
         "train": {"batch_size": args.batch, "mu": args.mu, "device": args.device, "precision": args.precision,

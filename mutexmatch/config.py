@@ -268,8 +268,9 @@ class TrainConfig(_Section):
     deterministic: bool = Field(False, description="Bit-reproducible CUDA runs: torch.use_deterministic_algorithms "
                                 "(warn-only, for ops without a deterministic CUDA kernel) and CUBLAS_WORKSPACE_CONFIG="
                                 ":4096:8; with it a CUDA run stopped and resumed ends bit-identical to an "
-                                "uninterrupted one (measured on an H200; WRN-28-2 step 11-15% slower). CPU runs are "
-                                "deterministic without it. Process-wide; not part of the config hash.")
+                                "uninterrupted one (benchmarks/device_check.sh digits). Slower on CUDA: "
+                                "benchmarks/train_step.py --pipelines ours,ours_deterministic measures by how much. "
+                                "CPU runs are deterministic without it. Process-wide; not part of the config hash.")
     progress: bool = Field(True, description="Show a tqdm progress bar.")
 
     @field_validator("iterations", "batch_size", "mu", "eval_interval", "eval_batch_size", "median_window",
