@@ -1,0 +1,424 @@
+"""``python -m mutexmatch.datasets``: download, check and export the datasets ``mutexmatch.datasets`` loads.
+
+- ``download NAME --root DIR``: fetch CIFAR-10/100, SVHN (+extra) or STL-10 through torchvision's own classes
+  (``download=True``; torchvision checks every file against its published md5) and list each file as verified.
+- ``check NAME --root DIR``: the layout, the images per split and per class, and the state of the decoded cache.
+  Loading decodes whatever is not cached yet, so a check also proves that every image is readable.
+- ``export NAME --root DIR --to DIR``: write any dataset as an image folder (``data.dataset: imagefolder``) of
+  lossless PNGs, so that loading the export gives the same pixels and labels.
+
+Every error is one line on stderr (the argument or path, the value, what is allowed) and exit status 2. The on-disk
+layouts are described in ``docs/datasets.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pickle
+import re
+import shutil
+import sys
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import NoReturn
+
+import torch
+from PIL import Image
+from torchvision.datasets import CIFAR10, CIFAR100, STL10, SVHN
+from torchvision.datasets.utils import check_integrity
+
+from mutexmatch import imagefolder
+from mutexmatch.config import DATASET_NAMES
+from mutexmatch.datasets import DATASETS, DatasetBundle, ImageData, cache_paths, dataset_dir, load_dataset
+
+PROG = "python -m mutexmatch.datasets"
+# The datasets torchvision can download, by the class that knows their URLs and md5s.
+DOWNLOADABLE = {"cifar10": CIFAR10, "cifar100": CIFAR100, "svhn": SVHN, "stl10": STL10}
+EXPORT_FORMATS = ("png",)
+DESCRIPTION = "Download, check and export the datasets mutexmatch trains on (layouts: docs/datasets.md)."
+
+_EXAMPLES = {
+    "download": [
+        f"{PROG} download cifar10 --root data",
+        f"{PROG} download svhn --root data --svhn-extra",
+    ],
+    "check": [
+        f"{PROG} check cifar10 --root data",
+        f"{PROG} check imagefolder --root data/my-photos --image-size 32",
+    ],
+    "export": [
+        f"{PROG} export cifar10 --root data --to data/cifar10-folder",
+        f"{PROG} export digits --root data --to /tmp/digits-folder --overwrite",
+    ],
+}
+
+
+class CLIError(Exception):
+    """A user error, printed as one ``error: ...`` line with exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    # argparse prints the usage plus an error and exits; we want the one-line error of every other failure.
+    def error(self, message: str) -> NoReturn:
+        raise CLIError(f"{self.prog}: {message}")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# download
+
+
+def _torchvision_files(name: str, svhn_extra: bool) -> list[tuple[str, str | None]]:
+    """(path relative to the dataset folder, published md5 or None) of every file torchvision fetches."""
+    if name in ("cifar10", "cifar100"):
+        cls = DOWNLOADABLE[name]
+        pairs = [*cls.train_list, *cls.test_list, (cls.meta["filename"], cls.meta["md5"])]
+        return [(f"{cls.base_folder}/{f}", md5) for f, md5 in pairs]
+    if name == "svhn":
+        return [(SVHN.split_list[s][1], SVHN.split_list[s][2]) for s in _svhn_splits(svhn_extra)]
+    pairs = [*STL10.train_list, *STL10.test_list, (STL10.class_names_file, None), (STL10.folds_list_file, None)]
+    return [(f"{STL10.base_folder}/{f}", md5) for f, md5 in pairs]
+
+
+def _svhn_splits(svhn_extra: bool) -> list[str]:
+    return ["train", "test"] + (["extra"] if svhn_extra else [])
+
+
+def _fetch(name: str, ddir: Path, svhn_extra: bool) -> None:
+    """Let torchvision's class download (or find already present and md5-verified) the dataset's files."""
+    cls = DOWNLOADABLE[name]
+    # Each constructor also reads its split; the smallest one that triggers the whole download is used.
+    if name == "svhn":
+        for split in _svhn_splits(svhn_extra):  # one .mat file per split
+            cls(str(ddir), split=split, download=True)
+    elif name == "stl10":
+        cls(str(ddir), split="test", download=True)
+    else:
+        cls(str(ddir), train=False, download=True)
+
+
+def run_download(args: argparse.Namespace) -> int:
+    name = args.name
+    if name not in DOWNLOADABLE:
+        raise CLIError(f"download {name}: {_manual_hint(name)} (`download` fetches only "
+                       f"{', '.join(DOWNLOADABLE)})")
+    if args.svhn_extra and name != "svhn":
+        raise CLIError(f"download {name}: --svhn-extra only applies to svhn")
+    ddir = dataset_dir(name, args.root)
+    ddir.mkdir(parents=True, exist_ok=True)
+    try:
+        _fetch(name, ddir, args.svhn_extra)
+    except (OSError, RuntimeError) as err:  # URLError is an OSError; a failed md5 check a RuntimeError
+        raise CLIError(f"download {name}: torchvision could not fetch and verify the files in {ddir}: "
+                       f"{_one_line(err)}") from None
+    print(f"{name}: files in {ddir}")
+    bad = []
+    for rel, md5 in _torchvision_files(name, args.svhn_extra):
+        path = ddir / rel
+        if md5 is None:
+            state = "present (no published md5)" if path.is_file() else "MISSING"
+        else:
+            state = f"md5 {md5} verified" if check_integrity(str(path), md5) else f"md5 {md5} MISMATCH"
+        if state.endswith(("MISSING", "MISMATCH")):
+            bad.append(rel)
+        print(f"  {rel:<32} {state}")
+    if bad:
+        raise CLIError(f"download {name}: {', '.join(bad)} in {ddir} missing or corrupted after the download; "
+                       f"delete them and run download again")
+    print(f"next: {PROG} check {name} --root {args.root}   (decodes the images into the cache and counts them)")
+    return 0
+
+
+def _manual_hint(name: str) -> str:
+    if name == imagefolder.NAME:
+        return (f"an image folder is your own {'/<class>/, '.join(imagefolder.REQUIRED_SPLITS)}/<class>/ images; "
+                f"see docs/datasets.md, or `{PROG} export` to write one from a built-in dataset")
+    return DATASETS[name].download_hint
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# check
+
+
+def _load(args: argparse.Namespace) -> DatasetBundle:
+    return load_dataset(args.name, args.root, image_size=args.image_size, svhn_extra=args.svhn_extra)
+
+
+def _cache_state(args: argparse.Namespace) -> tuple[dict[str, Path], list[Path]]:
+    """The cache files a load would read now, and the other caches of the same splits (another image size or
+    folder content), which this load does not read."""
+    current = cache_paths(args.name, args.root, image_size=args.image_size, svhn_extra=args.svhn_extra)
+    others = sorted({p for s, c in current.items() if c.parent.is_dir() for p in c.parent.glob(f"{s}_*.pt")}
+                    - set(current.values()))
+    return current, others
+
+
+def _layout_lines(args: argparse.Namespace) -> list[str]:
+    """What the raw files look like, before anything is decoded (a bad imagefolder layout raises here)."""
+    if args.name == imagefolder.NAME:
+        index = imagefolder.scan_folder(args.root)
+        splits = ", ".join(f"{s}/ ({len(f):,} files)" for s, f in index.files.items())
+        lines = [f"folder   {Path(args.root).expanduser()}", f"layout   ok: {splits}"]
+        if index.ignored:
+            lines.append(f"         {index.ignored} file(s) ignored (not an image extension PIL reads)")
+        return lines
+    ddir = dataset_dir(args.name, args.root)
+    lines = [f"folder   {ddir}"]
+    if args.name in DOWNLOADABLE:
+        files = _torchvision_files(args.name, args.svhn_extra)
+        missing = [rel for rel, _ in files if not (ddir / rel).is_file()]
+        lines.append(f"layout   {len(files) - len(missing)} of {len(files)} torchvision files present"
+                     + (f"; missing: {', '.join(missing)}" if missing else "")
+                     + f" (`{PROG} download` verifies their md5)")
+    return lines
+
+
+def _class_table(bundle: DatasetBundle, names: Sequence[str]) -> list[str]:
+    splits = {s: d for s, d in (("train", bundle.train), ("test", bundle.test), ("val", bundle.val)) if d}
+    counts = {s: torch.bincount(d.y, minlength=len(names)).tolist() for s, d in splits.items()}
+    width = max(len("class"), *(len(n) for n in names))
+    lines = [f"  {'class':<{width}}" + "".join(f"{s:>10}" for s in splits)]
+    for i, n in enumerate(names):
+        lines.append(f"  {n:<{width}}" + "".join(f"{counts[s][i]:>10,}" for s in splits))
+    lines.append(f"  {'total':<{width}}" + "".join(f"{len(d):>10,}" for d in splits.values()))
+    if bundle.extra_unlabeled is not None:
+        lines.append(f"  unlabeled: {len(bundle.extra_unlabeled):,} images without labels")
+    return lines
+
+
+def run_check(args: argparse.Namespace) -> int:
+    print(f"dataset  {args.name}")
+    print("\n".join(_layout_lines(args)))
+    current, others = _cache_state(args)
+    present = {s: p.is_file() for s, p in current.items()}
+    bundle = _load(args)  # decodes what is not cached yet: proves every image readable
+    info = bundle.info
+    print(f"images   {info.channels}x{info.image_size}x{info.image_size} uint8; mean "
+          f"{_floats(info.mean)}, std {_floats(info.std)} (of pixel/255)")
+    names = class_names(args.name, args.root, bundle)
+    unnamed = names == _index_names(len(names))
+    print(f"classes  {info.num_classes}" + (" (unnamed: shown by label index)" if unnamed else ""))
+    print("\n".join(_class_table(bundle, names)))
+    if bundle.predefined_folds is not None:
+        print(f"folds    {len(bundle.predefined_folds)} predefined labeled folds of "
+              f"{', '.join(sorted({f'{len(f):,}' for f in bundle.predefined_folds}))} images")
+    print(f"cache    {', '.join(sorted({str(p.parent) for p in current.values()}))}")
+    for split, path in current.items():
+        state = "current" if present[split] else "missing: decoded and written now"
+        if not path.is_file():
+            state = "missing: could not be written (see the warning above)"
+        print(f"  {path.name:<40} {state}")
+    for path in others:
+        gone = "" if path.exists() else "; deleted by this load"
+        print(f"  {path.name:<40} not read now (another image size, split set or folder content{gone})")
+    return 0
+
+
+def _floats(values: Sequence[float]) -> str:
+    return "(" + ", ".join(f"{v:.4f}" for v in values) + ")"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# export
+
+
+def class_names(name: str, root: str | Path, bundle: DatasetBundle) -> list[str]:
+    """Class folder names whose sorted order is the label order (imagefolder labels the sorted train folders).
+
+    The dataset's own names when it has them, they are already sorted and are usable as folder names; otherwise
+    ``<index>_<name>`` or the bare zero-padded index.
+    """
+    known = bundle.classes or _torchvision_class_names(name, root)
+    n = bundle.info.num_classes
+    if known is None or len(known) != n:
+        return _index_names(n)
+    known = list(known)
+    if known == sorted(known) and len(set(known)) == n and all(_safe_folder_name(c) == c for c in known):
+        return known
+    width = len(str(n - 1))
+    return [f"{i:0{width}d}_{_safe_folder_name(c)}" for i, c in enumerate(known)]
+
+
+def _index_names(n: int) -> list[str]:
+    width = len(str(n - 1))
+    return [f"{i:0{width}d}" for i in range(n)]
+
+
+def _safe_folder_name(name: str) -> str:
+    """``name`` with anything but letters, digits, ``-``, ``_``, ``.`` and spaces replaced; no leading dot
+    (imagefolder skips hidden folders)."""
+    return re.sub(r"[^\w.\- ]", "_", name).lstrip(".").strip() or "_"
+
+
+def _torchvision_class_names(name: str, root: str | Path) -> list[str] | None:
+    """CIFAR's label names from torchvision's meta file, STL-10's from class_names.txt; None when absent."""
+    ddir = dataset_dir(name, root) if name in DOWNLOADABLE else None
+    if name in ("cifar10", "cifar100"):
+        meta = DOWNLOADABLE[name].meta
+        path = ddir / DOWNLOADABLE[name].base_folder / meta["filename"]
+        if not path.is_file():
+            return None
+        with path.open("rb") as f:  # the same latin1 pickle torchvision's CIFAR classes read
+            return list(pickle.load(f, encoding="latin1")[meta["key"]])
+    if name == "stl10":
+        path = ddir / STL10.base_folder / STL10.class_names_file
+        return [ln for ln in path.read_text().splitlines() if ln.strip()] if path.is_file() else None
+    return None
+
+
+def _prepare_target(to: Path, overwrite: bool, source: Path | None) -> None:
+    if to.exists() and not to.is_dir():
+        raise CLIError(f"export: --to {to} is a file; give a new or empty folder")
+    if source is not None and to.resolve() == source.resolve():
+        raise CLIError(f"export: --to {to} is the source folder --root; give another folder")
+    if to.is_dir() and any(to.iterdir()) and not overwrite:
+        raise CLIError(f"export: --to {to} is not empty; give a new or empty folder, or pass --overwrite (which "
+                       f"replaces its {', '.join(_SPLITS)} folders)")
+
+
+_SPLITS = (*imagefolder.LABELED_SPLITS, imagefolder.UNLABELED_SPLIT)
+_CHUNK = 512  # images per thread task
+
+
+def _png(x: torch.Tensor) -> Image.Image:
+    """One uint8 (C, H, W) image as a PIL image: 'L' for one channel, 'RGB' for three."""
+    arr = x.permute(1, 2, 0).numpy()
+    return Image.fromarray(arr[:, :, 0], mode="L") if arr.shape[2] == 1 else Image.fromarray(arr, mode="RGB")
+
+
+def _write_split(data: ImageData, folder: Path, names: Sequence[str] | None) -> None:
+    """``folder/<class>/NNNNN.png`` (``folder/NNNNN.png`` when ``names`` is None): NNNNN is the image's index in
+    the split, zero-padded so that imagefolder's sorted file order is the original order within each class."""
+    width = max(5, len(str(len(data) - 1)))
+    labels = data.y.tolist()
+    dirs = [folder] if names is None else [folder / n for n in sorted(set(names[y] for y in labels))]
+    for d in dirs:
+        d.mkdir(parents=True, exist_ok=True)
+
+    def write(i: int) -> None:
+        sub = folder if names is None else folder / names[labels[i]]
+        _png(data.x[i]).save(sub / f"{i:0{width}d}.png")  # PNG is lossless: pixels round-trip exactly
+
+    def write_chunk(start: int) -> None:
+        for i in range(start, min(start + _CHUNK, len(data))):
+            write(i)
+
+    # PIL releases the GIL while it compresses, so threads keep every core busy.
+    with ThreadPoolExecutor() as pool:
+        list(pool.map(write_chunk, range(0, len(data), _CHUNK)))
+
+
+def run_export(args: argparse.Namespace) -> int:
+    to = Path(args.to).expanduser()
+    source = Path(args.root).expanduser() if args.name == imagefolder.NAME else None
+    _prepare_target(to, args.overwrite, source)
+    bundle = _load(args)
+    names = class_names(args.name, args.root, bundle)
+    empty = [n for n, c in zip(names, torch.bincount(bundle.train.y, minlength=len(names)).tolist()) if c == 0]
+    if empty:
+        raise CLIError(f"export {args.name}: class(es) {', '.join(empty[:5])} have no train image; an image folder "
+                       f"takes its classes from train/, so the labels would shift")
+    for split in _SPLITS:  # --overwrite: an earlier export's files must not mix with this one's
+        if (to / split).exists():
+            shutil.rmtree(to / split)
+    parts = {"train": bundle.train, "test": bundle.test, "val": bundle.val,
+             imagefolder.UNLABELED_SPLIT: bundle.extra_unlabeled}
+    written = []
+    for split, data in parts.items():
+        if data is None or not len(data):
+            continue
+        _write_split(data, to / split, None if split == imagefolder.UNLABELED_SPLIT else names)
+        written.append(f"{split} {len(data):,}")
+        print(f"  {split:<10} {len(data):>8,} images -> {to / split}", file=sys.stderr)
+    print(f"{args.name}: wrote {', '.join(written)} images as PNG to {to}; classes (label order): "
+          f"{', '.join(names[:10])}{' ...' if len(names) > 10 else ''}")
+    print(f"use it with: --set data.dataset=imagefolder --set data.root={to}"
+          + (f"   ({bundle.info.image_size} px; digits and other grayscale images load as RGB)"
+             if bundle.info.channels == 1 else ""))
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# command line
+
+
+def _positive_int(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer (pixels), got {value!r}")
+    return n
+
+
+def _epilog(commands: Sequence[str]) -> str:
+    return "examples:\n" + "\n".join(f"  {e}" for c in commands for e in _EXAMPLES[c])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    fmt = argparse.RawDescriptionHelpFormatter
+    parser = _Parser(prog=PROG, description=DESCRIPTION, epilog=_epilog(list(_EXAMPLES)),
+                     formatter_class=fmt)
+    sub = parser.add_subparsers(dest="command", metavar="{download,check,export}")
+    helps = {"download": "fetch CIFAR-10/100, SVHN or STL-10 with torchvision (md5-verified)",
+             "check": "layout, images per split and class, cache state (decodes what is not cached)",
+             "export": "write a dataset as an image folder of PNGs (train/<class>/NNNNN.png, ...)"}
+    for command, run in (("download", run_download), ("check", run_check), ("export", run_export)):
+        p = sub.add_parser(command, help=helps[command], description=helps[command], epilog=_epilog([command]),
+                           formatter_class=fmt)
+        p.set_defaults(run=run)
+        p.add_argument("name", metavar="NAME", choices=DATASET_NAMES,
+                       help=f"dataset: {', '.join(DATASET_NAMES)}")
+        p.add_argument("--root", required=True, metavar="DIR",
+                       help="the data root (data.root); for imagefolder the image folder itself")
+        p.add_argument("--svhn-extra", action="store_true", help="svhn only: include the 531k extra images")
+        if command == "download":
+            continue
+        p.add_argument("--image-size", type=_positive_int, default=None, metavar="N",
+                       help="side in pixels (data.image_size); digits, miniimagenet and imagefolder only")
+        if command == "export":
+            p.add_argument("--to", required=True, metavar="DIR", help="the image folder to write (new or empty)")
+            p.add_argument("--format", choices=EXPORT_FORMATS, default="png", help="image format (lossless)")
+            p.add_argument("--overwrite", action="store_true",
+                           help=f"write into a non-empty --to, replacing its {', '.join(_SPLITS)} folders")
+    return parser
+
+
+# The loaders word their errors for a run config; here the same value came from a flag.
+_FLAG_OF_FIELD = {"data.image_size": "--image-size", "data.root": "--root", "svhn_extra=True": "--svhn-extra"}
+
+
+def _one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split()) or type(err).__name__
+    for field, flag in _FLAG_OF_FIELD.items():
+        text = text.replace(field, flag)
+    return text
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit status (0 ok, 2 for any error, printed as one line)."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exit_:  # --help
+        return int(exit_.code or 0)
+    except CLIError as err:
+        print(f"error: {_one_line(err)}", file=sys.stderr)
+        return 2
+    if args.command is None:
+        print(f"error: {PROG}: choose a command: download, check or export (see --help)", file=sys.stderr)
+        return 2
+    try:
+        return args.run(args)
+    except CLIError as err:
+        print(f"error: {_one_line(err)}", file=sys.stderr)
+    except (ValueError, OSError, RuntimeError) as err:  # bad layout, missing files, unreadable images
+        print(f"error: {args.command}: {_one_line(err)}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
