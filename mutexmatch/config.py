@@ -37,7 +37,7 @@ __all__ = [
     "config_hash",
 ]
 
-DATASET_NAMES = ("digits", "cifar10", "cifar100", "svhn", "stl10", "miniimagenet", "tinyimagenet")
+DATASET_NAMES = ("digits", "cifar10", "cifar100", "svhn", "stl10", "miniimagenet", "tinyimagenet", "imagefolder")
 _K_PATTERN = re.compile(r"^\s*(?:(\d*\.?\d+)\s*\*?\s*)?C\s*$")
 
 
@@ -69,10 +69,12 @@ class DataConfig(_Section):
     """Which images, which labels, which fold."""
 
     dataset: Literal[DATASET_NAMES] = Field(  # type: ignore[valid-type]
-        "digits", description="Dataset name. `digits` ships inside scikit-learn (no download).")
+        "digits", description="Dataset name. `digits` ships inside scikit-learn (no download); `imagefolder` is "
+        "your own folder of class folders (docs/datasets.md).")
     root: str = Field(
-        "data", description="Folder holding the datasets (each in its torchvision layout). Relative paths are "
-        "resolved against the current directory when the config is loaded.")
+        "data", description="Folder holding the datasets (each in its torchvision layout); for `imagefolder` the "
+        "dataset folder itself (train/<class>/, test/<class>/, optional val/<class>/ and unlabeled/). Relative "
+        "paths are resolved against the current directory when the config is loaded.")
     download: bool = Field(False, description="Fetch the dataset with torchvision's downloader if it is missing.")
     num_labels: int = Field(20, description="Total labeled images; must be divisible by the number of classes.")
     fold: int = Field(0, description="Labeled fold: 0-4 (the paper's five folds; seeds 1-5 under `official`).")
@@ -88,8 +90,13 @@ class DataConfig(_Section):
     svhn_extra: bool = Field(False, description="SVHN only: append the 531k `extra` images to the training set.")
     image_size: int | None = Field(
         None, description="Side length images are resized to at load time; null = the dataset's default "
-        "(digits 16, CIFAR/SVHN 32, STL-10 96, mini-ImageNet 80, Tiny-ImageNet 64); only digits and "
-        "mini-ImageNet can be resized.")
+        "(digits 16, CIFAR/SVHN 32, STL-10 96, mini-ImageNet 80, Tiny-ImageNet 64; imagefolder: the side of its "
+        "first train image, which must then be square); only digits, mini-ImageNet and imagefolder can be "
+        "resized.")
+    normalization: Literal["correct", "released"] = Field(
+        "correct", description="Normalisation statistics: `correct` = the dataset's real per-channel statistics "
+        "(imagefolder: computed on its train images); `released` = the released code's constants, which for SVHN, "
+        "STL-10 and Tiny-ImageNet are divided by 255 twice (how their published numbers were produced).")
 
     @field_validator("root")
     @classmethod
@@ -319,9 +326,16 @@ class RunConfig(_Section):
 
     @model_validator(mode="after")
     def _cross_field(self) -> "RunConfig":
-        errors: list[str] = []
-        num_classes = _num_classes(self.data.dataset)
         d = self.data
+        if d.dataset == "imagefolder":
+            try:
+                folder = _imagefolder_facts(d)
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
+            num_classes, image_size, errors = folder
+        else:
+            num_classes, image_size, errors = _num_classes(d.dataset), d.image_size or _default_image_size(
+                d.dataset), []
         if d.num_labels % num_classes:
             errors.append(f"data.num_labels={d.num_labels}: must be divisible by the {num_classes} classes of "
                           f"{d.dataset}")
@@ -332,6 +346,9 @@ class RunConfig(_Section):
             errors.append(f"data.num_labels={d.num_labels}: STL-10 uses its predefined folds: 1000 or 5000")
         if d.svhn_extra and d.dataset != "svhn":
             errors.append(f"data.svhn_extra=True: only valid for dataset svhn, not {d.dataset}")
+        if d.normalization == "released" and not _has_released_stats(d.dataset):
+            errors.append(f"data.normalization='released': the released code has no {d.dataset} dataset; use "
+                          "`correct`")
         if d.dataset != "digits" and not d.download and not Path(d.root).is_dir():
             errors.append(f"data.root={d.root!r}: folder does not exist (create it with the dataset inside, or set "
                           "`data.download: true`)")
@@ -340,7 +357,7 @@ class RunConfig(_Section):
         except ValueError as e:
             errors.append(f"algorithm.k={self.algorithm.k!r}: {e}")
         errors += _check_algorithm(self.algorithm)
-        errors += _check_backbone(self.model.backbone, d.image_size or _default_image_size(d.dataset))
+        errors += _check_backbone(self.model.backbone, image_size)
         if errors:
             raise ConfigError("\n".join(errors))
         return self
@@ -366,6 +383,33 @@ def _check_algorithm(alg: AlgorithmConfig) -> list[str]:
                     and getattr(alg, f) != AlgorithmConfig.model_fields[f].default)
     return [f"algorithm.{f}={getattr(alg, f)!r}: not used by algorithm {alg.name!r} (it reads: "
             f"{', '.join(sorted(accepted)) or 'nothing'})" for f in unused]
+
+
+def _imagefolder_facts(d: DataConfig) -> tuple[int, int, list[str]]:
+    """Class count, image side and layout errors of an image folder (only names and one header are read)."""
+    from mutexmatch import imagefolder
+
+    errors = []
+    if d.download:
+        errors.append("data.download=True: imagefolder reads your own folder; there is nothing to download")
+    index = imagefolder.scan_folder(d.root)
+    if "val" in index.files and d.val_per_class:
+        errors.append(f"data.val_per_class={d.val_per_class}: {index.root / 'val'} is the validation split; set 0 "
+                      "(or remove the val/ folder to carve validation images out of train/)")
+    if d.num_labels % len(index.classes) == 0:
+        errors += imagefolder.check_labels_available(index, d.num_labels, d.val_per_class)
+    return len(index.classes), d.image_size or imagefolder.infer_image_size(index), errors
+
+
+def has_validation(d: DataConfig) -> bool:
+    """Whether a run of ``d`` evaluates on validation images (val_per_class, or an image folder's val/)."""
+    return d.val_per_class > 0 or (d.dataset == "imagefolder" and (Path(d.root) / "val").is_dir())
+
+
+def _has_released_stats(dataset: str) -> bool:
+    from mutexmatch.datasets import DATASETS
+
+    return dataset in DATASETS and DATASETS[dataset].released_mean is not None
 
 
 def _default_image_size(dataset: str) -> int:

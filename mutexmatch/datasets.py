@@ -46,12 +46,24 @@ from torchvision.datasets import CIFAR10, CIFAR100, STL10, SVHN, ImageFolder
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms import functional as TF
 
+from mutexmatch import imagefolder
+
 CACHE_DIRNAME = ".mutexmatch_cache"
 # Bump when the meaning of cached tensors changes (e.g. a different resize), so stale caches are re-decoded.
 _CACHE_FORMAT = 1
 
 _IMAGENET_MEAN = (0.485, 0.456, 0.406)
 _IMAGENET_STD = (0.229, 0.224, 0.225)
+_CIFAR10_MEAN = tuple(v / 255 for v in (125.3, 123.0, 113.9))
+_CIFAR10_STD = tuple(v / 255 for v in (63.0, 62.1, 66.7))
+_CIFAR100_MEAN = tuple(v / 255 for v in (129.3, 124.1, 112.4))
+_CIFAR100_STD = tuple(v / 255 for v in (68.2, 65.4, 70.4))
+NORMALIZATIONS = ("correct", "released")
+
+
+def _twice_divided(stats: tuple[float, ...]) -> tuple[float, ...]:
+    """The released code's SVHN/STL-10/Tiny-ImageNet statistics: already in [0, 1], divided by 255 once more."""
+    return tuple(v / 255 for v in stats)
 
 
 @dataclass(frozen=True)
@@ -74,9 +86,15 @@ class DatasetInfo:
     pad_mode: str
     has_unlabeled_split: bool
     download_hint: str
+    # The statistics the released MutexMatch code normalises with (``data.normalization: released``); None where
+    # the released code has no such dataset. For SVHN, STL-10 and Tiny-ImageNet they are its constants divided by
+    # 255 a second time, as it does: the published numbers for those datasets were produced that way.
+    released_mean: tuple[float, ...] | None = None
+    released_std: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
-        if len(self.mean) != self.channels or len(self.std) != self.channels:
+        stats = [self.mean, self.std] + [v for v in (self.released_mean, self.released_std) if v is not None]
+        if any(len(v) != self.channels for v in stats):
             raise ValueError(f"DatasetInfo {self.name!r}: mean/std need {self.channels} values (one per channel)")
         if self.pad_mode not in ("constant", "reflect"):
             raise ValueError(f"DatasetInfo {self.name!r}: pad_mode must be 'constant' or 'reflect', "
@@ -89,7 +107,7 @@ DATASETS: dict[str, DatasetInfo] = {
         # CIFAR statistics are the released code's constants (themselves the usual CIFAR train-set statistics).
         DatasetInfo(
             name="cifar10", num_classes=10, channels=3, image_size=32,
-            mean=tuple(v / 255 for v in (125.3, 123.0, 113.9)), std=tuple(v / 255 for v in (63.0, 62.1, 66.7)),
+            mean=_CIFAR10_MEAN, std=_CIFAR10_STD, released_mean=_CIFAR10_MEAN, released_std=_CIFAR10_STD,
             flip=True, pad=4, pad_mode="constant", has_unlabeled_split=False,
             download_hint="Set `data.download: true` to let torchvision download CIFAR-10 (about 170 MB) into "
             "<root>/cifar10/, or extract cifar-10-python.tar.gz there so that <root>/cifar10/cifar-10-batches-py/ "
@@ -97,7 +115,7 @@ DATASETS: dict[str, DatasetInfo] = {
         ),
         DatasetInfo(
             name="cifar100", num_classes=100, channels=3, image_size=32,
-            mean=tuple(v / 255 for v in (129.3, 124.1, 112.4)), std=tuple(v / 255 for v in (68.2, 65.4, 70.4)),
+            mean=_CIFAR100_MEAN, std=_CIFAR100_STD, released_mean=_CIFAR100_MEAN, released_std=_CIFAR100_STD,
             flip=True, pad=4, pad_mode="constant", has_unlabeled_split=False,
             download_hint="Set `data.download: true` to let torchvision download CIFAR-100 (about 170 MB) into "
             "<root>/cifar100/, or extract cifar-100-python.tar.gz there so that <root>/cifar100/cifar-100-python/ "
@@ -105,21 +123,25 @@ DATASETS: dict[str, DatasetInfo] = {
         ),
         # SVHN: the commonly published train-set statistics (we cannot recompute them offline). The released code
         # has mean (0.4380, 0.4440, 0.4730), std (0.1751, 0.1771, 0.1744) but divides them by 255 a second time,
-        # which makes its normalisation almost the identity scaled by 255; we do not copy that.
+        # which makes its normalisation almost the identity scaled by 255 (kept as `released`).
         # No flip: digits are not mirror-invariant (released code: crop 32 pad 4 only).
         DatasetInfo(
             name="svhn", num_classes=10, channels=3, image_size=32,
             mean=(0.4377, 0.4438, 0.4728), std=(0.1980, 0.2010, 0.1970),
+            released_mean=_twice_divided((0.4380, 0.4440, 0.4730)),
+            released_std=_twice_divided((0.1751, 0.1771, 0.1744)),
             flip=False, pad=4, pad_mode="constant", has_unlabeled_split=False,
             download_hint="Set `data.download: true` to let torchvision download SVHN into <root>/svhn/, or put "
             "train_32x32.mat and test_32x32.mat (plus extra_32x32.mat when svhn_extra is on) there.",
         ),
         # STL-10: commonly published statistics; the released code's (0.4409, 0.4279, 0.3868) /
-        # (0.2309, 0.2262, 0.2237) are divided by 255 twice (a bug we do not copy). Weak augmentation as in the
-        # released code: flip + crop 96 pad 4 (FixMatch's paper used pad 12; we follow MutexMatch's code).
+        # (0.2309, 0.2262, 0.2237) are divided by 255 twice (a bug, kept as `released`). Weak augmentation as in
+        # the released code: flip + crop 96 pad 4 (FixMatch's paper used pad 12; we follow MutexMatch's code).
         DatasetInfo(
             name="stl10", num_classes=10, channels=3, image_size=96,
             mean=(0.4467, 0.4398, 0.4066), std=(0.2603, 0.2566, 0.2713),
+            released_mean=_twice_divided((0.4409, 0.4279, 0.3868)),
+            released_std=_twice_divided((0.2309, 0.2262, 0.2237)),
             flip=True, pad=4, pad_mode="constant", has_unlabeled_split=True,
             download_hint="Set `data.download: true` to let torchvision download STL-10 (about 2.6 GB) into "
             "<root>/stl10/, or extract stl10_binary.tar.gz there so that <root>/stl10/stl10_binary/ exists.",
@@ -130,6 +152,7 @@ DATASETS: dict[str, DatasetInfo] = {
         DatasetInfo(
             name="miniimagenet", num_classes=100, channels=3, image_size=80,
             mean=(0.4779, 0.4497, 0.4018), std=(0.2229, 0.2181, 0.2175),
+            released_mean=(0.4779, 0.4497, 0.4018), released_std=(0.2229, 0.2181, 0.2175),
             flip=True, pad=10, pad_mode="reflect", has_unlabeled_split=False,
             download_hint="mini-ImageNet has no downloader (data.download does not apply): put train.csv and "
             "test.csv (columns filename,label; 500 train and 100 test images for each of 100 classes) and the "
@@ -140,6 +163,7 @@ DATASETS: dict[str, DatasetInfo] = {
         DatasetInfo(
             name="tinyimagenet", num_classes=200, channels=3, image_size=64,
             mean=_IMAGENET_MEAN, std=_IMAGENET_STD,
+            released_mean=_twice_divided(_IMAGENET_MEAN), released_std=_twice_divided(_IMAGENET_STD),
             flip=False, pad=4, pad_mode="constant", has_unlabeled_split=False,
             download_hint="Tiny-ImageNet has no downloader here (data.download does not apply): extract "
             "tiny-imagenet-200.zip (http://cs231n.stanford.edu/tiny-imagenet-200.zip) into <root>/ so that "
@@ -203,6 +227,8 @@ class DatasetBundle:
     test: ImageData
     extra_unlabeled: ImageData | None
     predefined_folds: list[np.ndarray] | None
+    val: ImageData | None = None  # imagefolder's val/ folder; otherwise validation is carved out of train
+    classes: tuple[str, ...] | None = None  # class names in label order, where the dataset names them
 
 
 def dataset_dir(name: str, root: str | Path) -> Path:
@@ -212,12 +238,15 @@ def dataset_dir(name: str, root: str | Path) -> Path:
 
 
 def load_dataset(name: str, root: str | Path, *, download: bool = False, svhn_extra: bool = False,
-                 image_size: int | None = None) -> DatasetBundle:
+                 image_size: int | None = None, normalization: str = "correct") -> DatasetBundle:
     """Load dataset ``name`` from ``root`` (decoding and caching it on first use).
 
     Args:
-        name: one of ``DATASETS``.
+        name: one of ``DATASETS`` or ``imagefolder`` (``mutexmatch.imagefolder``: ``root`` is then the dataset
+            folder itself, and ``image_size`` may be any side, null = inferred).
         root: the data root (``data.root``); each dataset lives in its own folder below it (module docstring).
+        normalization: ``correct`` normalises with the dataset's real statistics, ``released`` with the released
+            code's constants (``DatasetInfo.released_mean``/``released_std``; SVHN, STL-10 and Tiny-ImageNet differ).
         download: pass ``download=True`` to torchvision's downloader (CIFAR, SVHN, STL-10 only).
         svhn_extra: append SVHN's 531,131-image ``extra`` split to its training set.
         image_size: side length; only mini-ImageNet (resize, default 80) and digits (upscale, default 16) can
@@ -229,10 +258,17 @@ def load_dataset(name: str, root: str | Path, *, download: bool = False, svhn_ex
         FileNotFoundError: the dataset's files are missing; the message names the dataset, the folder searched
             and how to get the files.
     """
-    info = _get_info(name)
-    size = _resolve_image_size(info, image_size)
     if svhn_extra and name != "svhn":
         raise ValueError(f"svhn_extra=True only applies to dataset 'svhn', not {name!r}")
+    if normalization not in NORMALIZATIONS:
+        raise ValueError(f"data.normalization={normalization!r}: must be one of {', '.join(NORMALIZATIONS)}")
+    if name == imagefolder.NAME:
+        if normalization != "correct":
+            raise ValueError(f"data.normalization={normalization!r}: imagefolder has no released constants; "
+                             f"use `correct` (statistics of its train images)")
+        return _load_imagefolder(Path(root).expanduser(), image_size)
+    info = _with_normalization(_get_info(name), normalization)
+    size = _resolve_image_size(info, image_size)
     root = Path(root).expanduser()
     ddir = dataset_dir(name, root)
     if size != info.image_size:
@@ -262,6 +298,35 @@ def load_dataset(name: str, root: str | Path, *, download: bool = False, svhn_ex
         raise ValueError(f"{name} unlabeled: images are {tuple(extra.x.shape[1:])}, train images are "
                          f"{tuple(train.x.shape[1:])}")
     return DatasetBundle(info=info, train=train, test=test, extra_unlabeled=extra, predefined_folds=folds)
+
+
+def cache_paths(name: str, root: str | Path, *, image_size: int | None = None, svhn_extra: bool = False
+                ) -> dict[str, Path]:
+    """Split name -> the cache file a load of ``name`` would read now (it may not exist yet).
+
+    For ``imagefolder`` the file name carries the digest of the folder's content, so a missing file means the
+    folder was never decoded at this size or has changed since.
+    """
+    if name == imagefolder.NAME:
+        index = imagefolder.scan_folder(root)
+        size = image_size or imagefolder.infer_image_size(index)
+        ddir = Path(root).expanduser()
+        return {s: _imagefolder_cache_path(ddir, index, s, size) for s in index.files}
+    info = _get_info(name)
+    size = _resolve_image_size(info, image_size)
+    ddir = dataset_dir(name, root)
+    splits = {"cifar10": ["train", "test"], "cifar100": ["train", "test"], "stl10": ["train", "test", "unlabeled"],
+              "svhn": ["train", "test"] + (["extra"] if svhn_extra else [])}.get(name, ["train", "test"])
+    return {s: _cache_path(ddir, s, size) for s in splits}
+
+
+def _with_normalization(info: DatasetInfo, normalization: str) -> DatasetInfo:
+    if normalization == "correct":
+        return info
+    if info.released_mean is None or info.released_std is None:
+        raise ValueError(f"data.normalization={normalization!r}: the released code has no {info.name} dataset; "
+                         f"use `correct`")
+    return dataclasses.replace(info, mean=info.released_mean, std=info.released_std)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -625,3 +690,53 @@ def _load_digits(info: DatasetInfo, ddir: Path, size: int) -> tuple[ImageData, I
 
     return (_cached_images(_cache_path(ddir, "train", size), decoder(0)),
             _cached_images(_cache_path(ddir, "test", size), decoder(1)))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Your own image folders (rules in mutexmatch/imagefolder.py)
+
+
+def _imagefolder_cache_path(ddir: Path, index: imagefolder.FolderIndex, split: str, size: int) -> Path:
+    return ddir / CACHE_DIRNAME / f"{split}_{size}px_{index.content_key(split, size)}.pt"
+
+
+def _load_imagefolder(root: Path, image_size: int | None) -> DatasetBundle:
+    index = imagefolder.scan_folder(root)
+    size = image_size or imagefolder.infer_image_size(index)
+    paths = {s: _imagefolder_cache_path(root, index, s, size) for s in index.files}
+    todo = {s: len(index.files[s]) for s, p in paths.items() if not p.is_file()}
+    if todo:
+        imagefolder.check_disk(root / CACHE_DIRNAME, todo, size)
+    data = {}
+    for split, path in paths.items():
+        def decode(split: str = split) -> dict:
+            x = imagefolder.decode_images([root / split / rel for rel, _ in index.files[split]], size)
+            y = torch.tensor([label for _, label in index.files[split]], dtype=torch.int64)
+            stats = imagefolder.channel_stats(x) if split == "train" else ((), ())
+            return {"x": x, "y": y, "mean": torch.tensor(stats[0], dtype=torch.float64),
+                    "std": torch.tensor(stats[1], dtype=torch.float64)}
+
+        payload = _cached(path, decode, _check_images)
+        for stale in path.parent.glob(f"{split}_{size}px_*.pt"):
+            if stale != path:
+                stale.unlink(missing_ok=True)  # superseded by an edit of the folder
+        data[split] = payload
+    train = data["train"]
+    info = DatasetInfo(
+        name=imagefolder.NAME, num_classes=len(index.classes), channels=3, image_size=size,
+        mean=tuple(train["mean"].tolist()), std=tuple(train["std"].tolist()), flip=True,
+        pad=max(1, round(size / 8)), pad_mode="constant", has_unlabeled_split=imagefolder.UNLABELED_SPLIT in data,
+        download_hint="imagefolder reads your own folder: see mutexmatch/imagefolder.py for the layout.")
+    images = {s: ImageData(p["x"], p["y"]) for s, p in data.items()}
+    for split in ("train", "test", "val"):
+        if split in images:
+            _check_decoded(info, split, images[split])
+    return DatasetBundle(info=info, train=images["train"], test=images["test"],
+                         extra_unlabeled=images.get(imagefolder.UNLABELED_SPLIT), predefined_folds=None,
+                         val=images.get("val"), classes=index.classes)
+
+
+if __name__ == "__main__":
+    from mutexmatch.datasets_cli import main
+
+    raise SystemExit(main())

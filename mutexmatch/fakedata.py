@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["FakeSize", "FAKE_SIZES", "FAKE_DATASETS", "generated_checksums_accepted", "write_fake_dataset",
-           "write_fake_root"]
+           "write_fake_imagefolder", "write_fake_root"]
 
 
 @dataclass(frozen=True)
@@ -220,6 +220,32 @@ def write_fake_dataset(name: str, root: str | Path, size: FakeSize | None = None
     if name == "miniimagenet":
         return _write_miniimagenet(root, size, rng)
     return _write_tinyimagenet(root, size, rng)
+
+
+def write_fake_imagefolder(folder: str | Path, *, num_classes: int = 10, train_per_class: int = 30,
+                           test_per_class: int = 2, val_per_class: int = 0, unlabeled: int = 0, side: int = 32,
+                           seed: int = 0) -> Path:
+    """Write an ``imagefolder`` dataset (``mutexmatch/imagefolder.py``) of random RGB PNGs at ``folder``.
+
+    Classes are named ``class_00`` … so that their sorted order is their label order; ``val/`` and ``unlabeled/``
+    are written only when asked for. Returns ``folder`` as an absolute path.
+    """
+    from PIL import Image
+
+    folder = Path(folder).expanduser().resolve()
+    rng = np.random.default_rng(seed)
+    counts = {"train": train_per_class, "test": test_per_class, "val": val_per_class}
+    for split, per_class in counts.items():
+        for c in range(num_classes if per_class else 0):
+            cdir = folder / split / f"class_{c:02d}"
+            cdir.mkdir(parents=True, exist_ok=True)
+            for i in range(per_class):
+                Image.fromarray(_pixels(rng, (side, side, 3))).save(cdir / f"{i:05d}.png")
+    if unlabeled:
+        (folder / "unlabeled").mkdir(parents=True, exist_ok=True)
+        for i in range(unlabeled):
+            Image.fromarray(_pixels(rng, (side, side, 3))).save(folder / "unlabeled" / f"{i:05d}.png")
+    return folder
 
 
 def write_fake_root(root: str | Path, names: Sequence[str] = FAKE_DATASETS, *,

@@ -1,7 +1,8 @@
 """The training loop and its command line.
 
 ``python -m mutexmatch.train --config FILE [--set key=value ...]`` trains one run into ``output_dir``:
-``config.yaml`` (resolved), ``run.json`` (hashes), ``split.json`` (labeled indices with digest),
+``config.yaml`` (resolved), ``run.json`` (hashes), ``split.json`` (labeled indices with digest), ``dataset.json``
+(classes, image counts and the normalisation statistics applied),
 ``checkpoints/ckpt_<step>.pt`` (atomic, checksummed), ``metrics.jsonl`` (one line per evaluation),
 ``best_model.pt`` and ``final_model.pt`` (EMA weights). ``--resume DIR`` continues a run exactly where its newest
 usable checkpoint left it: same data order, same augmentations, same weights as an uninterrupted run.
@@ -40,14 +41,16 @@ from mutexmatch.checkpoint import (CheckpointError, atomic_write_bytes, latest_c
                                    load_checkpoint, prune_checkpoints, save_checkpoint)
 from mutexmatch.config import ConfigError, RunConfig, config_hash, load_config, parse_config, resolve_k
 from mutexmatch.datasets import DatasetBundle, load_dataset
+from mutexmatch.imagefolder import ImageFolderError
 from mutexmatch.ema import ModelEMA
 from mutexmatch.models import build_model
 from mutexmatch.sampler import SSLSampler
 from mutexmatch.splits import Split, make_split
 
-__all__ = ["Trainer", "NonFiniteLossError", "main", "RUN_MARKER"]
+__all__ = ["Trainer", "NonFiniteLossError", "main", "RUN_MARKER", "DATASET_FILE"]
 
 RUN_MARKER = "run.json"
+DATASET_FILE = "dataset.json"  # the images a run trained on: classes, sizes, normalisation statistics
 _TERMS = ("loss", "sup", "sep", "p", "n")
 
 
@@ -133,7 +136,8 @@ class Trainer:
 
         _seed_everything(cfg.train.seed)
         self.bundle = bundle or load_dataset(cfg.data.dataset, cfg.data.root, download=cfg.data.download,
-                                             svhn_extra=cfg.data.svhn_extra, image_size=cfg.data.image_size)
+                                             svhn_extra=cfg.data.svhn_extra, image_size=cfg.data.image_size,
+                                             normalization=cfg.data.normalization)
         info = self.bundle.info
         self.num_classes = info.num_classes
         self.split = self._make_split()
@@ -214,7 +218,19 @@ class Trainer:
         self.split.save(self.out / "split.json")
         marker = {"mutexmatch_run": 1, "config_hash": config_hash(self.cfg), "split_digest": self.split.digest()}
         atomic_write_bytes(self.out / RUN_MARKER, json.dumps(marker, indent=2).encode())
+        atomic_write_bytes(self.out / DATASET_FILE, json.dumps(self._dataset_facts(), indent=2).encode())
         (self.out / "metrics.jsonl").unlink(missing_ok=True)
+
+    def _dataset_facts(self) -> dict:
+        """What the run's images were: classes, sizes and the normalisation actually applied."""
+        b = self.bundle
+        return {
+            "dataset": b.info.name, "normalization": self.cfg.data.normalization, "mean": list(b.info.mean),
+            "std": list(b.info.std), "image_size": b.info.image_size, "num_classes": b.info.num_classes,
+            "classes": list(b.classes) if b.classes else None,
+            "images": {"train": len(b.train), "test": len(b.test), "val": len(b.val) if b.val else len(self.split.val),
+                       "extra_unlabeled": len(b.extra_unlabeled) if b.extra_unlabeled else 0},
+        }
 
     # ---------------------------------------------------------------- state
     def state_dict(self) -> dict:
@@ -402,9 +418,9 @@ class Trainer:
             })
             if s[6]:
                 metrics["train/tnc_cpa"] = s[5] / s[6]
-        if len(self.split.val):
-            val_idx = torch.from_numpy(self.split.val)
-            val = self.accuracy(self.ema.module, self.bundle.train.x[val_idx], self.bundle.train.y[val_idx])
+        val_data = self._val_data()
+        if val_data is not None:
+            val = self.accuracy(self.ema.module, *val_data)
             self.best_val = max(self.best_val, val)
             metrics.update({"val/acc": val, "val/best_acc": self.best_val})
         C = self.num_classes
@@ -414,6 +430,15 @@ class Trainer:
         if acc >= self.best_acc:
             self._save_weights("best_model.pt")
         return EvalEvent(step=self.step, metrics=metrics, class_counts=counts)
+
+    def _val_data(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Validation images and labels: an image folder's val/, else the split's held-out train images."""
+        if self.bundle.val is not None:
+            return self.bundle.val.x, self.bundle.val.y
+        if len(self.split.val):
+            idx = torch.from_numpy(self.split.val)
+            return self.bundle.train.x[idx], self.bundle.train.y[idx]
+        return None
 
     def _save_weights(self, name: str) -> Path:
         import io
@@ -516,7 +541,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             cfg = load_config(args.config, args.overrides)
             trainer = Trainer(cfg)
-    except (ConfigError, CheckpointError, FileExistsError, FileNotFoundError) as e:
+    except (ConfigError, CheckpointError, FileExistsError, FileNotFoundError, ImageFolderError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     with warnings.catch_warnings():

@@ -31,7 +31,7 @@ from typing import Annotated, Any, Iterable, Literal, Mapping, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from mutexmatch.config import ConfigError, RunConfig, parse_config
+from mutexmatch.config import ConfigError, RunConfig, has_validation, parse_config
 
 __all__ = [
     "SpecError",
@@ -503,9 +503,10 @@ def _search_errors(spec: SweepSpec, project_dir: Path) -> list[str]:
             if base_errors:
                 continue
             cfg = parse_config(raw)
-            if cfg.data.val_per_class == 0:
+            if not has_validation(cfg.data):
                 errors.append(f"{where}: data.val_per_class=0: search.metric={search.metric!r} needs a validation "
-                              "split; set e.g. `search.base: {data: {val_per_class: 10}}`")
+                              "split; set e.g. `search.base: {data: {val_per_class: 10}}` (or give an imagefolder "
+                              "a val/ folder)")
             evals = -(-cfg.train.iterations // cfg.train.eval_interval)
             if search.scheduler.type == "asha" and search.scheduler.grace_period > evals:
                 errors.append(f"search.scheduler.grace_period={search.scheduler.grace_period}: must be <= the "
