@@ -130,10 +130,12 @@ def bench_pil(images: np.ndarray, batch: int, seconds: float, workers: int) -> f
 def bench_batched(images: np.ndarray, batch: int, seconds: float, device: torch.device) -> float:
     store = torch.from_numpy(images).permute(0, 3, 1, 2).contiguous().to(device)
     g = torch.Generator(device=device).manual_seed(0)
+    op_generator = torch.Generator().manual_seed(1)  # RandAugment's op choices are drawn on the host
 
     def step() -> torch.Tensor:
         x = store[torch.randint(0, len(store), (batch,), generator=g, device=device)]
-        views = [weak_augment(x, flip=True, pad=4, generator=g), strong_augment(x, flip=True, pad=4, generator=g)]
+        views = [weak_augment(x, flip=True, pad=4, generator=g),
+                 strong_augment(x, flip=True, pad=4, generator=g, op_generator=op_generator)]
         return normalize(torch.cat(views), MEAN, STD, channels_last=True)
 
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)

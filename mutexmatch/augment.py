@@ -36,14 +36,22 @@ are PIL's ImageOps / ImageEnhance semantics (the released code's ops), with thes
 
 Within one op slot the images are grouped by op (one sort per slot) so each op runs once on its sub-batch; the five
 geometric ops of a slot share one ``grid_sample`` call with per-image matrices. No Python loop runs over images.
+
+Nothing is read back from the images' device, so a CUDA step never waits for its augmentation: the op choices are
+drawn on the host (``op_generator``, a CPU generator; on the CPU the images' own generator), the grouping (sort order,
+group sizes) is computed there and sent to the device in one asynchronous copy, and small constant tables are copied
+to a device once and cached (a ``torch.tensor(..., device=cuda)`` per call is a blocking copy).
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as nnf
 import torchvision.transforms.v2.functional as tvf
+
+from mutexmatch.prefetch import to_device
 
 STRONG_OPS: tuple[str, ...] = (
     "AutoContrast", "Brightness", "Color", "Contrast", "Equalize", "Identity", "Posterize",
@@ -67,8 +75,15 @@ _GEOMETRIC = ("Rotate", "ShearX", "ShearY", "TranslateX", "TranslateY")
 # Processing order inside a slot: the geometric ops last, so that after sorting by this rank they form one
 # contiguous chunk that is resampled with a single grid_sample call.
 _PROCESS_ORDER = tuple(n for n in STRONG_OPS if n not in _GEOMETRIC) + _GEOMETRIC
-_RANK_OF_OP = [_PROCESS_ORDER.index(n) for n in STRONG_OPS]
+_RANK_OF_OP = tuple(_PROCESS_ORDER.index(n) for n in STRONG_OPS)
 _NUM_NON_GEOMETRIC = len(STRONG_OPS) - len(_GEOMETRIC)
+
+
+@functools.lru_cache(maxsize=None)
+def _constant(values: tuple, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The table ``values`` on ``device``, copied there once: a per-call ``torch.tensor(values, device=cuda)`` is a
+    blocking host->device copy, i.e. a synchronisation per step. Callers never write into it."""
+    return torch.tensor(values, dtype=dtype, device=device)
 
 
 # ----------------------------------------------------------------------------------------------- argument checks
@@ -91,6 +106,21 @@ def _check_generator(generator: torch.Generator | None, x: torch.Tensor) -> None
     if generator.device.type != x.device.type:
         raise ValueError(f"generator must be on the images' device: generator is on {generator.device}, "
                          f"x on {x.device}")
+
+
+def _op_generator(op_generator: torch.Generator | None, generator: torch.Generator | None,
+                  x: torch.Tensor) -> torch.Generator | None:
+    """The CPU generator the op choices are drawn from: ``op_generator``, or for CPU images ``generator`` itself
+    (so a CPU batch is the same function of one generator as before op choices moved to the host)."""
+    if op_generator is None:
+        if x.device.type != "cpu":
+            raise ValueError(f"op_generator must be a CPU torch.Generator for images on {x.device}: the op choices "
+                             f"are drawn on the host so that grouping images by op reads nothing from the device")
+        return generator
+    if not isinstance(op_generator, torch.Generator) or op_generator.device.type != "cpu":
+        raise ValueError(f"op_generator must be a CPU torch.Generator or None, got "
+                         f"{getattr(op_generator, 'device', type(op_generator).__name__)}")
+    return op_generator
 
 
 def _check_int(name: str, value: object, minimum: int) -> int:
@@ -240,7 +270,7 @@ def _geometric(x: torch.Tensor, op: torch.Tensor, mag: torch.Tensor) -> torch.Te
     base[..., 0].copy_(torch.linspace((1.0 - w) * 0.5, (w - 1.0) * 0.5, steps=w, device=dev))
     base[..., 1].copy_(torch.linspace((1.0 - h) * 0.5, (h - 1.0) * 0.5, steps=h, device=dev).unsqueeze_(-1))
     base[..., 2].fill_(1)
-    scaled = theta.transpose(1, 2).div_(torch.tensor([0.5 * w, 0.5 * h], dtype=torch.float32, device=dev))
+    scaled = theta.transpose(1, 2).div_(_constant((0.5 * w, 0.5 * h), torch.float32, dev))
     grid = base.view(1, h * w, 3).expand(n, h * w, 3).bmm(scaled).view(n, h, w, 2)
     out = nnf.grid_sample(x.float(), grid, mode="nearest", padding_mode="zeros", align_corners=False)
     return out.round_().to(torch.uint8)
@@ -262,26 +292,40 @@ _COLOUR_OPS = {
 def apply_ops(x: torch.Tensor, ops: torch.Tensor, magnitudes: torch.Tensor) -> torch.Tensor:
     """One RandAugment op slot with given choices: image i gets ``STRONG_OPS[ops[i]]`` with magnitude
     ``magnitudes[i]`` (the op's own unit, as :func:`rand_augment` records it). Images are grouped by op so that
-    each op runs once on its sub-batch (the geometric ops share one resample)."""
+    each op runs once on its sub-batch (the geometric ops share one resample). The grouping is computed from ``ops``
+    on the host (``ops`` on a device is read back once: pass a CPU tensor to avoid that)."""
     _check_images(x)
     n = x.shape[0]
     if not isinstance(ops, torch.Tensor) or ops.shape != (n,) or ops.dtype != torch.long:
         raise ValueError(f"ops must be a long tensor of shape ({n},), got {getattr(ops, 'dtype', type(ops))} "
                          f"{tuple(getattr(ops, 'shape', ()))}")
+    ops = ops.cpu()
     if n and not (0 <= int(ops.min()) and int(ops.max()) < len(STRONG_OPS)):
         raise ValueError(f"ops must be indices in [0, {len(STRONG_OPS)}), got values in "
                          f"[{int(ops.min())}, {int(ops.max())}]")
     if not isinstance(magnitudes, torch.Tensor) or magnitudes.shape != (n,) or not magnitudes.is_floating_point():
         raise ValueError(f"magnitudes must be a float tensor of shape ({n},), got "
                          f"{getattr(magnitudes, 'dtype', type(magnitudes))} {tuple(getattr(magnitudes, 'shape', ()))}")
-    return _apply_slot(x, ops.to(x.device), magnitudes.to(x.device, torch.float32))
+    plan, counts = _slot_plans(ops[:, None], x.device)
+    return _apply_slot(x, plan[:, 0], magnitudes.to(x.device, torch.float32), counts[0])
 
 
-def _apply_slot(x: torch.Tensor, op: torch.Tensor, mag: torch.Tensor) -> torch.Tensor:
-    """Apply one op slot: image i gets op ``op[i]`` with magnitude ``mag[i]``; each op runs once on its sub-batch."""
-    rank = torch.tensor(_RANK_OF_OP, device=x.device)[op]
-    order = torch.argsort(rank, stable=True)
-    counts = torch.bincount(rank, minlength=len(_PROCESS_ORDER)).tolist()  # the slot's only host sync
+def _slot_plans(ops: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, list[list[int]]]:
+    """Group each op slot's images by op, on the host: for host ``ops`` (N, K), returns ``plan`` (3, K, N) on
+    ``device`` — per slot k the ops, the stable sort order by processing rank and its inverse permutation — and the
+    group sizes ``counts[k][r]`` of the ranks r in :data:`_PROCESS_ORDER` order. ``plan`` travels in one
+    asynchronous copy; nothing is read from the device."""
+    rank = _constant(_RANK_OF_OP, torch.long, ops.device)[ops]
+    order = torch.argsort(rank, dim=0, stable=True)
+    inverse = torch.argsort(order, dim=0)
+    counts = nnf.one_hot(rank, len(_PROCESS_ORDER)).sum(dim=0).tolist()  # host arithmetic, not a device sync
+    return to_device(torch.stack([ops, order, inverse]).transpose(1, 2), device), counts
+
+
+def _apply_slot(x: torch.Tensor, plan: torch.Tensor, mag: torch.Tensor, counts: list[int]) -> torch.Tensor:
+    """Apply one op slot: image i gets op ``op[i]`` with magnitude ``mag[i]``, where ``op, order, inverse = plan``
+    and ``counts`` come from :func:`_slot_plans`; each op runs once on its sub-batch."""
+    op, order, inverse = plan
     # Sorting copies and un-sorting by index_select (row memcpy) are far cheaper than index_put/index_copy.
     xs, ops, mags = x.index_select(0, order), op[order], mag[order].view(-1, 1, 1, 1)
     chunks, start = [], 0
@@ -293,31 +337,38 @@ def _apply_slot(x: torch.Tensor, op: torch.Tensor, mag: torch.Tensor) -> torch.T
         chunks.append(_geometric(xs[start:], ops[start:], mags[start:, 0, 0, 0]))
     if not chunks:
         return xs
-    return torch.cat(chunks).index_select(0, torch.argsort(order))
+    return torch.cat(chunks).index_select(0, inverse)
 
 
 def rand_augment(x: torch.Tensor, *, num_ops: int = 3, generator: torch.Generator | None = None,
+                 op_generator: torch.Generator | None = None,
                  return_params: bool = False) -> torch.Tensor | tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The released code's FixMatch RandAugment, batched: per image ``num_ops`` ops drawn with replacement
     uniformly from :data:`STRONG_OPS`, each with its own magnitude ``lo + (hi - lo) * U(0, 1)`` from
     :data:`MAGNITUDE_RANGES` (Posterize: ``4 + floor(4 U)``, the released ``int(U(4, 8))``), applied slot by slot.
     Op semantics: see the module docstring. Cutout is not part of it (see :func:`strong_augment`).
 
+    The op choices are drawn on the host from ``op_generator`` (a CPU generator; required for images on another
+    device, defaults to ``generator`` for CPU images), then the magnitudes' U(0, 1) from ``generator``.
+
     With ``return_params`` also returns ``{"ops": long (N, num_ops) indices into STRONG_OPS,
     "magnitudes": float32 (N, num_ops)}`` (the magnitude actually used, e.g. the integer Posterize bits).
     """
     _check_images(x)
     _check_generator(generator, x)
+    op_generator = _op_generator(op_generator, generator, x)
     num_ops = _check_int("num_ops", num_ops, 0)
     n, dev = x.shape[0], x.device
-    ops = torch.randint(0, len(STRONG_OPS), (n, num_ops), generator=generator, device=dev)
+    host_ops = torch.randint(0, len(STRONG_OPS), (n, num_ops), generator=op_generator)
+    plan, counts = _slot_plans(host_ops, dev)
+    ops = plan[0].T
     u = torch.rand(n, num_ops, generator=generator, device=dev)
-    lo = torch.tensor([MAGNITUDE_RANGES[s][0] for s in STRONG_OPS], device=dev)[ops]
-    hi = torch.tensor([MAGNITUDE_RANGES[s][1] for s in STRONG_OPS], device=dev)[ops]
+    lo = _constant(tuple(MAGNITUDE_RANGES[s][0] for s in STRONG_OPS), torch.float32, dev)[ops]
+    hi = _constant(tuple(MAGNITUDE_RANGES[s][1] for s in STRONG_OPS), torch.float32, dev)[ops]
     mags = torch.where(ops == _OP_INDEX["Posterize"], 4.0 + torch.floor(4.0 * u), lo + (hi - lo) * u)
     out = x.clone() if num_ops == 0 else x  # _apply_slot never writes into its input
     for k in range(num_ops):
-        out = _apply_slot(out, ops[:, k], mags[:, k])
+        out = _apply_slot(out, plan[:, k], mags[:, k], counts[k])
     if return_params:
         return out, {"ops": ops, "magnitudes": mags}
     return out
@@ -366,7 +417,7 @@ def cutout(x: torch.Tensor, *, max_frac: float = 0.5, fill: Sequence[int] = CUTO
     in_x = (cols >= x0[:, None]) & (cols <= x1[:, None]) & (side > 0)[:, None]
     in_y = (rows >= y0[:, None]) & (rows <= y1[:, None])
     mask = (in_y[:, :, None] & in_x[:, None, :])[:, None].to(torch.uint8)
-    colour = torch.tensor(values, dtype=torch.uint8, device=dev).view(1, c, 1, 1)
+    colour = _constant(values, torch.uint8, dev).view(1, c, 1, 1)
     # x*(1-mask) + colour*mask in uint8 (no overflow: one term is always 0); much faster than a broadcast where().
     out = torch.addcmul(x.mul(1 - mask), colour, mask)
     if return_params:
@@ -376,13 +427,14 @@ def cutout(x: torch.Tensor, *, max_frac: float = 0.5, fill: Sequence[int] = CUTO
 
 # ------------------------------------------------------------------------------------------------ strong + norm
 def strong_augment(x: torch.Tensor, *, flip: bool, pad: int, pad_mode: str = "constant", num_ops: int = 3,
-                   generator: torch.Generator | None = None) -> torch.Tensor:
-    """Strong augmentation alpha_s in the released code's order: :func:`rand_augment` (``num_ops``) ->
-    :func:`cutout` -> flip -> pad-crop (:func:`weak_augment`), all with the one ``generator``."""
+                   generator: torch.Generator | None = None,
+                   op_generator: torch.Generator | None = None) -> torch.Tensor:
+    """Strong augmentation alpha_s in the released code's order: :func:`rand_augment` (``num_ops``, op choices from
+    ``op_generator``) -> :func:`cutout` -> flip -> pad-crop (:func:`weak_augment`), all with the one ``generator``."""
     _check_images(x)
     # Validate the flip/crop arguments before any random draw so a bad call consumes nothing.
     _check_crop_args(x, flip, pad, pad_mode)
-    out = rand_augment(x, num_ops=num_ops, generator=generator)
+    out = rand_augment(x, num_ops=num_ops, generator=generator, op_generator=op_generator)
     out = cutout(out, generator=generator)
     return weak_augment(out, flip=flip, pad=pad, pad_mode=pad_mode, generator=generator)
 
@@ -400,11 +452,12 @@ def normalize(x: torch.Tensor, mean: Sequence[float] | torch.Tensor, std: Sequen
     c = x.shape[1]
     stats = {}
     for name, value in (("mean", mean), ("std", std)):
-        t = torch.as_tensor(value, dtype=torch.float64).flatten()
+        t = torch.as_tensor(value, dtype=torch.float64).cpu().flatten()  # checked on the host, not the device
         if t.numel() not in (1, c):
             raise ValueError(f"{name} must have 1 or C={c} values, got {t.numel()}")
-        stats[name] = t.to(device=x.device, dtype=dtype).view(1, -1, 1, 1)
-    if not bool((stats["std"] > 0).all()):
-        raise ValueError(f"std must be > 0, got {std!r}")
+        if name == "std" and not bool((t > 0).all()):
+            raise ValueError(f"std must be > 0, got {std!r}")
+        # float64 -> dtype on the host rounds as the device would; the cached copy goes to the device once.
+        stats[name] = _constant(tuple(t.to(dtype).tolist()), dtype, x.device).view(1, -1, 1, 1)
     out = x.to(dtype, memory_format=torch.contiguous_format).div_(255).sub_(stats["mean"]).div_(stats["std"])
     return out.contiguous(memory_format=torch.channels_last) if channels_last else out

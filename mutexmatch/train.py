@@ -44,6 +44,7 @@ from mutexmatch.datasets import DatasetBundle, load_dataset
 from mutexmatch.imagefolder import ImageFolderError
 from mutexmatch.ema import ModelEMA
 from mutexmatch.models import build_model
+from mutexmatch.prefetch import to_device
 from mutexmatch.sampler import SSLSampler
 from mutexmatch.splits import Split, make_split
 
@@ -174,6 +175,8 @@ class Trainer:
                                   batch_size=cfg.train.batch_size, mu=cfg.train.mu, seed=cfg.train.seed,
                                   with_unlabeled=alg_cls.uses_unlabeled)
         self.aug_generator = torch.Generator(device=self.device).manual_seed(cfg.train.seed + 1)
+        # RandAugment's op choices are drawn on the host (mutexmatch.augment): from aug_generator itself on the CPU.
+        self.op_generator = None if self.device.type == "cpu" else torch.Generator().manual_seed(cfg.train.seed + 2)
 
         self.step = 0
         self.history: list[float] = []   # EMA test accuracy at every evaluation
@@ -237,8 +240,7 @@ class Trainer:
         return {
             "step": self.step, "model": self.model.state_dict(), "ema": self.ema.state_dict(),
             "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-            "scaler": self.scaler.state_dict(), "sampler": self.sampler.state_dict(),
-            "aug_generator": self.aug_generator.get_state(), "algorithm": self.algorithm.state_dict(),
+            "scaler": self.scaler.state_dict(), **self._batch_state(), "algorithm": self.algorithm.state_dict(),
             "rng": _rng_state(), "history": list(self.history), "best_acc": self.best_acc,
             "best_val": self.best_val, "config_hash": config_hash(self.cfg), "split_digest": self.split.digest(),
         }
@@ -254,8 +256,7 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
-        self.sampler.load_state_dict(state["sampler"])
-        self.aug_generator.set_state(state["aug_generator"])
+        self._set_batch_state(state)
         self.algorithm.load_state_dict(state["algorithm"])
         _set_rng_state(state["rng"])
         self.step = int(state["step"])
@@ -286,17 +287,33 @@ class Trainer:
         self._t_compute = 0.0
         self._t_start = time.perf_counter()
 
+    def _batch_state(self) -> dict:
+        """Everything a batch is drawn from: the sampler's and the augmentations' generators (checkpoint keys)."""
+        state = {"sampler": self.sampler.state_dict(), "aug_generator": self.aug_generator.get_state()}
+        if self.op_generator is not None:
+            state["op_generator"] = self.op_generator.get_state()
+        return state
+
+    def _set_batch_state(self, state: dict) -> None:
+        self.sampler.load_state_dict(state["sampler"])
+        self.aug_generator.set_state(state["aug_generator"])
+        if self.op_generator is not None and "op_generator" in state:
+            self.op_generator.set_state(state["op_generator"])
+
     def _batch(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+        """One step's batch, [labeled weak | unlabeled weak | unlabeled strong] normalised, made from
+        :meth:`_batch_state` only."""
         info = self.bundle.info
         idx = self.sampler.next()
-        g = self.aug_generator
-        lb = idx.lb.to(self.device, non_blocking=True)
+        g, h = self.aug_generator, self.op_generator
+        lb = to_device(idx.lb, self.device)
         views = [weak_augment(self.train_x[lb], flip=info.flip, pad=info.pad, pad_mode=info.pad_mode, generator=g)]
-        ulb = idx.ulb.to(self.device, non_blocking=True)
+        ulb = to_device(idx.ulb, self.device)
         if ulb.numel():
             x_u = self.ulb_x[ulb]
             views.append(weak_augment(x_u, flip=info.flip, pad=info.pad, pad_mode=info.pad_mode, generator=g))
-            views.append(strong_augment(x_u, flip=info.flip, pad=info.pad, pad_mode=info.pad_mode, generator=g))
+            views.append(strong_augment(x_u, flip=info.flip, pad=info.pad, pad_mode=info.pad_mode, generator=g,
+                                        op_generator=h))
         x = normalize(torch.cat(views), info.mean, info.std, channels_last=self.cfg.model.channels_last)
         return x, self.train_y[lb], ulb, len(ulb)
 
@@ -354,11 +371,13 @@ class Trainer:
         else:
             comp_stats = [zero, zero]
         stats.append(comp_stats[0])
-        self._pl_counts += torch.bincount((yk * C + pl)[known], minlength=C * C)
+        # index_add_ of 0/1 weights instead of bincount over known rows: the boolean selection and CUDA's bincount
+        # (which reads its input's maximum) would each make the host wait for the device every step.
+        self._pl_counts.index_add_(0, yk * C + pl, known.long())
         if "tnc_comp_label" in out:
             tcl = out["tnc_comp_label"]
             stats += [((tcl != y) & known).sum(), known.sum()]
-            self._comp_counts += torch.bincount((yk * C + tcl)[known], minlength=C * C)
+            self._comp_counts.index_add_(0, yk * C + tcl, known.long())
         else:
             stats += [zero, zero]
         stats.append(comp_stats[1])

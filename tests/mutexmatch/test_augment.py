@@ -6,6 +6,7 @@ import pytest
 import torch
 import torchvision.transforms.v2.functional as F
 from PIL import Image, ImageDraw
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from mutexmatch.augment import (MAGNITUDE_RANGES, STRONG_OPS, apply_ops, cutout, normalize, rand_augment,
                                 strong_augment, weak_augment)
@@ -112,6 +113,86 @@ def test_rand_augment_draws_ops_uniformly_with_replacement_and_magnitudes_in_ran
         assert m.max() - m.min() >= (3 if name == "Posterize" else 0.9 * (hi - lo))  # the whole range is used
     # Released code: int(U(4, 8)) -> bits in {4, 5, 6, 7}.
     assert set(mags[ops == STRONG_OPS.index("Posterize")].tolist()) == {4.0, 5.0, 6.0, 7.0}
+
+
+def test_op_choices_come_from_the_host_op_generator_and_magnitudes_from_generator():
+    x = _images(40, 3, 16, 16, seed=16)
+    g, h = torch.Generator().manual_seed(17), torch.Generator().manual_seed(18)
+    _, params = rand_augment(x, num_ops=3, generator=g, op_generator=h, return_params=True)
+    assert torch.equal(params["ops"], torch.randint(0, len(STRONG_OPS), (40, 3),
+                                                    generator=torch.Generator().manual_seed(18)))
+    after_u = torch.Generator().manual_seed(17)
+    torch.rand(40, 3, generator=after_u)  # the generator gave the magnitudes' U(0, 1) and nothing else
+    assert torch.equal(g.get_state(), after_u.get_state())
+
+
+class _HostToDeviceCopies(TorchDispatchMode):
+    """Records copies from the host to another device that are not asynchronous (a blocking copy waits for the
+    device's queue: a synchronisation on CUDA)."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocking = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.ops.aten._to_copy.default:
+            src, dst = args[0].device, kwargs.get("device")
+            if src.type == "cpu" and dst is not None and dst.type != "cpu" and not kwargs.get("non_blocking"):
+                self.blocking.append(func)
+        elif func is torch.ops.aten.copy_.default:
+            if args[1].device.type == "cpu" and args[0].device.type != "cpu" and not (args[2:] or [False])[0]:
+                self.blocking.append(func)
+        return func(*args, **kwargs)
+
+
+def test_steady_state_augmentation_reads_nothing_from_the_device(monkeypatch):
+    """On the meta device (shapes, no data) every read of a device value raises (``item``/``tolist``, ``nonzero``,
+    boolean indexing, ``bincount``), so the whole weak + strong + normalize path running there proves it needs no
+    device->host synchronisation. After one warm-up call (constant tables copied once), a steady-state call also
+    makes no blocking host->device copy (``torch.tensor(..., device=...)`` or a synchronous ``.to``)."""
+    x = torch.zeros(64, 3, 32, 32, dtype=torch.uint8, device="meta")
+    op_generator = torch.Generator().manual_seed(19)
+
+    def step():
+        views = [weak_augment(x, flip=True, pad=4),
+                 strong_augment(x, flip=True, pad=4, pad_mode="reflect", op_generator=op_generator)]
+        return normalize(torch.cat(views), (0.5, 0.4, 0.3), (0.2, 0.2, 0.3))
+
+    step()
+    made_on_device = []
+    tensor = torch.tensor
+
+    def recording_tensor(*args, **kwargs):
+        if torch.device(kwargs.get("device") or "cpu").type != "cpu":
+            made_on_device.append(args)
+        return tensor(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "tensor", recording_tensor)
+    with _HostToDeviceCopies() as copies:
+        out = step()
+    assert out.shape == (128, 3, 32, 32) and out.device.type == "meta"
+    assert made_on_device == [] and copies.blocking == []
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_steady_state_augmentation_does_not_synchronise_cuda():
+    x = _images(64, 3, 32, 32).cuda()
+    g, h = torch.Generator(device="cuda").manual_seed(20), torch.Generator().manual_seed(21)
+
+    def step():
+        views = [weak_augment(x, flip=True, pad=4, generator=g),
+                 strong_augment(x, flip=True, pad=4, generator=g, op_generator=h)]
+        return normalize(torch.cat(views), (0.5, 0.4, 0.3), (0.2, 0.2, 0.3))
+
+    step()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
 
 
 def _released_cutout_pil(img: torch.Tensor, side: float, cx: float, cy: float, fill) -> torch.Tensor:
@@ -261,6 +342,9 @@ X = torch.zeros(2, 3, 8, 8, dtype=torch.uint8)
     (lambda: cutout(X, fill=(1, 2)), "fill"),
     (lambda: cutout(X, fill=(1, 2, 300)), "fill"),
     (lambda: rand_augment(X, generator=1), "generator"),
+    (lambda: rand_augment(X, op_generator=1), "op_generator"),
+    (lambda: rand_augment(X.to("meta")), "op_generator"),
+    (lambda: strong_augment(X.to("meta"), flip=True, pad=4), "op_generator"),
     (lambda: apply_ops(X, torch.tensor([0, 14]), torch.zeros(2)), "ops"),
     (lambda: apply_ops(X, torch.tensor([0, 1]), torch.zeros(3)), "magnitudes"),
     (lambda: normalize(X, (0.5, 0.5), (0.2, 0.2, 0.2)), "mean"),
