@@ -44,7 +44,7 @@ from mutexmatch.datasets import DatasetBundle, load_dataset
 from mutexmatch.imagefolder import ImageFolderError
 from mutexmatch.ema import ModelEMA
 from mutexmatch.models import build_model
-from mutexmatch.prefetch import to_device
+from mutexmatch.prefetch import Prefetcher, to_device
 from mutexmatch.sampler import SSLSampler
 from mutexmatch.splits import Split, make_split
 
@@ -177,6 +177,7 @@ class Trainer:
         self.aug_generator = torch.Generator(device=self.device).manual_seed(cfg.train.seed + 1)
         # RandAugment's op choices are drawn on the host (mutexmatch.augment): from aug_generator itself on the CPU.
         self.op_generator = None if self.device.type == "cpu" else torch.Generator().manual_seed(cfg.train.seed + 2)
+        self.prefetcher = Prefetcher(self._batch, self._batch_state, self.device)
 
         self.step = 0
         self.history: list[float] = []   # EMA test accuracy at every evaluation
@@ -240,7 +241,7 @@ class Trainer:
         return {
             "step": self.step, "model": self.model.state_dict(), "ema": self.ema.state_dict(),
             "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-            "scaler": self.scaler.state_dict(), **self._batch_state(), "algorithm": self.algorithm.state_dict(),
+            "scaler": self.scaler.state_dict(), **self.prefetcher.state(), "algorithm": self.algorithm.state_dict(),
             "rng": _rng_state(), "history": list(self.history), "best_acc": self.best_acc,
             "best_val": self.best_val, "config_hash": config_hash(self.cfg), "split_digest": self.split.digest(),
         }
@@ -299,10 +300,11 @@ class Trainer:
         self.aug_generator.set_state(state["aug_generator"])
         if self.op_generator is not None and "op_generator" in state:
             self.op_generator.set_state(state["op_generator"])
+        self.prefetcher.drop()  # a batch made ahead came from the state just replaced
 
     def _batch(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
         """One step's batch, [labeled weak | unlabeled weak | unlabeled strong] normalised, made from
-        :meth:`_batch_state` only."""
+        :meth:`_batch_state` only (so :class:`Prefetcher` can make it ahead and a checkpoint can replay it)."""
         info = self.bundle.info
         idx = self.sampler.next()
         g, h = self.aug_generator, self.op_generator
@@ -324,7 +326,7 @@ class Trainer:
 
     def train_step(self) -> None:
         t0 = time.perf_counter()
-        x, y_lb, ulb, num_ulb = self._batch()
+        x, y_lb, ulb, num_ulb = self.prefetcher.next()
         t1 = time.perf_counter()
         self.model.train()
         with self._autocast():

@@ -181,3 +181,29 @@ def test_cli_trains_and_resumes(tmp_path, capsys):
     assert main(["--resume", str(tmp_path / "cli")]) == 0
     last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert last["step"] == 4
+
+
+def _ahead(trainer: Trainer) -> Trainer:
+    trainer.prefetcher.ahead = True  # what CUDA does (on a side stream): each step also makes the next batch
+    return trainer
+
+
+def test_batches_made_ahead_give_the_same_run_and_resume_exactly(tmp_path):
+    """Making the next batch ahead (the CUDA default) changes no batch; a checkpoint written while a batch is made
+    ahead holds the batch state from before it, so the stopped run resumes bit-identically."""
+    plain = Trainer(_cfg(tmp_path, "plain"))
+    plain.fit()
+    ahead = _ahead(Trainer(_cfg(tmp_path, "ahead")))
+    ahead.fit()
+    half = _ahead(Trainer(_cfg(tmp_path, "half")))
+    half.fit(stop_at=4)
+    assert half.prefetcher._pending is not None  # step 5's batch was made before the checkpoint of step 4
+    resumed = _ahead(Trainer(_cfg(tmp_path, "half"), resume=True))
+    resumed.fit()
+    a = _tensors(plain)
+    for other in (ahead, resumed):
+        b = _tensors(other)
+        assert a.keys() == b.keys()
+        for k in a:
+            assert torch.equal(a[k], b[k]), k
+
