@@ -325,14 +325,18 @@ class Trainer:
         return torch.autocast(self.device.type, dtype=self.autocast_dtype)
 
     def train_step(self) -> None:
+        """One step: batch (made ahead on CUDA, :class:`Prefetcher`), backbone forward under ``train.precision``'s
+        autocast, then the heads, softmax thresholds and losses on the features cast to fp32, backward, SGD, EMA.
+        BatchNorm keeps fp32 weights and running statistics under autocast (its buffers are never cast)."""
         t0 = time.perf_counter()
         x, y_lb, ulb, num_ulb = self.prefetcher.next()
         t1 = time.perf_counter()
         self.model.train()
         with self._autocast():
             feats = self.forward(x)
-            out = self.algorithm.compute(self.model, StepInputs(
-                feats=feats, num_lb=len(y_lb), num_ulb=num_ulb, targets_lb=y_lb, ulb_idx=ulb, step=self.step))
+        # fp32 heads and losses: a bf16 max-probability is too coarse for tau = 0.95 (its spacing there is 2^-8).
+        out = self.algorithm.compute(self.model, StepInputs(
+            feats=feats.float(), num_lb=len(y_lb), num_ulb=num_ulb, targets_lb=y_lb, ulb_idx=ulb, step=self.step))
         loss = out["loss"]
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(loss).backward()

@@ -207,3 +207,44 @@ def test_batches_made_ahead_give_the_same_run_and_resume_exactly(tmp_path):
         for k in a:
             assert torch.equal(a[k], b[k]), k
 
+
+def test_bf16_autocast_keeps_batchnorm_losses_and_thresholds_in_fp32(tmp_path, monkeypatch):
+    import mutexmatch.algorithms as algorithms
+
+    cfg = _cfg(tmp_path, form="official")
+    cfg.train.precision = "bf16"
+    trainer = Trainer(cfg)
+    seen = {}
+    loss = algorithms.mutexmatch_loss
+
+    def recording_loss(**kwargs):
+        seen.update({k: v.dtype for k, v in kwargs.items() if torch.is_tensor(v) and v.is_floating_point()})
+        return loss(**kwargs)
+
+    monkeypatch.setattr(algorithms, "mutexmatch_loss", recording_loss)
+    conv = next(m for m in trainer.model.modules() if isinstance(m, torch.nn.Conv2d))
+    conv_dtypes = []
+    conv.register_forward_hook(lambda m, i, o: conv_dtypes.append(o.dtype))
+    trainer.fit(stop_at=2)
+    assert conv_dtypes and set(conv_dtypes) == {torch.bfloat16}  # the backbone did run in bf16
+    assert {"logits_lb", "logits_w", "logits_s", "tnc_logits_w", "tnc_logits_s", "probs_w"} <= seen.keys()
+    assert set(seen.values()) == {torch.float32}, seen
+    for name, t in [*trainer.model.named_buffers(), *trainer.model.named_parameters()]:
+        assert t.dtype in (torch.float32, torch.long), name  # BN running stats and weights stay fp32
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
+
+
+@pytest.mark.slow
+def test_compiled_backbone_trains_like_eager_on_cpu(tmp_path):
+    """train.compile (torch.compile of the backbone; ~30 s of compilation on 2 cores): the same run up to the
+    float rounding of fused kernels."""
+    runs = {}
+    for on in (False, True):
+        cfg = _cfg(tmp_path, f"compile{on}")
+        cfg.train.compile = on
+        trainer = Trainer(cfg)
+        trainer.fit(stop_at=3)
+        runs[on] = trainer
+    assert runs[True].forward is not runs[True].model  # the compiled module ran
+    for (name, p), q in zip(runs[False].model.named_parameters(), runs[True].model.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-3, atol=1e-4, msg=name)
