@@ -76,6 +76,16 @@ def _param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": skip, "weight_decay": 0.0}]
 
 
+def _sgd(model: nn.Module, lr: float, momentum: float, nesterov: bool, weight_decay: float,
+         device: torch.device) -> torch.optim.SGD:
+    """SGD with momentum (Nesterov as configured) over :func:`_param_groups`, updating all parameters in one fused
+    kernel on CUDA and with the multi-tensor (foreach) kernels elsewhere: the same update as the per-parameter loop,
+    up to float rounding, in a few kernel launches instead of several per parameter."""
+    fused = device.type == "cuda"
+    return torch.optim.SGD(_param_groups(model, weight_decay), lr=lr, momentum=momentum, nesterov=nesterov,
+                           foreach=not fused, fused=fused)
+
+
 def _rng_state() -> dict:
     np_state = np.random.get_state()
     state = {
@@ -156,8 +166,7 @@ class Trainer:
         self.ema = ModelEMA(self.model, cfg.train.ema)
         self.forward = torch.compile(self.model) if cfg.train.compile else self.model
         o = cfg.optim
-        self.optimizer = torch.optim.SGD(_param_groups(self.model, o.weight_decay), lr=o.lr, momentum=o.momentum,
-                                         nesterov=o.nesterov)
+        self.optimizer = _sgd(self.model, o.lr, o.momentum, o.nesterov, o.weight_decay, self.device)
         total = cfg.train.iterations
         factor = (lambda t: math.cos(o.cosine_factor * math.pi * t / total)) if o.schedule == "cosine" else (
             lambda t: 1.0)

@@ -234,6 +234,18 @@ def test_bf16_autocast_keeps_batchnorm_losses_and_thresholds_in_fp32(tmp_path, m
     assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
 
 
+def test_sgd_is_foreach_on_cpu_and_equals_the_per_parameter_loop(tmp_path):
+    trainer = Trainer(_cfg(tmp_path))
+    assert all(g["foreach"] and not g["fused"] for g in trainer.optimizer.param_groups)
+    ref = Trainer(_cfg(tmp_path, "loop"))
+    for group in ref.optimizer.param_groups:
+        group["foreach"] = False  # SGD reads it at every step: the per-parameter loop
+    trainer.fit(stop_at=3)
+    ref.fit(stop_at=3)
+    for (name, p), q in zip(trainer.model.named_parameters(), ref.model.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=name)
+
+
 @pytest.mark.slow
 def test_compiled_backbone_trains_like_eager_on_cpu(tmp_path):
     """train.compile (torch.compile of the backbone; ~30 s of compilation on 2 cores): the same run up to the
