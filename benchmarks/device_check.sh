@@ -4,17 +4,22 @@
 #   OUT=/tmp/gpu bash benchmarks/device_check.sh [PART ...]     (default: every part)
 #
 # Each part has its own time limit and writes its log under $OUT, so a part that fails or runs long leaves the
-# others' figures; the summary at the end prints every part's exit status. Parts, in order of priority:
-#   1. the training-step benchmark (ours vs the released design) on CUDA, fp32, DataLoader workers as released (4);
-#   2. the same with bf16 autocast for ours and 12 DataLoader workers for the reference (its best on 16 cores);
-#   3. the augmentation benchmark on CUDA;
-#   4. digits end to end on CUDA: an uninterrupted run and one stopped half-way and resumed (bit-identical with
+# others' figures; the summary at the end prints every part's exit status. Results files (benchmarks/record.py)
+# go to $OUT/results/: copy them into benchmarks/results/ and commit them. Parts, in order of priority:
+#   1. step_fp32: the training-step benchmark (ours vs the released design) on CUDA, fp32, DataLoader workers as
+#      released (4);
+#   2. step_bf16: the same with bf16 autocast for ours and 12 DataLoader workers for the reference (its best on
+#      16 cores);
+#   3. profile: one steady-state step under torch.profiler, fp32 and bf16 (kernel time by category, GPU idle,
+#      CPU launch time) and its device->host synchronisations (set_sync_debug_mode);
+#   4. augment: the augmentation benchmark on CUDA;
+#   5. digits: end to end on CUDA: an uninterrupted run and one stopped half-way and resumed (bit-identical with
 #      train.deterministic), the same pair without it, and a bf16 run;
-#   5. cost: per-setup step and evaluation times of every experiment YAML on CUDA (GPU-hours), cached as it goes;
-#   6. memory: peak GPU memory of a full-batch step per backbone and image size, fp32 and bf16 (what fits);
-#   7. share: two training processes on one GPU vs one alone (do the YAMLs' `gpu: 0.5` trials pay?).
-# The parts' limits add up to more than one 10-minute call of the device tool: name the parts a call needs, e.g.
-# `... device_check.sh step_fp32 step_bf16 augment digits cost` then `... device_check.sh memory share`.
+#   6. cost: per-setup step and evaluation times of every experiment YAML on CUDA (GPU-hours), cached as it goes;
+#   7. memory: peak GPU memory of a full-batch step per backbone and image size, fp32 and bf16 (what fits);
+#   8. share: two training processes on one GPU vs one alone (do the YAMLs' `gpu: 0.5` trials pay?).
+# The default (parts 1-5) fits one call of under 9 minutes: its limits add up to 515 s. Parts 6-8 need calls of
+# their own: `... device_check.sh cost share` (280 s of limits), `... device_check.sh memory` (300 s).
 # Python packages the machine lacks travel as wheels in .whl (pydantic and its needs).
 set -u
 OUT=${OUT:?set OUT to a folder for logs}
@@ -27,7 +32,8 @@ else
   export PYTHONPATH=$PWD
 fi
 declare -A RC
-WANTED=" ${*:-step_fp32 step_bf16 augment digits cost memory share} "
+WANTED=" ${*:-step_fp32 step_bf16 profile augment digits} "
+mkdir -p "$OUT/results"
 part() {  # part NAME SECONDS COMMAND...
   local name=$1 limit=$2; shift 2
   [[ $WANTED == *" $name "* ]] || return 0
@@ -45,10 +51,19 @@ part() {  # part NAME SECONDS COMMAND...
 torch.cuda.get_device_name(0), torch.backends.cudnn.version())"
   lscpu | grep -E "Model name|^CPU\(s\)"; } 2>&1 | tee "$OUT/machine.txt"
 
-part step_fp32 220 python3 benchmarks/train_step.py --device cuda --steps 30 --rounds 2 --workers 4 \
-  --pipelines ours,ours_compile,ours_deterministic
+part step_fp32 200 python3 benchmarks/train_step.py --device cuda --steps 30 --rounds 2 --workers 4 \
+  --pipelines ours,ours_compile,ours_deterministic --out "$OUT/results/train_step_cuda_wrn28_2_fp32.json"
 part step_bf16 60 python3 benchmarks/train_step.py --device cuda --steps 30 --rounds 1 --workers 12 \
-  --precision bf16 --pipelines ours
+  --precision bf16 --pipelines ours --out "$OUT/results/train_step_cuda_wrn28_2_bf16.json"
+
+profile() {
+  for precision in fp32 bf16; do
+    python3 benchmarks/profile_step.py --device cuda --precision $precision --warmup 10 --steps 5 \
+      --out "$OUT/results/profile_cuda_wrn28_2_$precision.json" || return 1
+  done
+}
+export -f profile
+part profile 70 profile
 part augment 35 python3 benchmarks/augment.py --device cuda --seconds 5 --workers 12
 
 digits() {
@@ -93,4 +108,5 @@ part memory 300 python3 benchmarks/step_memory.py --device cuda
 part share 90 python3 benchmarks/gpu_share.py --device cuda --processes 2 --steps 30
 
 echo "=== exit status per part:"; for k in "${!RC[@]}"; do echo "  $k ${RC[$k]}"; done
+echo "=== results files (copy into benchmarks/results/ and commit):"; ls -1 "$OUT/results"
 nvidia-smi --query-gpu=memory.used,clocks.sm --format=csv

@@ -2,6 +2,7 @@
 
     python benchmarks/train_step.py [--device cpu|cuda] [--backbone wrn28_2] [--batch 64] [--mu 7] [--steps 3]
                                     [--rounds 2] [--workers 0] [--precision fp32|bf16] [--pipelines a,b,...]
+                                    [--out benchmarks/results/NAME.json]
 
 Ours: `mutexmatch.train.Trainer.train_step` with its defaults — uint8 images on the device, batched weak+strong
 augmentation there, channels-last model, one forward over [labeled | weak | strong], and on CPU
@@ -16,6 +17,9 @@ huge ``MALLOC_TRIM_THRESHOLD_``). All run on CIFAR-sized synthetic uint8 images 
 values). Each pipeline runs in its own fresh process (no compile cache, allocator state or thread pool shared),
 warmed up by two steps and timed over ``--steps`` steps; ``--rounds`` rounds run every pipeline once each,
 interleaved, and each figure is the median over all timed steps. Every ratio is printed against both references.
+The figures are also written to ``--out`` (default ``benchmarks/results/train_step_<device>_<backbone>_<precision>
+.json``): :func:`record.header` (device, torch, cuda, date, command), the settings, and per pipeline
+``median_s_per_step``, ``images_per_s``, ``min_s``, ``max_s``.
 
 On a machine shared with other jobs set ``OMP_WAIT_POLICY=PASSIVE`` (OpenMP spin-waiting, see benchmarks/augment.py).
 """
@@ -38,6 +42,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from augment import PilPairDataset  # noqa: E402  (the per-image PIL baseline of benchmarks/augment.py)
+from record import header, write  # noqa: E402
 
 from mutexmatch.algorithms import ALGORITHMS, StepInputs  # noqa: E402
 from mutexmatch.config import parse_config  # noqa: E402
@@ -178,6 +183,8 @@ def main() -> None:
     ap.add_argument("--images", type=int, default=4096)
     ap.add_argument("--pipelines", default=",".join(PIPELINES), help=f"comma-separated subset of {list(PIPELINES)}"
                     " (both references are always measured)")
+    ap.add_argument("--out", help="results JSON (default benchmarks/results/train_step_<device>_<backbone>_"
+                    "<precision>.json)")
     ap.add_argument("--child", choices=list(PIPELINES), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -214,6 +221,21 @@ def main() -> None:
     best = min((sec, name) for name, sec in results.items() if not name.startswith("reference"))
     print(f"speed-up of our fastest step ({best[1]}): {ref / best[0]:.2f}x vs the reference as released"
           + (f", {ref_retain / best[0]:.2f}x vs the reference with the same allocator setting" if ref_retain else ""))
+    record_results(args, steps, per_step)
+
+
+def record_results(args, steps: dict[str, list[float]], per_step: int) -> None:
+    """The run's figures as ``--out`` JSON: header, settings, and per pipeline the median, images/s, min and max."""
+    ref = statistics.median(steps["reference"])
+    pipelines = {}
+    for name, times in steps.items():
+        sec = statistics.median(times)
+        pipelines[name] = {"median_s_per_step": sec, "images_per_s": per_step / sec, "min_s": min(times),
+                           "max_s": max(times), "vs_reference": ref / sec, "what": PIPELINES[name]}
+    settings = {k: getattr(args, k) for k in ("backbone", "batch", "mu", "precision", "steps", "rounds", "workers",
+                                              "images")}
+    write(args.out, f"train_step_{torch.device(args.device).type}_{args.backbone}_{args.precision}",
+          {**header(args.device), "settings": {**settings, "images_per_step": per_step}, "pipelines": pipelines})
 
 
 if __name__ == "__main__":

@@ -3,12 +3,16 @@ timed here: speed claims come from running the scripts themselves at full size."
 
 from __future__ import annotations
 
+import importlib
+import json
 import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import torch
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 TINY = ["--device", "cpu", "--batch", "2", "--mu", "1"]
@@ -21,13 +25,24 @@ def _run(script: str, *args: str) -> str:
 
 
 @pytest.mark.slow
-def test_train_step_prints_every_pipeline_against_both_references():
-    out = _run("train_step.py", *TINY, "--steps", "1", "--rounds", "1", "--images", "256",
-               "--pipelines", "ours,ours_deterministic")
+def test_train_step_prints_every_pipeline_against_both_references(tmp_path):
+    out = _run("train_step.py", *TINY, "--steps", "2", "--rounds", "1", "--images", "256",
+               "--pipelines", "ours,ours_deterministic", "--out", str(tmp_path / "step.json"))
     rows = [line for line in out.splitlines() if line.startswith("| ") and "x |" in line]
     assert len(rows) == 4  # reference, reference + allocator, ours, ours + deterministic
     assert all(re.search(r"\| \d+\.\d\dx \| \d+\.\d\dx \|$", r) for r in rows), rows
     assert re.search(r"speed-up of our fastest step \(ours(_deterministic)?\): \d+\.\d\dx", out)
+    # The results file (issue 13 item 7): header, then per pipeline the figures the table printed.
+    record = json.loads((tmp_path / "step.json").read_text())
+    assert {"device", "torch", "cuda", "date", "command", "settings", "pipelines"} <= record.keys()
+    assert "train_step.py" in record["command"] and record["torch"] == torch.__version__
+    pipelines = record["pipelines"]
+    assert list(pipelines) == ["reference", "reference_retain", "ours", "ours_deterministic"]
+    for name, fig in pipelines.items():
+        assert 0 < fig["min_s"] <= fig["median_s_per_step"] <= fig["max_s"]
+        assert fig["images_per_s"] == pytest.approx(2 * (1 + 2 * 1) / fig["median_s_per_step"])  # B=2, mu=1
+        row = next(r for r in rows if r.startswith(f"| {fig['what']} |"))
+        assert f"| {fig['median_s_per_step']:.3f} (" in row
 
 
 @pytest.mark.slow
@@ -64,3 +79,51 @@ def test_conv_floor_finds_every_convolution_of_the_backbone():
     # WRN-28-2: the stem, 3 groups of 4 blocks x 2 convs, and 3 shortcut 1x1 convs = 28 convolutions
     assert sum(int(r.split("|")[4]) for r in rows) == 28, out
     assert re.search(r"convolutions of one step, forward \+ backward, faster layout per shape: \d+\.\d\d s", out)
+
+
+@pytest.mark.slow
+def test_profile_step_splits_a_cpu_step_into_every_category(tmp_path):
+    out = _run("profile_step.py", *TINY, "--warmup", "1", "--steps", "1", "--images", "256",
+               "--out", str(tmp_path / "profile.json"))
+    record = json.loads((tmp_path / "profile.json").read_text())
+    assert {"device", "torch", "cuda", "date", "command", "settings"} <= record.keys()
+    times = record["time_by_category_s"]
+    assert list(times) == ["augmentation", "losses", "optimizer_ema", "convolutions", "bn_activation", "other"]
+    # Each labelled phase and each operator family of the backbone was found in the trace.
+    assert all(times[c] > 0 for c in ("augmentation", "losses", "optimizer_ema", "convolutions", "bn_activation"))
+    assert times["convolutions"] == max(times.values())
+    assert record["gpu"] is record["cpu_launch"] is record["syncs"] is None  # CUDA only
+    assert f"| convolutions | {times['convolutions']:.6f} |" in out
+
+
+def _profile_module():
+    sys.path.insert(0, str(BENCH))
+    try:
+        return importlib.import_module("profile_step")
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def test_gpu_timeline_merges_overlapping_streams_and_finds_gaps():
+    cuda = torch.autograd.DeviceType.CUDA
+
+    def kernel(start, end):
+        return SimpleNamespace(device_type=cuda, time_range=SimpleNamespace(start=start, end=end))
+
+    # Two streams overlap over 0-150 us, then a 50 us gap, a 5 us gap (under 10 us) and a last kernel.
+    events = [kernel(0, 100), kernel(50, 150), kernel(200, 250), kernel(255, 300)]
+    events.append(SimpleNamespace(device_type=torch.autograd.DeviceType.CPU, time_range=None))
+    t = _profile_module().gpu_timeline(events, steps=1, wall_s=400e-6)
+    assert t["busy_s"] == pytest.approx(245e-6) and t["idle_s"] == pytest.approx(155e-6)  # 150 + 50 + 45 busy
+    assert t["gaps_over_10us_per_step"] == 1 and t["largest_gap_s"] == pytest.approx(50e-6)
+    assert t["gap_total_s"] == pytest.approx(55e-6)
+
+
+def test_device_check_default_parts_fit_one_call_of_nine_minutes():
+    script = (BENCH / "device_check.sh").read_text()
+    default = re.search(r'WANTED=" \$\{\*:-([a-z0-9_ ]+)\} "', script).group(1).split()
+    limits = {m.group(1): int(m.group(2)) for m in re.finditer(r"^part (\w+) (\d+) ", script, re.M)}
+    assert set(default) <= set(limits) and "profile" in default
+    assert sum(limits[p] for p in default) <= 9 * 60 - 20  # 20 s for the machine check and the wheel install
+    assert all(limit <= 600 - 20 for limit in limits.values())  # every part fits one call of the device tool
+    assert subprocess.run(["bash", "-n", str(BENCH / "device_check.sh")]).returncode == 0
