@@ -1,0 +1,36 @@
+"""A steady-state training step makes the host wait for the device nowhere: every algorithm's forward, loss,
+backward, the SGD step and the EMA update run on the meta device (shapes without data), where any read of a device
+value — ``item``/``tolist``, ``nonzero``, boolean indexing, data-dependent shapes — raises. (The augmentation path
+has its own such test in test_augment.py; on CUDA, benchmarks/profile_step.py counts the synchronisations.)"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mutexmatch.algorithms import ALGORITHMS, StepInputs
+from mutexmatch.ema import ModelEMA
+from mutexmatch.models import build_model
+
+B, MU_B, C = 4, 8, 10
+
+
+@pytest.mark.parametrize("params", [{}, {"dist_align": True}, {"form": "official"}, {"form": "official", "k": 3}])
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_forward_loss_backward_sgd_and_ema_read_nothing_from_the_device(name, params):
+    cls = ALGORITHMS[name]
+    if set(params) - set(cls.params):
+        pytest.skip(f"{name} does not take {sorted(params)}")
+    alg = cls(params, C)
+    model = build_model("small_cnn", num_classes=C, in_channels=1, image_size=8, with_tnc=cls.uses_tnc).to("meta")
+    ema = ModelEMA(model, 0.999)
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=5e-4, foreach=True)
+    u = MU_B if cls.uses_unlabeled else 0
+    feats = model(torch.zeros(B + 2 * u, 1, 8, 8, device="meta"))
+    out = alg.compute(model, StepInputs(feats=feats, num_lb=B, num_ulb=u, step=0,
+                                        targets_lb=torch.zeros(B, dtype=torch.long, device="meta"),
+                                        ulb_idx=torch.zeros(u, dtype=torch.long, device="meta")))
+    out["loss"].backward()
+    sgd.step()
+    ema.update()
+    assert out["loss"].device.type == "meta" and out["loss"].shape == ()
