@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # GPU checks and figures in one call of a lent GPU machine (figures: README.md, "Training on a GPU").
 #
-#   OUT=/tmp/gpu bash benchmarks/device_check.sh [PART ...]     (default: every part)
+#   OUT=/tmp/gpu bash benchmarks/device_check.sh [PART ...]     (default: parts 1-5)
 #
-# Each part has its own time limit and writes its log under $OUT, so a part that fails or runs long leaves the
-# others' figures; the summary at the end prints every part's exit status. Results files (benchmarks/record.py)
-# go to $OUT/results/: copy them into benchmarks/results/ and commit them. Parts, in order of priority:
+# Each part has its own time limit and log, so a part that fails or runs long leaves the others' figures; the
+# summary at the end prints every part's exit status. Logs, summary and results files (benchmarks/record.py, in
+# results/: copy them into benchmarks/results/ and commit them) are packed into $OUT/device_check.tgz after every
+# part, one file because the device tool brings back at most 8. Parts, in order of priority:
 #   1. step_fp32: the training-step benchmark (ours vs the released design) on CUDA, fp32, DataLoader workers as
 #      released (4);
 #   2. step_bf16: the same with bf16 autocast for ours and 12 DataLoader workers for the reference (its best on
@@ -24,6 +25,8 @@
 set -u
 OUT=${OUT:?set OUT to a folder for logs}
 mkdir -p "$OUT"
+W=$(mktemp -d /tmp/device_check.XXXXXX)  # what is packed into $OUT/device_check.tgz
+export W
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
@@ -33,33 +36,35 @@ else
 fi
 declare -A RC
 WANTED=" ${*:-step_fp32 step_bf16 profile augment digits} "
-mkdir -p "$OUT/results"
+mkdir -p "$W/results"
+pack() { tar -czf "$OUT/device_check.tgz" -C "$W" .; }
 part() {  # part NAME SECONDS COMMAND...
   local name=$1 limit=$2; shift 2
   [[ $WANTED == *" $name "* ]] || return 0
-  echo "=== $name (limit ${limit}s): $*" | tee -a "$OUT/summary.txt"
+  echo "=== $name (limit ${limit}s): $*" | tee -a "$W/summary.txt"
   local t0=$SECONDS
   # timeout signals its whole process group, so a part's child processes stop with it
-  timeout --kill-after=5 "$limit" bash -c '"$@"' _ "$@" >"$OUT/$name.log" 2>&1
+  timeout --kill-after=5 "$limit" bash -c '"$@"' _ "$@" >"$W/$name.log" 2>&1
   RC[$name]=$?
-  echo "=== $name: rc=${RC[$name]} in $((SECONDS - t0)) s" | tee -a "$OUT/summary.txt"
-  tail -n 24 "$OUT/$name.log"
+  echo "=== $name: rc=${RC[$name]} in $((SECONDS - t0)) s" | tee -a "$W/summary.txt"
+  tail -n 24 "$W/$name.log"
+  pack
 }
 
 { nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
   python3 -c "import torch, torchvision, sys; print(sys.version.split()[0], torch.__version__, torchvision.__version__,
 torch.cuda.get_device_name(0), torch.backends.cudnn.version())"
-  lscpu | grep -E "Model name|^CPU\(s\)"; } 2>&1 | tee "$OUT/machine.txt"
+  lscpu | grep -E "Model name|^CPU\(s\)"; } 2>&1 | tee "$W/machine.txt"
 
 part step_fp32 200 python3 benchmarks/train_step.py --device cuda --steps 30 --rounds 2 --workers 4 \
-  --pipelines ours,ours_compile,ours_deterministic --out "$OUT/results/train_step_cuda_wrn28_2_fp32.json"
+  --pipelines ours,ours_compile,ours_deterministic --out "$W/results/train_step_cuda_wrn28_2_fp32.json"
 part step_bf16 60 python3 benchmarks/train_step.py --device cuda --steps 30 --rounds 1 --workers 12 \
-  --precision bf16 --pipelines ours --out "$OUT/results/train_step_cuda_wrn28_2_bf16.json"
+  --precision bf16 --pipelines ours --out "$W/results/train_step_cuda_wrn28_2_bf16.json"
 
 profile() {
   for precision in fp32 bf16; do
     python3 benchmarks/profile_step.py --device cuda --precision $precision --warmup 10 --steps 5 \
-      --out "$OUT/results/profile_cuda_wrn28_2_$precision.json" || return 1
+      --out "$W/results/profile_cuda_wrn28_2_$precision.json" || return 1
   done
 }
 export -f profile
@@ -77,7 +82,7 @@ digits() {
     python3 -m mutexmatch.train --resume $d/resumed_$det || return 1
   done
   python3 -m mutexmatch.train "${common[@]}" --set output_dir=$d/bf16 --set train.precision=bf16 || return 1
-  for run in full_true resumed_true bf16; do cp $d/$run/metrics.jsonl "$OUT/digits_$run.jsonl"; done
+  for run in full_true resumed_true bf16; do cp $d/$run/metrics.jsonl "$W/digits_$run.jsonl"; done
   python3 - <<'EOF'
 import torch
 for det in ("true", "false"):
@@ -99,7 +104,10 @@ cost() {
   python3 experiments/estimate_cost.py experiments/table1_cifar_svhn.yaml experiments/table_cnn13_wrn.yaml \
     experiments/ablation_*.yaml experiments/pseudo_label_accuracy.yaml experiments/table2_stl_mini_tiny.yaml \
     --project /tmp/cost --device cuda --threads 4 --steps 10 --batch-for wrn37_2=32 \
-    --batch-for wrn28_8@miniimagenet=16 --batch-for wrn28_8@tinyimagenet=16 --cache "$OUT/gpu_cost_cache.json"
+    --batch-for wrn28_8@miniimagenet=16 --batch-for wrn28_8@tinyimagenet=16 --cache /tmp/gpu_cost_cache.json
+  local rc=$?
+  cp /tmp/gpu_cost_cache.json "$W/" 2>/dev/null  # the cache outlives this call's folder: a rerun continues it
+  return $rc
 }
 export -f cost
 part cost 190 cost
@@ -108,5 +116,7 @@ part memory 300 python3 benchmarks/step_memory.py --device cuda
 part share 90 python3 benchmarks/gpu_share.py --device cuda --processes 2 --steps 30
 
 echo "=== exit status per part:"; for k in "${!RC[@]}"; do echo "  $k ${RC[$k]}"; done
-echo "=== results files (copy into benchmarks/results/ and commit):"; ls -1 "$OUT/results"
-nvidia-smi --query-gpu=memory.used,clocks.sm --format=csv
+echo "=== results files (copy into benchmarks/results/ and commit):"; ls -1 "$W/results"; pack
+nvidia-smi --query-gpu=memory.used,clocks.sm --format=csv || true
+failed=0; for k in "${!RC[@]}"; do [[ ${RC[$k]} == 0 ]] || failed=$((failed + 1)); done
+exit $failed  # the number of parts that failed

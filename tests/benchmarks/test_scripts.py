@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import re
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -127,3 +129,14 @@ def test_device_check_default_parts_fit_one_call_of_nine_minutes():
     assert sum(limits[p] for p in default) <= 9 * 60 - 20  # 20 s for the machine check and the wheel install
     assert all(limit <= 600 - 20 for limit in limits.values())  # every part fits one call of the device tool
     assert subprocess.run(["bash", "-n", str(BENCH / "device_check.sh")]).returncode == 0
+
+
+def test_device_check_packs_everything_into_one_file(tmp_path):
+    """The device tool brings back at most 8 files: logs and results travel as one tarball (here with no part run,
+    on a machine without a GPU: the machine description and the empty results folder)."""
+    proc = subprocess.run(["bash", str(BENCH / "device_check.sh"), "no_such_part"], cwd=BENCH.parent,
+                          env={**os.environ, "OUT": str(tmp_path)}, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert [p.name for p in tmp_path.iterdir()] == ["device_check.tgz"]
+    with tarfile.open(tmp_path / "device_check.tgz") as tar:
+        assert {"./machine.txt", "./results"} <= set(tar.getnames())
