@@ -10,7 +10,7 @@
 #   1. step_fp32: the training-step benchmark (ours vs the released design) on CUDA, fp32, DataLoader workers as
 #      released (4);
 #   2. step_bf16: the same with bf16 autocast for ours and 12 DataLoader workers for the reference (its best on
-#      16 cores);
+#      16 cores), and whether the side-stream prefetch and the fused SGD pay (ours_on_demand, ours_sgd_foreach);
 #   3. profile: one steady-state step under torch.profiler, fp32 and bf16 (kernel time by category, GPU idle,
 #      CPU launch time) and its device->host synchronisations (set_sync_debug_mode);
 #   4. augment: the augmentation benchmark on CUDA;
@@ -19,7 +19,7 @@
 #   6. cost: per-setup step and evaluation times of every experiment YAML on CUDA (GPU-hours), cached as it goes;
 #   7. memory: peak GPU memory of a full-batch step per backbone and image size, fp32 and bf16 (what fits);
 #   8. share: two training processes on one GPU vs one alone (do the YAMLs' `gpu: 0.5` trials pay?).
-# The default (parts 1-5) fits one call of under 9 minutes: its limits add up to 515 s. Parts 6-8 need calls of
+# The default (parts 1-5) fits one call of under 9 minutes: its limits add up to 520 s. Parts 6-8 need calls of
 # their own: `... device_check.sh cost share` (280 s of limits), `... device_check.sh memory` (300 s).
 # Python packages the machine lacks travel as wheels in .whl (pydantic and its needs).
 set -u
@@ -58,8 +58,8 @@ torch.cuda.get_device_name(0), torch.backends.cudnn.version())"
 
 part step_fp32 200 python3 benchmarks/train_step.py --device cuda --steps 30 --rounds 2 --workers 4 \
   --pipelines ours,ours_compile,ours_deterministic --out "$W/results/train_step_cuda_wrn28_2_fp32.json"
-part step_bf16 60 python3 benchmarks/train_step.py --device cuda --steps 30 --rounds 1 --workers 12 \
-  --precision bf16 --pipelines ours --out "$W/results/train_step_cuda_wrn28_2_bf16.json"
+part step_bf16 85 python3 benchmarks/train_step.py --device cuda --steps 30 --rounds 1 --workers 12 \
+  --precision bf16 --pipelines ours,ours_on_demand,ours_sgd_foreach --out "$W/results/train_step_cuda_wrn28_2_bf16.json"
 
 profile() {
   for precision in fp32 bf16; do
@@ -68,8 +68,8 @@ profile() {
   done
 }
 export -f profile
-part profile 70 profile
-part augment 35 python3 benchmarks/augment.py --device cuda --seconds 5 --workers 12
+part profile 60 profile
+part augment 30 python3 benchmarks/augment.py --device cuda --seconds 5 --workers 12
 
 digits() {
   local d=/tmp/digits; rm -rf $d
@@ -94,7 +94,7 @@ for det in ("true", "false"):
 EOF
 }
 export -f digits
-part digits 150 digits
+part digits 145 digits
 
 cost() {
   rm -rf /tmp/cost

@@ -8,8 +8,10 @@ Ours: `mutexmatch.train.Trainer.train_step` with its defaults — uint8 images o
 augmentation there, channels-last model, one forward over [labeled | weak | strong], and on CPU
 ``train.keep_freed_memory`` (glibc keeps freed activation blocks instead of page-faulting them back every step,
 :mod:`mutexmatch.allocator`); also measured with ``train.compile`` (torch.compile of the model, which fuses
-BatchNorm + LeakyReLU), with ``keep_freed_memory`` off, and with ``train.deterministic`` (deterministic kernels,
-what a bit-exact CUDA resume needs). Reference (the released code's design): per-image PIL
+BatchNorm + LeakyReLU), with ``keep_freed_memory`` off, with ``train.deterministic`` (deterministic kernels,
+what a bit-exact CUDA resume needs), with each batch made when the step needs it instead of ahead on a side stream
+(``ours_on_demand``) and with foreach instead of fused SGD (``ours_sgd_foreach``; both differ from ours on CUDA
+only). Reference (the released code's design): per-image PIL
 RandAugment+Cutout and flip/crop in a `torch.utils.data.DataLoader`, an NCHW fp32 eager model, the same backbone,
 loss (MutexMatch, official form), batch and optimiser, as released (glibc defaults) and — to separate the allocator
 from the rest of our design — with the same allocator setting given through the environment (``MALLOC_MMAP_MAX_=0``,
@@ -58,6 +60,8 @@ PIPELINES = {
     "ours_compile": "ours + train.compile",
     "ours_no_keep": "ours with train.keep_freed_memory=false",
     "ours_deterministic": "ours + train.deterministic",
+    "ours_on_demand": "ours with each batch made when the step needs it (CUDA: no side-stream prefetch)",
+    "ours_sgd_foreach": "ours with foreach SGD instead of the fused kernel (CUDA)",
 }
 
 
@@ -99,9 +103,15 @@ def build_ours(args, bundle: DatasetBundle, root: str, compile_model: bool = Fal
     return Trainer(cfg, bundle=bundle)
 
 
-def time_ours(args, bundle: DatasetBundle, root: str, compile_model: bool, keep: bool,
-              deterministic: bool = False) -> list[float]:
-    return timed(build_ours(args, bundle, root, compile_model, keep, deterministic).train_step, args)
+def time_ours(args, bundle: DatasetBundle, root: str, pipeline: str) -> list[float]:
+    trainer = build_ours(args, bundle, root, compile_model=pipeline == "ours_compile",
+                         keep=pipeline != "ours_no_keep", deterministic=pipeline == "ours_deterministic")
+    if pipeline == "ours_on_demand":
+        trainer.prefetcher.ahead = False
+    if pipeline == "ours_sgd_foreach":
+        for group in trainer.optimizer.param_groups:  # read by SGD at every step
+            group.update(fused=False, foreach=True)
+    return timed(trainer.train_step, args)
 
 
 def time_reference(args, bundle: DatasetBundle) -> list[float]:
@@ -147,8 +157,7 @@ def run_child(args) -> None:
         if args.child.startswith("reference"):
             times = time_reference(args, bundle)
         else:
-            times = time_ours(args, bundle, root, compile_model=args.child == "ours_compile",
-                              keep=args.child != "ours_no_keep", deterministic=args.child == "ours_deterministic")
+            times = time_ours(args, bundle, root, args.child)
     print(json.dumps({"step_s": times, "threads": torch.get_num_threads()}))
 
 
