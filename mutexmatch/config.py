@@ -265,7 +265,9 @@ class TrainConfig(_Section):
     seed: int = Field(0, description="Seed of every RNG of the run (model init, sampling, augmentation).")
     device: str = Field("auto", description="`auto` (CUDA if available), `cpu`, `cuda` or `cuda:N`.")
     precision: Literal["fp32", "bf16", "fp16"] = Field(
-        "fp32", description="Autocast precision for the forward pass; bf16 recommended on CUDA.")
+        "fp32", description="Autocast precision of the backbone's forward pass; the heads, softmax thresholds "
+        "and losses run in fp32 on its features cast to fp32, and BatchNorm keeps fp32 statistics. Whether bf16 "
+        "keeps the accuracy of fp32 is not measured yet (issue 13).")
     compile: bool = Field(False, description="Wrap the model in torch.compile.")
     num_threads: int = Field(0, description="torch CPU threads; 0 keeps torch's default.")
     keep_freed_memory: bool = Field(True, description="CPU runs on glibc: keep freed host memory in the process "
