@@ -140,3 +140,28 @@ def test_device_check_packs_everything_into_one_file(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["device_check.tgz"]
     with tarfile.open(tmp_path / "device_check.tgz") as tar:
         assert {"./machine.txt", "./results"} <= set(tar.getnames())
+
+
+def test_breakdown_attributes_cuda_kernels_by_phase_then_operator():
+    cpu = torch.autograd.DeviceType.CPU
+
+    def op(name, parent=None, seq=-1, kernels_us=()):
+        return SimpleNamespace(name=name, cpu_parent=parent, sequence_nr=seq, device_type=cpu,
+                               kernels=[SimpleNamespace(duration=d) for d in kernels_us], self_cpu_time_total=0)
+
+    aug = op("mutexmatch.augmentation")
+    losses = op("mutexmatch.losses")
+    head = op("aten::linear", losses, seq=7, kernels_us=[3])
+    loss_backward = op("autograd::engine::evaluate_function: AddmmBackward0", seq=7)
+    conv_backward = op("autograd::engine::evaluate_function: ConvolutionBackward0", seq=2)
+    sgd = op("Optimizer.step#SGD.step")
+    events = [aug, op("aten::grid_sampler_2d", aug, kernels_us=[5]), losses, head, loss_backward,
+              op("aten::mm", loss_backward, kernels_us=[2]), conv_backward,
+              op("aten::convolution_backward", conv_backward, kernels_us=[40]),
+              op("aten::cudnn_convolution", op("aten::conv2d", seq=1), kernels_us=[30]),
+              op("aten::native_batch_norm", kernels_us=[8]), op("aten::leaky_relu", kernels_us=[4]),
+              sgd, op("aten::_fused_sgd_", sgd, kernels_us=[6]), op("aten::add_", kernels_us=[1])]
+    times = _profile_module().breakdown(events, steps=2, cuda=True)
+    expected = {"augmentation": 5, "losses": 3 + 2, "optimizer_ema": 6, "convolutions": 40 + 30,
+                "bn_activation": 8 + 4, "other": 1}
+    assert times == pytest.approx({k: v * 1e-6 / 2 for k, v in expected.items()})
