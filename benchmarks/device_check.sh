@@ -11,8 +11,9 @@
 #      released (4);
 #   2. step_bf16: the same with bf16 autocast for ours and 12 DataLoader workers for the reference (its best on
 #      16 cores), and whether the side-stream prefetch and the fused SGD pay (ours_on_demand, ours_sgd_foreach);
-#   3. profile: one steady-state step under torch.profiler, fp32 and bf16 (kernel time by category, GPU idle,
-#      CPU launch time) and its device->host synchronisations (set_sync_debug_mode);
+#   3. profile: the CUDA-only tests (augmentation and prefetch without synchronisation, side-stream batches equal
+#      inline ones), then one steady-state step under torch.profiler, fp32 and bf16 (kernel time by category, GPU
+#      idle, CPU launch time) and its device->host synchronisations (set_sync_debug_mode);
 #   4. augment: the augmentation benchmark on CUDA;
 #   5. digits: end to end on CUDA: an uninterrupted run and one stopped half-way and resumed (bit-identical with
 #      train.deterministic), the same pair without it, and a bf16 run;
@@ -56,19 +57,21 @@ part() {  # part NAME SECONDS COMMAND...
 torch.cuda.get_device_name(0), torch.backends.cudnn.version())"
   lscpu | grep -E "Model name|^CPU\(s\)"; } 2>&1 | tee "$W/machine.txt"
 
-part step_fp32 200 python3 benchmarks/train_step.py --device cuda --steps 30 --rounds 2 --workers 4 \
+part step_fp32 195 python3 benchmarks/train_step.py --device cuda --steps 30 --rounds 2 --workers 4 \
   --pipelines ours,ours_compile,ours_deterministic --out "$W/results/train_step_cuda_wrn28_2_fp32.json"
 part step_bf16 85 python3 benchmarks/train_step.py --device cuda --steps 30 --rounds 1 --workers 12 \
   --precision bf16 --pipelines ours,ours_on_demand,ours_sgd_foreach --out "$W/results/train_step_cuda_wrn28_2_bf16.json"
 
 profile() {
+  python3 -m pytest -q -p no:cacheprovider tests/mutexmatch/test_augment.py tests/mutexmatch/test_prefetch.py \
+    -k cuda || return 1
   for precision in fp32 bf16; do
     python3 benchmarks/profile_step.py --device cuda --precision $precision --warmup 10 --steps 5 \
       --out "$W/results/profile_cuda_wrn28_2_$precision.json" || return 1
   done
 }
 export -f profile
-part profile 60 profile
+part profile 70 profile
 part augment 30 python3 benchmarks/augment.py --device cuda --seconds 5 --workers 12
 
 digits() {
@@ -94,7 +97,7 @@ for det in ("true", "false"):
 EOF
 }
 export -f digits
-part digits 145 digits
+part digits 140 digits
 
 cost() {
   rm -rf /tmp/cost
