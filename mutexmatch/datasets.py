@@ -726,7 +726,7 @@ def _load_imagefolder(root: Path, image_size: int | None) -> DatasetBundle:
         name=imagefolder.NAME, num_classes=len(index.classes), channels=3, image_size=size,
         mean=tuple(train["mean"].tolist()), std=tuple(train["std"].tolist()), flip=True,
         pad=max(1, round(size / 8)), pad_mode="constant", has_unlabeled_split=imagefolder.UNLABELED_SPLIT in data,
-        download_hint="imagefolder reads your own folder: see mutexmatch/imagefolder.py for the layout.")
+        download_hint="imagefolder reads your own folder: docs/datasets.md (\"Your own images\") gives its layout.")
     images = {s: ImageData(p["x"], p["y"]) for s, p in data.items()}
     for split in ("train", "test", "val"):
         if split in images:
