@@ -21,15 +21,17 @@ EXPERIMENTS = REPO / "experiments"
 SPECS = sorted(EXPERIMENTS.glob("*.yaml"))
 RUNS = sorted((EXPERIMENTS / "runs").glob("*.yaml"))
 # Sweeps that are not paper-scale benchmarks: the quickstart and the CPU-sized digits variants.
-CPU_SCALE = {"quickstart.yaml"} | {p.name for p in SPECS if p.name.startswith("digits_")}
+CPU_SCALE = {"quickstart.yaml", "cifar10_cpu.yaml"} | {p.name for p in SPECS if p.name.startswith("digits_")}
 PAPER_SCALE = [p for p in SPECS if p.name not in CPU_SCALE]
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory) -> Path:
-    """A project folder with an (empty) ``data`` root: the config checks that a non-digits root exists."""
+def project(tmp_path_factory, spec_imagefolders) -> Path:
+    """A project folder with an (empty) ``data`` root: the config checks that a non-digits root exists; an image
+    folder's layout is checked too, so those are generated."""
     root = tmp_path_factory.mktemp("project")
     (root / "data").mkdir()
+    spec_imagefolders(root)
     return root
 
 
