@@ -434,3 +434,50 @@ def test_registry_facts():
     }
     assert DATASETS["stl10"].has_unlabeled_split and sum(i.has_unlabeled_split for i in DATASETS.values()) == 1
     assert DATASETS["cifar10"].mean[0] == pytest.approx(125.3 / 255)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# data.normalization: the released code's constants (its SVHN and STL-10 statistics divided by 255 twice)
+
+# The released code's transforms.Normalize arguments, written out here as it writes them (not imported).
+RELEASED_NORMALIZE = {
+    "svhn": ((0.4380 / 255, 0.4440 / 255, 0.4730 / 255), (0.1751 / 255, 0.1771 / 255, 0.1744 / 255)),
+    "stl10": ((0.4409 / 255, 0.4279 / 255, 0.3868 / 255), (0.2309 / 255, 0.2262 / 255, 0.2237 / 255)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RELEASED_NORMALIZE))
+def test_released_normalization_gives_the_released_tensors(tmp_path, patched_torchvision, name) -> None:
+    from torchvision.transforms import functional as TF
+
+    from mutexmatch.augment import normalize
+
+    if name == "svhn":
+        _write_svhn(tmp_path / "svhn", "train", 5, 1)
+        _write_svhn(tmp_path / "svhn", "test", 3, 2)
+    else:
+        _write_stl10(tmp_path)
+    released = load_dataset(name, tmp_path, normalization="released")
+    correct = load_dataset(name, tmp_path)
+    x = released.train.x[:3]
+    # the released pipeline: ToTensor (pixel / 255) then Normalize(mean, std), image by image
+    mean, std = RELEASED_NORMALIZE[name]
+    want = torch.stack([TF.normalize(img.float() / 255, mean, std) for img in x])
+    got = normalize(x, released.info.mean, released.info.std, channels_last=False)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-3)  # values reach ~1500: compare relatively
+    assert got.abs().max() > 100  # almost the identity scaled by 255, as released
+    ours = normalize(x, correct.info.mean, correct.info.std, channels_last=False)
+    assert ours.abs().max() < 10 and correct.info.mean == DATASETS[name].mean
+
+
+@pytest.mark.parametrize("name", ["cifar10", "cifar100", "miniimagenet"])
+def test_released_normalization_equals_correct_where_the_released_code_had_no_bug(name) -> None:
+    info = DATASETS[name]
+    assert info.released_mean == info.mean and info.released_std == info.std
+
+
+def test_released_normalization_needs_a_dataset_of_the_released_code(tmp_path) -> None:
+    with pytest.raises(ValueError, match="the released code has no digits dataset; use `correct`"):
+        load_dataset("digits", tmp_path, normalization="released")
+    with pytest.raises(ValueError, match=r"data.normalization='sloppy': must be one of correct, released"):
+        load_dataset("digits", tmp_path, normalization="sloppy")
