@@ -15,6 +15,7 @@ from collections import namedtuple
 from pathlib import Path
 
 import numpy as np
+import yaml
 import pytest
 import torch
 from PIL import Image
@@ -259,3 +260,19 @@ def test_train_cli_on_a_generated_folder_and_a_corrupt_file(tmp_path) -> None:
     (root / "train/class_01/x.jpg").write_bytes(b"garbage")
     bad = _train([*args, "--set", f"output_dir={tmp_path / 'run2'}"], tmp_path)
     assert bad.returncode != 0 and "x.jpg" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_the_documented_five_fold_sweep_over_an_image_folder_is_valid(tmp_path) -> None:
+    """The YAML of docs/datasets.md's "A five-fold sweep over your folder" is a valid sweep and report layout."""
+    from orchestration.spec import expand_cells, load_spec, validate_spec
+    from reports.layout import validate_report
+
+    doc = (REPO / "docs" / "datasets.md").read_text()
+    section = doc.split("### A five-fold sweep over your folder", 1)[1]
+    block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "my-photos.yaml").write_text(block)
+    write_fake_imagefolder(tmp_path / "data" / "my-photos", train_per_class=40, test_per_class=1, side=64)
+    spec = load_spec(tmp_path / "my-photos.yaml", tmp_path)
+    validate_spec(spec, tmp_path)
+    validate_report(yaml.safe_load(block))
+    assert len(expand_cells(spec)) == 3 and spec.folds == [0, 1, 2, 3, 4]
