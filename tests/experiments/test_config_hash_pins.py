@@ -1,0 +1,69 @@
+"""Migration guard: the config hash of every experiment YAML's trials is pinned.
+
+A trial whose config hash changes is planned again by every relaunch (``orchestration.tracking.finished_grid_hashes``
+skips a (cell, fold) only when a FINISHED run carries the same hash), so a schema refactor that changes a hash
+silently re-runs finished paper-scale sweeps. The values below were computed with the code of commit 0dd7fd9,
+before the field roles moved onto the schema (issue 17); they must never change unless a change of results is
+intended, and then with a migration for the stores written before it.
+
+Per YAML: the config hash of the first grid trial (first cell, first fold), and a digest over every planned trial's
+``key=config_hash`` line (grid trials, then ``search:key=search_hash`` for each search study) with their count.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from mutexmatch.config import config_hash, parse_config
+from orchestration.plan import build_plan
+from orchestration.spec import deep_merge, load_spec
+
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
+
+PINNED = {  # YAML: (first grid trial's config hash, digest of every planned trial's hash, planned trials)
+    "ablation_k.yaml": ("849568bbb7d01195", "2efaac0aea105e71", 60),
+    "ablation_lowconf.yaml": ("75e555bde156920e", "bb9b04997c971305", 45),
+    "ablation_lr.yaml": ("7f8044f5ccf4ff12", "9823b451d0c6c1d2", 60),
+    "ablation_m.yaml": ("3f89ab719ab79288", "4853e789215e3073", 50),
+    "ablation_nce.yaml": ("d750fc346a4a86e9", "03ab4a3cfec43101", 25),
+    "ablation_svhn40_lambda_sg.yaml": ("59a957fb7714f44f", "627d18abbc01cfe5", 45),
+    "ablation_tau.yaml": ("e8553e153b8f20f9", "cb8e6f67507c5904", 70),
+    "ablation_tnc_consistency.yaml": ("85863cff2c6bda13", "bf9fc6487095dca6", 25),
+    "ablation_tnc_schemes.yaml": ("554c45e44f01d09b", "80f8d2440dfb436b", 35),
+    "cifar10_cpu.yaml": ("3461dd09085c22bc", "85e866e06a8a90eb", 15),
+    "digits_lambda_sg.yaml": ("1a490717146046fb", "5514482f8a80c9cc", 45),
+    "pseudo_label_accuracy.yaml": ("d5a0480da493193b", "ff9943fc18db79f8", 70),
+    "quickstart.yaml": ("3d0eb9b96566484e", "3f912c45b693d1c0", 16),
+    "table1_cifar_svhn.yaml": ("d5a0480da493193b", "94556421c2b1ccc1", 140),
+    "table2_stl_mini_tiny.yaml": ("56c1b3e3e3a009d2", "0a8b1cdb6241f36b", 80),
+    "table_cnn13_wrn.yaml": ("fe82e43f836b8f29", "f0c6bf0d76b0d9a6", 60),
+}
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory, spec_imagefolders) -> Path:
+    root = tmp_path_factory.mktemp("pins")
+    (root / "data").mkdir()
+    spec_imagefolders(root)
+    return root
+
+
+def test_every_experiment_yaml_is_pinned() -> None:
+    assert sorted(p.name for p in EXPERIMENTS.glob("*.yaml")) == sorted(PINNED)
+
+
+@pytest.mark.parametrize("name", sorted(PINNED))
+def test_config_hashes_of_experiment_yamls_are_unchanged(name: str, project: Path) -> None:
+    first, digest, count = PINNED[name]
+    plan = build_plan(load_spec(EXPERIMENTS / name, project), project)
+    assert plan.grid[0].config_hash == first
+    lines = [f"{t.key}={t.config_hash}" for t in plan.grid] + [f"search:{s.key}={s.search_hash}"
+                                                               for s in plan.searches]
+    assert (hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16], len(lines)) == (digest, count)
+    # What the trainable adds per trial (run folder, device, threads) must not move the hash either.
+    raw = deep_merge(plan.grid[0].config, {"output_dir": str(project / "run"),
+                                           "train": {"device": "cpu", "num_threads": 3}})
+    assert config_hash(parse_config(raw)) == first
