@@ -35,6 +35,13 @@ __all__ = [
     "apply_overrides",
     "resolve_k",
     "config_hash",
+    "NO_RESULT",
+    "RESUMABLE",
+    "OWNED",
+    "roles",
+    "fields_with_role",
+    "owned_fields",
+    "unsearchable_fields",
 ]
 
 DATASET_NAMES = ("digits", "cifar10", "cifar100", "svhn", "stl10", "miniimagenet", "tinyimagenet", "imagefolder")
@@ -60,6 +67,25 @@ def _interval(name: str, value: float, lo: float | None, hi: float | None, lo_op
     return value
 
 
+# ------------------------------------------------------------------------------------------------ field roles
+# What each field means outside the trainer is declared once, on the field (``json_schema_extra=roles(...)``); the
+# config hash, ``--resume`` and the sweep spec derive their lists from it, so those lists cannot disagree (issue 17).
+NO_RESULT = "no_result"   # does not change results: left out of config_hash, so never searchable either
+RESUMABLE = "resumable"   # may change when a run is resumed (``--resume DIR --set ...``)
+OWNED = "owned"           # set per trial by orchestration: refused in a sweep YAML, never searchable
+
+
+def roles(*names: str, owned: str | None = None) -> dict[str, Any]:
+    """``json_schema_extra`` declaring a field's roles; ``owned`` (how orchestration sets it) adds ``OWNED``."""
+    unknown = set(names) - {NO_RESULT, RESUMABLE}
+    if unknown:
+        raise ValueError(f"unknown field roles {sorted(unknown)}")
+    extra: dict[str, Any] = {"roles": [*names, OWNED] if owned else list(names)}
+    if owned:
+        extra["owned_by"] = owned
+    return extra
+
+
 class _Section(BaseModel):
     # strict=True keeps YAML's "0.5" string from silently becoming a float, and forbids unknown keys.
     model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True, frozen=False)
@@ -74,10 +100,13 @@ class DataConfig(_Section):
     root: str = Field(
         "data", description="Folder holding the datasets (each in its torchvision layout); for `imagefolder` the "
         "dataset folder itself (train/<class>/, test/<class>/, optional val/<class>/ and unlabeled/). Relative "
-        "paths are resolved against the current directory when the config is loaded.")
-    download: bool = Field(False, description="Fetch the dataset with torchvision's downloader if it is missing.")
+        "paths are resolved against the current directory when the config is loaded.",
+        json_schema_extra=roles(NO_RESULT))
+    download: bool = Field(False, description="Fetch the dataset with torchvision's downloader if it is missing.",
+                           json_schema_extra=roles(NO_RESULT))
     num_labels: int = Field(20, description="Total labeled images; must be divisible by the number of classes.")
-    fold: int = Field(0, description="Labeled fold: 0-4 (the paper's five folds; seeds 1-5 under `official`).")
+    fold: int = Field(0, description="Labeled fold: 0-4 (the paper's five folds; seeds 1-5 under `official`).",
+                      json_schema_extra=roles(owned="set per trial by orchestration from `folds`"))
     split_rule: Literal["official", "balanced"] = Field(
         "official", description="`official`: the released code's np.random.seed + per-class choice draw; "
         "`balanced`: our own numpy Generator per fold.")
@@ -263,24 +292,29 @@ class TrainConfig(_Section):
     checkpoint_every: int = Field(1, description="Write a checkpoint every N evaluations (and always at the end).")
     keep_checkpoints: int = Field(2, description="Checkpoints kept on disk (older ones are deleted).")
     seed: int = Field(0, description="Seed of every RNG of the run (model init, sampling, augmentation).")
-    device: str = Field("auto", description="`auto` (CUDA if available), `cpu`, `cuda` or `cuda:N`.")
+    device: str = Field("auto", description="`auto` (CUDA if available), `cpu`, `cuda` or `cuda:N`.",
+                        json_schema_extra=roles(NO_RESULT, RESUMABLE, owned="set per trial by orchestration from "
+                                                "`resources.gpu` (cuda if gpu > 0, else cpu)"))
     precision: Literal["fp32", "bf16", "fp16"] = Field(
         "fp32", description="Autocast precision of the backbone's forward pass; the heads, softmax thresholds "
         "and losses run in fp32 on its features cast to fp32, and BatchNorm keeps fp32 statistics. Whether bf16 "
         "keeps the accuracy of fp32 is not measured yet (issue 13).")
     compile: bool = Field(False, description="Wrap the model in torch.compile.")
-    num_threads: int = Field(0, description="torch CPU threads; 0 keeps torch's default.")
+    num_threads: int = Field(0, description="torch CPU threads; 0 keeps torch's default.",
+                             json_schema_extra=roles(NO_RESULT, RESUMABLE))
     keep_freed_memory: bool = Field(True, description="CPU runs on glibc: keep freed host memory in the process "
                                     "instead of returning each ~100 MB activation block to the kernel and "
                                     "page-faulting it back the next step (mutexmatch/allocator.py; ~20% of a "
-                                    "WRN-28-2 CPU step). Process-wide; no effect on CUDA runs or on results.")
+                                    "WRN-28-2 CPU step). Process-wide; no effect on CUDA runs or on results.",
+                                    json_schema_extra=roles(NO_RESULT))
     deterministic: bool = Field(False, description="Bit-reproducible CUDA runs: torch.use_deterministic_algorithms "
                                 "(warn-only, for ops without a deterministic CUDA kernel) and CUBLAS_WORKSPACE_CONFIG="
                                 ":4096:8; with it a CUDA run stopped and resumed ends bit-identical to an "
                                 "uninterrupted one (benchmarks/device_check.sh digits). Slower on CUDA: "
                                 "benchmarks/train_step.py --pipelines ours,ours_deterministic measures by how much. "
-                                "CPU runs are deterministic without it. Process-wide; not part of the config hash.")
-    progress: bool = Field(True, description="Show a tqdm progress bar.")
+                                "CPU runs are deterministic without it. Process-wide; not part of the config hash.",
+                                json_schema_extra=roles(NO_RESULT))
+    progress: bool = Field(True, description="Show a tqdm progress bar.", json_schema_extra=roles(NO_RESULT, RESUMABLE))
 
     @field_validator("iterations", "batch_size", "mu", "eval_interval", "eval_batch_size", "median_window",
                      "checkpoint_every", "keep_checkpoints")
@@ -319,7 +353,9 @@ class RunConfig(_Section):
     optim: OptimConfig = Field(default_factory=OptimConfig, description="Optimiser and LR schedule.")
     train: TrainConfig = Field(default_factory=TrainConfig, description="Training loop.")
     output_dir: str = Field("outputs/run", description="Run folder: config, split, checkpoints, metrics.jsonl. "
-                            "Relative paths are resolved against the current directory when the config is loaded.")
+                            "Relative paths are resolved against the current directory when the config is loaded.",
+                            json_schema_extra=roles(NO_RESULT, owned="set per trial by orchestration (under the "
+                                                    "Ray storage)"))
 
     @field_validator("output_dir")
     @classmethod
@@ -517,9 +553,36 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
     return parse_config(apply_overrides(raw, overrides))
 
 
-_HASH_EXCLUDE = {("output_dir",), ("data", "root"), ("data", "download"), ("train", "progress"),
-                 ("train", "keep_freed_memory"), ("train", "deterministic"),
-                 ("train", "num_threads"), ("train", "device")}
+def _field_extras() -> dict[str, dict[str, Any]]:
+    """Dotted path → ``json_schema_extra`` of every RunConfig field; top-level fields first, then each section's
+    in schema order (the order error messages list them in)."""
+    top, nested = {}, {}
+    for name, field in RunConfig.model_fields.items():
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            nested.update({f"{name}.{sub}": f.json_schema_extra or {} for sub, f in ann.model_fields.items()})
+        else:
+            top[name] = field.json_schema_extra or {}
+    return {path: extra for path, extra in {**top, **nested}.items() if isinstance(extra, dict)}
+
+
+def fields_with_role(role: str) -> tuple[str, ...]:
+    """Dotted paths of the fields declared with ``role`` (:data:`NO_RESULT`, :data:`RESUMABLE`, :data:`OWNED`)."""
+    return tuple(path for path, extra in _field_extras().items() if role in extra.get("roles", ()))
+
+
+def owned_fields() -> dict[str, str]:
+    """Dotted path → how orchestration sets it, for every :data:`OWNED` field."""
+    return {path: extra["owned_by"] for path, extra in _field_extras().items() if OWNED in extra.get("roles", ())}
+
+
+def unsearchable_fields() -> set[str]:
+    """Fields a hyper-parameter search may not vary: those that do not change results (searching them would only
+    re-run the same trial; e.g. ``train.keep_freed_memory``) and those orchestration sets per trial."""
+    return set(fields_with_role(NO_RESULT)) | set(owned_fields())
+
+
+_HASH_EXCLUDE = {tuple(path.split(".")) for path in fields_with_role(NO_RESULT)}
 
 
 def config_hash(cfg: RunConfig) -> str:

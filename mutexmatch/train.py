@@ -549,11 +549,12 @@ def _load_run_dir(run_dir: Path, overrides: Sequence[str]) -> RunConfig:
         raise SystemExit(f"--resume {run_dir}: not a mutexmatch run directory (no {RUN_MARKER} / config.yaml)")
     raw = yaml.safe_load((run_dir / "config.yaml").read_text())
     raw["output_dir"] = str(run_dir.resolve())
-    allowed = ("train.device", "train.progress", "train.num_threads")
+    from mutexmatch.config import RESUMABLE, apply_overrides, fields_with_role
+
+    allowed = fields_with_role(RESUMABLE)  # declared on the schema fields
     for item in overrides:
         if not item.split("=", 1)[0].strip().startswith(allowed):
             raise SystemExit(f"--set {item!r}: only {', '.join(allowed)} can change on --resume")
-    from mutexmatch.config import apply_overrides
 
     return parse_config(apply_overrides(raw, overrides))
 

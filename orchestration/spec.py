@@ -31,7 +31,8 @@ from typing import Annotated, Any, Iterable, Literal, Mapping, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from mutexmatch.config import ConfigError, RunConfig, has_validation, parse_config
+from mutexmatch.config import (ConfigError, RunConfig, has_validation, owned_fields, parse_config,
+                               unsearchable_fields)
 
 __all__ = [
     "SpecError",
@@ -63,12 +64,11 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 VALIDATION_METRICS = ("val/acc", "val/best_acc")
 # --smoke without a `smoke:` section: a few steps of every cell, enough to exercise load, train, eval, checkpoint.
 SMOKE_DEFAULT: dict[str, Any] = {"train": {"iterations": 4, "eval_interval": 2, "batch_size": 4, "mu": 2}}
+# Both derived from the roles declared on the RunConfig fields (mutexmatch.config.roles).
 # Set per trial by orchestration; a value in the YAML would be silently replaced, so it is refused instead.
-_OWNED = {("output_dir",): "set per trial by orchestration (under the Ray storage)",
-          ("data", "fold"): "set per trial by orchestration from `folds`",
-          ("train", "device"): "set per trial by orchestration from `resources.gpu` (cuda if gpu > 0, else cpu)"}
-_UNSEARCHABLE = {"output_dir", "data.fold", "data.root", "data.download", "train.device", "train.progress",
-                 "train.num_threads"}
+_OWNED = {tuple(path.split(".")): why for path, why in owned_fields().items()}
+# Owned fields, and fields that do not change results (a search over them would re-run one trial n times).
+_UNSEARCHABLE = unsearchable_fields()
 
 
 class SpecError(ConfigError):
@@ -424,7 +424,8 @@ def _space_path_errors(search: SearchSpec) -> list[str]:
         if path not in allowed:
             close = difflib.get_close_matches(path, sorted(allowed), n=3)
             hint = f"did you mean {' or '.join(close)}?" if close else "e.g. algorithm.tau, algorithm.k, optim.lr"
-            owned = " (set by orchestration)" if path in _UNSEARCHABLE else ""
+            owned = (" (set by orchestration)" if tuple(path.split(".")) in _OWNED else
+                     " (does not change results)" if path in _UNSEARCHABLE else "")
             errors.append(f"search.space.{path}: not a searchable dotted RunConfig path{owned}; {hint}")
     return errors
 

@@ -112,6 +112,9 @@ CASES = [
      ["search.space.algorithm.tua: not a searchable dotted RunConfig path; did you mean algorithm.tau"]),
     (_set("search/space/data.fold", {"type": "int", "low": 0, "high": 4}),
      ["search.space.data.fold: not a searchable dotted RunConfig path (set by orchestration)"]),
+    # does not change results (left out of the config hash): every sampled value would re-run the same trial
+    (_set("search/space/train.keep_freed_memory", {"type": "categorical", "choices": [True, False]}),
+     ["search.space.train.keep_freed_memory: not a searchable dotted RunConfig path (does not change results)"]),
     (_set("search/space/algorithm.form", {"type": "categorical", "choices": ["paper", "paper"]}),
      ["choices must be distinct"]),
     (_set("search/space/algorithm.form", {"type": "categorical", "choices": ["paper", "nope"]}),
