@@ -34,6 +34,9 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from orchestration import contract as C  # noqa: E402
 
 TRIAL = {
     "data": {"dataset": "digits", "num_labels": 20, "fold": 0},
@@ -47,6 +50,7 @@ TRIAL = {
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     env.pop("RAY_ADDRESS", None)
+    env.pop("MLFLOW_TRACKING_URI", None)  # the sweep would honour it; trial_tags reads the project's mlflow.db
     env.update({"RAY_USAGE_STATS_ENABLED": "0", "RAY_USAGE_STATS_REPORT_URL": "http://127.0.0.1:9/",
                 "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true", "PYTHONPATH": str(REPO)})
     return env
@@ -88,9 +92,9 @@ def trial_tags(work: Path, tag: str) -> dict[str, float]:
 
     client = MlflowClient(f"sqlite:///{work / f'tune_{tag}' / 'mlflow.db'}")
     exp = client.get_experiment_by_name(f"overhead_{tag}")
-    run = client.search_runs([exp.experiment_id], "tags.`mutexmatch.role` = 'trial'")[0]
+    run = client.search_runs([exp.experiment_id], f"tags.`{C.ROLE}` = '{C.ROLE_TRIAL}'")[0]
     t = run.data.tags
-    return {k: float(t[f"mutexmatch.overhead.{k}"]) for k in ("setup_s", "hooks_s", "wall_s")}
+    return {k: float(t[C.overhead_tag(k)]) for k in ("setup_s", "hooks_s", "wall_s")}
 
 
 def main() -> None:

@@ -33,6 +33,7 @@ from mlflow.entities import Metric, Param  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from orchestration import contract as C  # noqa: E402
 from reports.build import build_report  # noqa: E402
 
 METHODS = ["supervised", "fixmatch", "mutexmatch", "mutexmatch-k06"]
@@ -66,7 +67,7 @@ def write_store(root: Path, evals: int, extra_metrics: int) -> tuple[str, Path, 
     uri = f"sqlite:///{root / 'mlflow.db'}"
     client = MlflowClient(tracking_uri=uri)
     exp = client.create_experiment("bench", artifact_location=(root / "artifacts").as_uri())
-    parent = client.create_run(exp, tags={"mutexmatch.role": "sweep"}, run_name="sweep").info.run_id
+    parent = client.create_run(exp, tags={C.ROLE: C.ROLE_SWEEP}, run_name="sweep").info.run_id
     rng = np.random.default_rng(0)
     steps = np.arange(1, evals + 1) * 1024
     extra = EXTRA[:extra_metrics]
@@ -76,18 +77,17 @@ def write_store(root: Path, evals: int, extra_metrics: int) -> tuple[str, Path, 
             for k in KS:
                 for fold in FOLDS:
                     cell = {"method": method, "setting": setting, "k": f"k{k}"}
-                    cid = ",".join(f"{a}={v}" for a, v in cell.items())
-                    tags = {"mlflow.parentRunId": parent, "mutexmatch.role": "trial", "mutexmatch.kind": "grid",
-                            "mutexmatch.cell": cid, "mutexmatch.fold": str(fold), "mutexmatch.variant": method,
-                            "mutexmatch.config_hash": f"{n:016x}", "mutexmatch.split_digest": f"{setting}-{fold}",
-                            "mutexmatch.git_commit": "0" * 40, "mutexmatch.trial_id": f"t{n}",
-                            **{f"mutexmatch.axis.{a}": v for a, v in cell.items()}}
-                    rid = client.create_run(exp, tags=tags, run_name=f"{cid}/fold{fold}").info.run_id
+                    cid = C.cell_id(cell.items())
+                    tags = C.trial_tags(parent_run_id=parent, kind=C.KIND_GRID, cell_levels=cell.items(),
+                                        cell_id=cid, fold=fold, variant=method, config_hash=f"{n:016x}",
+                                        commit="0" * 40, trial_id=f"t{n}", launch_id="bench")
+                    tags[C.SPLIT_DIGEST] = f"{setting}-{fold}"
+                    rid = client.create_run(exp, tags=tags, run_name=C.trial_key(cid, fold)).info.run_id
                     level = 0.6 + 0.05 * mi + 0.02 * si + 0.01 * k / 10
                     curve = np.clip(level * (1 - np.exp(-steps / steps[-1] * 5)) + rng.normal(0, 0.01, evals), 0, 1)
                     ts = int(time.time() * 1000)
-                    metrics = [Metric("test/acc", float(v), ts, int(s)) for s, v in zip(steps, curve)]
-                    metrics += [Metric("train/pl_acc", float(min(1.0, v + 0.05)), ts, int(s))
+                    metrics = [Metric(C.TEST_ACC, float(v), ts, int(s)) for s, v in zip(steps, curve)]
+                    metrics += [Metric(C.PL_ACC, float(min(1.0, v + 0.05)), ts, int(s))
                                 for s, v in zip(steps, curve)]
                     metrics += [Metric(m, float(v), ts, int(s)) for m in extra for s, v in zip(steps, curve)]
                     params = [Param(f"p.{j:02d}", str(j)) for j in range(45)] + [
@@ -102,7 +102,7 @@ def write_store(root: Path, evals: int, extra_metrics: int) -> tuple[str, Path, 
                         comp = (rng.integers(0, 30, (c, c)) * (1 - np.eye(c))).astype(int).tolist()
                         client.log_dict(rid, {"step": int(steps[-1]), "pseudo_label_counts": pseudo,
                                               "comp_label_counts": comp},
-                                        f"class_counts/step_{int(steps[-1]):08d}.json")
+                                        C.class_counts_artifact(int(steps[-1])))
                     client.set_terminated(rid)
                     n += 1
     client.set_terminated(parent)

@@ -16,6 +16,7 @@ from typing import Any
 
 from mutexmatch.config import config_hash, parse_config
 
+from orchestration.contract import KIND_GRID, KIND_SMOKE, trial_key
 from orchestration.spec import Cell, SearchSpec, SweepSpec, expand_cells, search_cells, spec_hash, trial_config
 
 __all__ = ["GridTrial", "SearchStudy", "SweepPlan", "build_plan", "format_plan"]
@@ -35,7 +36,7 @@ class GridTrial:
 
     @property
     def key(self) -> str:
-        return f"{self.cell.id}/fold{self.fold}"
+        return trial_key(self.cell.id, self.fold)
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ class SearchStudy:
 
     @property
     def key(self) -> str:
-        return f"{self.cell.id}/fold{self.fold}"
+        return trial_key(self.cell.id, self.fold)
 
     @property
     def phase(self) -> str:
@@ -95,7 +96,7 @@ def build_plan(spec: SweepSpec, project_dir: str | Path, *, smoke: bool = False,
         for fold in folds:
             raw = trial_config(spec, cell, fold, project_dir=project, smoke=smoke)
             h, iters, evals = _budget(raw)
-            plan.grid.append(GridTrial("smoke" if smoke else "grid", cell, fold, raw, h, iters, evals))
+            plan.grid.append(GridTrial(KIND_SMOKE if smoke else KIND_GRID, cell, fold, raw, h, iters, evals))
     if smoke or spec.search is None:
         return plan
     search = spec.search

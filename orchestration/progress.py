@@ -7,9 +7,11 @@ from typing import Any
 
 from ray import tune
 
+from orchestration.contract import TEST_ACC, TEST_BEST_ACC, VAL_BEST_ACC
+
 __all__ = ["ProgressPrinter", "trial_label"]
 
-_SHOWN = ("test/acc", "test/best_acc", "val/best_acc")
+_SHOWN = (TEST_ACC, TEST_BEST_ACC, VAL_BEST_ACC)
 
 
 def trial_label(trial: Any) -> str:

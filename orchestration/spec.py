@@ -34,6 +34,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from mutexmatch.config import (ConfigError, RunConfig, has_validation, owned_fields, parse_config,
                                unsearchable_fields)
 
+from orchestration.contract import VALIDATION_METRICS, cell_id
+
 __all__ = [
     "SpecError",
     "Resources",
@@ -60,8 +62,6 @@ __all__ = [
 ]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
-# The trainer's validation metrics (mutexmatch.train.Trainer.evaluate); the only legal search objectives.
-VALIDATION_METRICS = ("val/acc", "val/best_acc")
 # --smoke without a `smoke:` section: a few steps of every cell, enough to exercise load, train, eval, checkpoint.
 SMOKE_DEFAULT: dict[str, Any] = {"train": {"iterations": 4, "eval_interval": 2, "batch_size": 4, "mu": 2}}
 # Both derived from the roles declared on the RunConfig fields (mutexmatch.config.roles).
@@ -317,7 +317,7 @@ class Cell:
     @property
     def id(self) -> str:
         """``axis=level`` pairs joined by commas, axes in YAML order (the MLflow ``mutexmatch.cell`` tag)."""
-        return ",".join(f"{a}={lv}" for a, lv in self.levels)
+        return cell_id(self.levels)
 
     def as_dict(self) -> dict[str, str]:
         return dict(self.levels)

@@ -8,25 +8,23 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestration import contract as C
 from orchestration import tracking
 from orchestration.plan import SearchStudy, SweepPlan
 
 __all__ = ["TrialStatus", "grid_runs", "grid_summary", "best_search_trial", "trial_statuses", "format_statuses"]
 
-SUMMARY_METRICS = (("test/acc", "final"), ("test/best_acc", "best"))
+SUMMARY_METRICS = ((C.TEST_ACC, "final"), (C.TEST_BEST_ACC, "best"))
 
 
 def grid_runs(client: Any, experiment_id: str, plan: SweepPlan) -> dict[str, Any]:
     """Grid key → the newest FINISHED run with the planned config hash (from any launch of this experiment)."""
-    kind = "smoke" if plan.smoke else "grid"
-    flt = (f"tags.`{tracking.TAG}role` = '{tracking.ROLE_TRIAL}' AND tags.`{tracking.TAG}kind` = '{kind}' AND "
-           "attributes.status = 'FINISHED'")
+    flt = f"{C.trials_filter(C.KIND_SMOKE if plan.smoke else C.KIND_GRID)} AND attributes.status = 'FINISHED'"
     wanted = {(t.cell.id, str(t.fold), t.config_hash): t.key for t in plan.grid}
     found: dict[str, Any] = {}
     for run in tracking.iter_runs(client, experiment_id, flt, order_by=["attributes.start_time DESC"]):
         tg = run.data.tags
-        key = wanted.get((tg.get(f"{tracking.TAG}cell"), tg.get(f"{tracking.TAG}fold"),
-                          tg.get(f"{tracking.TAG}config_hash")))
+        key = wanted.get((tg.get(C.CELL), tg.get(C.FOLD), tg.get(C.CONFIG_HASH)))
         if key is not None and key not in found:
             found[key] = run
     return found
@@ -88,11 +86,11 @@ def trial_statuses(client: Any, experiment_id: str, parent_run_id: str | None, p
     st = TrialStatus(skipped=list(skipped))
     by_key: dict[str, list[str]] = {}
     if parent_run_id is not None:
-        for run in tracking.iter_runs(client, experiment_id, f"tags.`mlflow.parentRunId` = '{parent_run_id}'"):
+        for run in tracking.iter_runs(client, experiment_id, f"tags.`{C.PARENT_RUN_ID}` = '{parent_run_id}'"):
             tg = run.data.tags
-            key = f"{tg.get(tracking.TAG + 'cell')}/fold{tg.get(tracking.TAG + 'fold')}"
-            if tg.get(f"{tracking.TAG}kind") == "search":
-                key = f"{tg.get(tracking.TAG + 'search_phase')}:{key}"
+            key = C.trial_key(tg.get(C.CELL), tg.get(C.FOLD))
+            if tg.get(C.KIND) == C.KIND_SEARCH:
+                key = f"{tg.get(C.SEARCH_PHASE)}:{key}"
             by_key.setdefault(key, []).append(run.info.status)
     for key in grid_keys:
         statuses = by_key.get(key, [])
@@ -118,9 +116,9 @@ def _grouped(items: list[str]) -> str:
     """``cell/fold0, cell/fold1`` → ``cell folds 0,1`` (search entries are kept as they are)."""
     groups: dict[str, list[str]] = {}
     for item in items:
-        cell, sep, fold = item.rpartition("/fold")
-        if sep and fold.isdigit() and not item.startswith("search "):
-            groups.setdefault(cell, []).append(fold)
+        parts = C.split_trial_key(item)
+        if parts is not None and not item.startswith("search "):
+            groups.setdefault(parts[0], []).append(parts[1])
         else:
             groups.setdefault(item, [])
     return "; ".join(f"{k} fold{'s' if len(v) > 1 else ''} {','.join(v)}" if v else k for k, v in groups.items())

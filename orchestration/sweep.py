@@ -44,6 +44,7 @@ from orchestration.env import apply_closed_network_env
 
 apply_closed_network_env()
 
+from orchestration import contract as C  # noqa: E402
 from orchestration import tracking  # noqa: E402
 from orchestration.plan import SearchStudy, SweepPlan, build_plan, format_plan  # noqa: E402
 from orchestration.spec import (CategoricalParam, FloatParam, IntParam, Resources, SpecError,  # noqa: E402
@@ -53,8 +54,6 @@ from orchestration.summary import (best_search_trial, format_statuses, grid_summ
 
 __all__ = ["SweepOptions", "SweepOutcome", "SweepError", "run_sweep", "main", "resolve_storage",
            "check_resources"]
-
-_LAUNCH_PLAN = "launch_plan.json"
 
 
 class SweepError(RuntimeError):
@@ -254,25 +253,25 @@ def _reconcile_phase(results: Any, interrupted: bool, client: Any, experiment_id
     trials early and that was not interrupted, such a run was stopped by ASHA: FINISHED with
     ``mutexmatch.early_stopped=true``. Otherwise a RUNNING run is FAILED if its trial errored or the phase has no
     early stopping (its process died), KILLED if the phase was interrupted."""
-    children = f"tags.`mlflow.parentRunId` = '{parent_run_id}'"
+    children = f"tags.`{C.PARENT_RUN_ID}` = '{parent_run_id}'"
     open_runs = list(tracking.iter_runs(client, experiment_id, f"{children} AND attributes.status = 'RUNNING'"))
     open_runs += tracking.iter_runs(client, experiment_id, f"{children} AND attributes.status = 'KILLED' AND "
-                                    f"tags.`{tracking.TAG}stopped` = 'true'")
-    errored = _errored_trial_ids(results, {r.data.tags.get(f"{tracking.TAG}trial_id", "") for r in open_runs})
+                                    f"tags.`{C.STOPPED}` = 'true'")
+    errored = _errored_trial_ids(results, {r.data.tags.get(C.TRIAL_ID, "") for r in open_runs})
     for run in open_runs:
-        tid = run.data.tags.get(f"{tracking.TAG}trial_id")
+        tid = run.data.tags.get(C.TRIAL_ID)
         running = run.info.status == "RUNNING"
         if tid in errored:
             status = "FAILED"
         elif early_stopping and not interrupted:
             status = "FINISHED"
-            client.set_tag(run.info.run_id, f"{tracking.TAG}early_stopped", "true")
-            client.set_tag(run.info.run_id, f"{tracking.TAG}stopped", "false")
+            client.set_tag(run.info.run_id, C.EARLY_STOPPED, "true")
+            client.set_tag(run.info.run_id, C.STOPPED, "false")
         elif not running:
             continue  # stopped by the interrupt: stays KILLED
         else:
             status = "KILLED" if interrupted else "FAILED"
-        client.set_tag(run.info.run_id, f"{tracking.TAG}ended_by", "driver")
+        client.set_tag(run.info.run_id, C.ENDED_BY, "driver")
         tracking.end_run(client, run.info.run_id, status)
 
 
@@ -342,12 +341,12 @@ def _select(plan: SweepPlan, client: Any, experiment_id: str, force: bool) -> tu
 
 
 def _save_launch_plan(client: Any, run_id: str, data: dict[str, Any]) -> None:
-    client.log_text(run_id, json.dumps(data, indent=2), _LAUNCH_PLAN)
+    client.log_text(run_id, json.dumps(data, indent=2), C.LAUNCH_PLAN_ARTIFACT)
 
 
 def _load_launch_plan(client: Any, run_id: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
-        path = client.download_artifacts(run_id, _LAUNCH_PLAN, tmp)
+        path = client.download_artifacts(run_id, C.LAUNCH_PLAN_ARTIFACT, tmp)
         return json.loads(Path(path).read_text())
 
 
@@ -418,7 +417,7 @@ def run_sweep(opts: SweepOptions) -> SweepOutcome:
     experiment_id = tracking.ensure_experiment(client, exp_name, uri)
     resume_cmd = command_line(opts, uri, storage, resume=True)
     for dead in tracking.kill_dead_launches(client, experiment_id):
-        print(f"[sweep] launch {dead.data.tags.get(tracking.TAG + 'launch_id')} was interrupted (its driver is "
+        print(f"[sweep] launch {dead.data.tags.get(C.LAUNCH_ID)} was interrupted (its driver is "
               f"gone); its runs are now KILLED." + ("" if opts.resume else f" To continue it: {resume_cmd}"),
               flush=True)
 
@@ -459,9 +458,9 @@ def run_sweep(opts: SweepOptions) -> SweepOutcome:
         print(f"warning: {w}", flush=True)
 
     if found is not None:
-        parent = tracking.ParentInfo(found.info.run_id, found.data.tags[f"{tracking.TAG}launch_id"], storage)
+        parent = tracking.ParentInfo(found.info.run_id, found.data.tags[C.LAUNCH_ID], storage)
         client.update_run(parent.run_id, "RUNNING")
-        client.set_tag(parent.run_id, f"{tracking.TAG}driver_pid", str(os.getpid()))
+        client.set_tag(parent.run_id, C.DRIVER_PID, str(os.getpid()))
         print(f"[sweep] resuming launch {parent.launch_id} (parent run {parent.run_id})", flush=True)
     else:
         launch_id = f"{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
@@ -567,8 +566,7 @@ def _log_best(plan: SweepPlan, client: Any, experiment_id: str, parent_run_id: s
             continue
         params, value, run = found
         best[study.key] = {**params, study.search.metric: f"{value:.6g}"}
-        prefix = "best." if len(plan.searches) == 1 else \
-            f"best.{study.cell.id.replace('=', '-').replace(',', '.')}.fold{study.fold}."
+        prefix = C.best_param_prefix(study.cell.id, study.fold) if len(plan.searches) > 1 else C.BEST_PREFIX
         entries = {f"{prefix}{k}": v for k, v in params.items()}
         entries[f"{prefix}run_id"] = run.info.run_id
         for k, v in entries.items():
@@ -585,7 +583,8 @@ def _log_best(plan: SweepPlan, client: Any, experiment_id: str, parent_run_id: s
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m orchestration.sweep", description=__doc__.split("\n\n")[0])
     p.add_argument("spec", type=Path, help="sweep YAML (experiments/<name>.yaml)")
-    p.add_argument("--tracking-uri", help="MLflow tracking URI (default sqlite:///<cwd>/mlflow.db)")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI or a *.db path (default: $MLFLOW_TRACKING_URI, else "
+                                          "sqlite:///<cwd>/mlflow.db; the report command uses the same rule)")
     p.add_argument("--storage", help="Ray Tune storage path or URI (default <cwd>/ray_results)")
     p.add_argument("--resume", action="store_true", help="continue the newest launch of this YAML")
     p.add_argument("--force", action="store_true", help="run trials that already have a FINISHED run")

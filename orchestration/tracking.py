@@ -1,4 +1,5 @@
-"""The MLflow layout of a sweep (fixed; the reports read it — see the README's MLflow section).
+"""The MLflow layout of a sweep (fixed; the reports read it — see the README's MLflow section). Every name in it
+is defined in :mod:`orchestration.contract`.
 
 - one MLflow experiment per sweep YAML, named by its ``name``;
 - one *parent* run per sweep launch (``mutexmatch.role=sweep``, spec hash and path, git commit, the YAML as the
@@ -24,8 +25,10 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
+from orchestration import contract as C
+from orchestration.contract import ROLE_SWEEP, ROLE_TRIAL, TAG, trial_tags  # noqa: F401  (re-exported)
 from orchestration.env import apply_closed_network_env
 
 apply_closed_network_env()
@@ -41,33 +44,14 @@ __all__ = [
     "log_metrics", "log_params_and_tags", "ParentInfo",
 ]
 
-TAG = "mutexmatch."
-ROLE_SWEEP = "sweep"
-ROLE_TRIAL = "trial"
 _PAGE = 1000
 
 
 def resolve_tracking_uri(uri: str | None, project_dir: Path) -> str:
-    """The tracking URI trials can use from any working directory.
-
-    Default ``sqlite:///<project>/mlflow.db``. A relative SQLite path and a bare ``*.db`` path are made absolute
-    against ``project_dir`` (trials run inside Ray's temporary folder). ``http(s)://`` (an ``mlflow server``) and
-    other schemes are passed through. MLflow 3's plain file store (``./mlruns``, ``file:``) is refused: it raises
-    in every process unless ``MLFLOW_ALLOW_FILE_STORE`` is set.
-    """
-    project_dir = Path(project_dir).resolve()
-    if uri is None:
-        return f"sqlite:///{project_dir / 'mlflow.db'}"
-    if uri.startswith("sqlite:///"):
-        path = Path(uri[len("sqlite:///"):])
-        return f"sqlite:///{path if path.is_absolute() else (project_dir / path).resolve()}"
-    if uri.startswith("file:") or "://" not in uri and not uri.endswith(".db"):
-        raise ValueError(f"--tracking-uri={uri!r}: use sqlite:////abs/path/mlflow.db (one machine) or "
-                         "http://host:port (an mlflow server); MLflow 3 refuses the plain file store")
-    if "://" not in uri:
-        path = Path(uri)
-        return f"sqlite:///{path if path.is_absolute() else (project_dir / path).resolve()}"
-    return uri
+    """The store the sweep writes and its trials use from any working directory: the contract's rule
+    (:func:`orchestration.contract.resolve_tracking_uri`: ``--tracking-uri``, else ``$MLFLOW_TRACKING_URI``, else
+    ``sqlite:///<project>/mlflow.db``), refusing MLflow 3's plain file store."""
+    return C.resolve_tracking_uri(uri, project_dir, writable=True)
 
 
 def artifact_location(tracking_uri: str) -> str | None:
@@ -140,58 +124,46 @@ def create_parent_run(client: MlflowClient, experiment_id: str, *, launch_id: st
                       command: str) -> ParentInfo:
     """The parent run of one sweep launch, RUNNING until :func:`end_run`. ``mutexmatch.driver_*`` tags let a later
     launch on the same host tell whether this driver is still alive."""
-    tags = {f"{TAG}role": ROLE_SWEEP, f"{TAG}spec_hash": spec_hash, f"{TAG}spec_path": str(spec_path),
-            f"{TAG}git_commit": commit, f"{TAG}launch_id": launch_id, f"{TAG}storage": storage,
-            f"{TAG}smoke": str(smoke).lower(), f"{TAG}driver_host": socket.gethostname(),
-            f"{TAG}driver_pid": str(os.getpid()), f"{TAG}command": command[:5000]}
+    tags = {C.ROLE: ROLE_SWEEP, C.SPEC_HASH: spec_hash, C.SPEC_PATH: str(spec_path), C.GIT_COMMIT: commit,
+            C.LAUNCH_ID: launch_id, C.STORAGE: storage, C.SMOKE: str(smoke).lower(),
+            C.DRIVER_HOST: socket.gethostname(), C.DRIVER_PID: str(os.getpid()), C.COMMAND: command[:5000]}
     run = client.create_run(experiment_id, tags=tags, run_name=f"sweep {launch_id}" + (" (smoke)" if smoke else ""))
-    client.log_text(run.info.run_id, spec_text, "spec.yaml")
+    client.log_text(run.info.run_id, spec_text, C.SPEC_ARTIFACT)
     return ParentInfo(run.info.run_id, launch_id, storage)
 
 
 def find_resumable_parent(client: MlflowClient, experiment_id: str, *, spec_hash: str, storage: str,
                           smoke: bool) -> Run | None:
     """The newest launch of this spec (same hash, storage and smoke flag) — what ``--resume`` continues."""
-    flt = (f"tags.`{TAG}role` = '{ROLE_SWEEP}' AND tags.`{TAG}spec_hash` = '{spec_hash}' AND "
-           f"tags.`{TAG}smoke` = '{str(smoke).lower()}'")
+    flt = (f"tags.`{C.ROLE}` = '{ROLE_SWEEP}' AND tags.`{C.SPEC_HASH}` = '{spec_hash}' AND "
+           f"tags.`{C.SMOKE}` = '{str(smoke).lower()}'")
     for run in iter_runs(client, experiment_id, flt, order_by=["attributes.start_time DESC"]):
-        if run.data.tags.get(f"{TAG}storage") == storage:
+        if run.data.tags.get(C.STORAGE) == storage:
             return run
     return None
-
-
-def trial_tags(*, parent_run_id: str, kind: str, cell_levels: Iterable[tuple[str, str]], cell_id: str, fold: int,
-               variant: str, config_hash: str, commit: str, trial_id: str, launch_id: str) -> dict[str, str]:
-    tags = {"mlflow.parentRunId": parent_run_id, f"{TAG}role": ROLE_TRIAL, f"{TAG}kind": kind,
-            f"{TAG}cell": cell_id, f"{TAG}fold": str(fold), f"{TAG}variant": variant,
-            f"{TAG}config_hash": config_hash, f"{TAG}git_commit": commit, f"{TAG}trial_id": trial_id,
-            f"{TAG}launch_id": launch_id}
-    tags.update({f"{TAG}axis.{a}": lv for a, lv in cell_levels})
-    return tags
 
 
 def find_trial_run(client: MlflowClient, experiment_id: str, trial_id: str, launch_id: str) -> Run | None:
     """The run of Tune trial ``trial_id`` of launch ``launch_id`` (Tune keeps trial ids across restarts and
     ``Tuner.restore``; the launch id guards against the rare id reused by another launch)."""
-    flt = f"tags.`{TAG}trial_id` = '{trial_id}' AND tags.`{TAG}launch_id` = '{launch_id}'"
+    flt = f"tags.`{C.TRIAL_ID}` = '{trial_id}' AND tags.`{C.LAUNCH_ID}` = '{launch_id}'"
     runs = list(iter_runs(client, experiment_id, flt, order_by=["attributes.start_time ASC"]))
     return runs[0] if runs else None
 
 
-def finished_grid_hashes(client: MlflowClient, experiment_id: str, kind: str = "grid") -> dict[str, set[str]]:
+def finished_grid_hashes(client: MlflowClient, experiment_id: str, kind: str = C.KIND_GRID) -> dict[str, set[str]]:
     """``<cell id>/fold<k>`` → config hashes of FINISHED trial runs of ``kind`` (what a relaunch may skip)."""
-    flt = (f"tags.`{TAG}role` = '{ROLE_TRIAL}' AND tags.`{TAG}kind` = '{kind}' AND "
-           "attributes.status = 'FINISHED'")
+    flt = f"{C.trials_filter(kind)} AND attributes.status = 'FINISHED'"
     done: dict[str, set[str]] = {}
     for run in iter_runs(client, experiment_id, flt):
         t = run.data.tags
-        done.setdefault(f"{t.get(TAG + 'cell')}/fold{t.get(TAG + 'fold')}", set()).add(t.get(TAG + "config_hash", ""))
+        done.setdefault(C.trial_key(t.get(C.CELL), t.get(C.FOLD)), set()).add(t.get(C.CONFIG_HASH, ""))
     return done
 
 
 def finished_search_runs(client: MlflowClient, experiment_id: str, search_hash: str) -> list[Run]:
-    flt = (f"tags.`{TAG}role` = '{ROLE_TRIAL}' AND tags.`{TAG}kind` = 'search' AND "
-           f"tags.`{TAG}search_hash` = '{search_hash}' AND attributes.status = 'FINISHED'")
+    flt = (f"{C.trials_filter(C.KIND_SEARCH)} AND tags.`{C.SEARCH_HASH}` = '{search_hash}' AND "
+           "attributes.status = 'FINISHED'")
     return list(iter_runs(client, experiment_id, flt))
 
 
@@ -212,10 +184,10 @@ def _pid_alive(pid: int) -> bool:
 def end_open_children(client: MlflowClient, experiment_id: str, parent_run_id: str, status: str,
                       keep: set[str] = frozenset()) -> list[Run]:
     """End every RUNNING child of ``parent_run_id`` (except run ids in ``keep``) with ``status``; return them."""
-    flt = f"tags.`mlflow.parentRunId` = '{parent_run_id}' AND attributes.status = 'RUNNING'"
+    flt = f"tags.`{C.PARENT_RUN_ID}` = '{parent_run_id}' AND attributes.status = 'RUNNING'"
     ended = [r for r in iter_runs(client, experiment_id, flt) if r.info.run_id not in keep]
     for run in ended:
-        client.set_tag(run.info.run_id, f"{TAG}ended_by", "driver")
+        client.set_tag(run.info.run_id, C.ENDED_BY, "driver")
         end_run(client, run.info.run_id, status)
     return ended
 
@@ -224,16 +196,16 @@ def kill_dead_launches(client: MlflowClient, experiment_id: str) -> list[Run]:
     """Parent runs left RUNNING by a driver on this host that no longer exists (SIGKILL, power loss): end them and
     their RUNNING children as KILLED, so the store never shows work as running that is not. Returns the parents."""
     host = socket.gethostname()
-    flt = f"tags.`{TAG}role` = '{ROLE_SWEEP}' AND attributes.status = 'RUNNING'"
+    flt = f"tags.`{C.ROLE}` = '{ROLE_SWEEP}' AND attributes.status = 'RUNNING'"
     dead = []
     for run in iter_runs(client, experiment_id, flt):
         t = run.data.tags
-        pid = t.get(f"{TAG}driver_pid", "")
-        if t.get(f"{TAG}driver_host") != host or not pid.isdigit() or int(pid) == os.getpid() or _pid_alive(
+        pid = t.get(C.DRIVER_PID, "")
+        if t.get(C.DRIVER_HOST) != host or not pid.isdigit() or int(pid) == os.getpid() or _pid_alive(
                 int(pid)):
             continue
         end_open_children(client, experiment_id, run.info.run_id, "KILLED")
-        client.set_tag(run.info.run_id, f"{TAG}ended_by", "next launch (driver process was gone)")
+        client.set_tag(run.info.run_id, C.ENDED_BY, "next launch (driver process was gone)")
         end_run(client, run.info.run_id, "KILLED")
         dead.append(run)
     return dead

@@ -38,6 +38,7 @@ apply_closed_network_env()  # before mlflow/ray are imported in a worker process
 from mutexmatch.callbacks import Callback, EvalEvent, RunSummary  # noqa: E402
 from mutexmatch.config import config_hash, parse_config  # noqa: E402
 
+from orchestration import contract as C  # noqa: E402
 from orchestration import tracking  # noqa: E402
 from orchestration.plan import GridTrial, SearchStudy  # noqa: E402
 from orchestration.spec import deep_merge, param_value, set_dotted  # noqa: E402
@@ -115,17 +116,16 @@ class TrialCallback(Callback):
             self.hooks_s += time.perf_counter() - t0
 
     def _on_start(self, trainer: Any) -> None:
-        tags = {f"{tracking.TAG}split_digest": trainer.split.digest(),
-                f"{tracking.TAG}attempt.{self.attempt}.start_step": str(trainer.step)}
+        tags = {C.SPLIT_DIGEST: trainer.split.digest(), C.attempt_tag(self.attempt, "start_step"): str(trainer.step)}
         tracking.log_params_and_tags(self.client, self.run_id, {}, tags)
-        for name in ("config.yaml", "split.json"):
+        for name in (C.CONFIG_ARTIFACT, C.SPLIT_ARTIFACT):
             self.client.log_artifact(self.run_id, str(self.out / name))
 
     def _on_eval(self, event: EvalEvent) -> bool | None:
         if event.step > self.last_logged_step:
             tracking.log_metrics(self.client, self.run_id, event.metrics, event.step)
             counts = {"step": event.step, **{k: v.tolist() for k, v in event.class_counts.items()}}
-            self.client.log_text(self.run_id, json.dumps(counts), f"class_counts/step_{event.step:08d}.json")
+            self.client.log_text(self.run_id, json.dumps(counts), C.class_counts_artifact(event.step))
             self.last_logged_step = event.step
         metrics = {**event.metrics, "step": event.step}
         stage = self._stage(event) if event.checkpoint is not None else None
@@ -149,13 +149,13 @@ class TrialCallback(Callback):
         return stage
 
     def _on_end(self, summary: RunSummary) -> None:
-        for path, dest in ((summary.best_weights, "weights"), (summary.final_weights, "weights")):
+        for path, dest in ((summary.best_weights, C.WEIGHTS_DIR), (summary.final_weights, C.WEIGHTS_DIR)):
             if path is not None and Path(path).exists():
                 self.client.log_artifact(self.run_id, str(path), dest)
         if summary.final_checkpoint is not None and summary.final_weights is not None:
             ckpt = Path(summary.final_checkpoint)
             for f in (ckpt, ckpt.with_name(ckpt.name + ".sha256")):
-                self.client.log_artifact(self.run_id, str(f), "checkpoints")
+                self.client.log_artifact(self.run_id, str(f), C.CHECKPOINTS_DIR)
 
 
 def report(metrics: dict[str, float], stage: Path | None) -> None:
@@ -183,9 +183,9 @@ def _resolve(config: dict[str, Any], ctx: TrialContext) -> tuple[dict[str, Any],
         raw = study.config
         for path in study.search.space:
             raw = set_dotted(raw, path, param_value(path, config[path]))
-        kind, cell, fold = "search", study.cell, study.fold
-        name = f"{study.key}/search"
-        extra = {f"{tracking.TAG}search_hash": study.search_hash, f"{tracking.TAG}search_phase": study.phase}
+        kind, cell, fold = C.KIND_SEARCH, study.cell, study.fold
+        name = C.search_run_name(study.key)
+        extra = {C.SEARCH_HASH: study.search_hash, C.SEARCH_PHASE: study.phase}
     threads = raw.get("train", {}).get("num_threads") or ctx.num_threads
     return raw, {"kind": kind, "cell": cell, "fold": fold, "name": name, "extra": extra, "threads": threads}
 
@@ -216,7 +216,7 @@ def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
     checkpoint = tune.get_checkpoint()
     run = tracking.find_trial_run(client, ctx.experiment_id, trial_id, ctx.launch_id)
     if run is not None and run.info.status == "FINISHED":
-        history = client.get_metric_history(run.info.run_id, "train/loss")
+        history = client.get_metric_history(run.info.run_id, C.TRAIN_LOSS)
         tune.report({**run.data.metrics, "step": max((m.step for m in history), default=0)})
         return
     if run is None:
@@ -231,20 +231,20 @@ def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
         last_logged = -1
     else:
         client.update_run(run.info.run_id, "RUNNING")
-        client.set_tag(run.info.run_id, f"{tracking.TAG}stopped", "false")
+        client.set_tag(run.info.run_id, C.STOPPED, "false")
         logged_params = run.data.params
-        attempt = int(run.data.tags.get(f"{tracking.TAG}attempts", "0")) + 1
-        history = client.get_metric_history(run.info.run_id, "train/loss")
+        attempt = int(run.data.tags.get(C.ATTEMPTS, "0")) + 1
+        history = client.get_metric_history(run.info.run_id, C.TRAIN_LOSS)
         last_logged = max((m.step for m in history), default=-1)
     run_id = run.info.run_id
     # output_dir and the device may differ between attempts (another node); MLflow params are immutable, so the
     # first attempt's values are kept and only params not logged yet are added.
     params = {k: v for k, v in tracking.flatten_params(cfg.to_dict()).items() if k not in logged_params}
     tracking.log_params_and_tags(client, run_id, params, {
-        f"{tracking.TAG}attempts": str(attempt), f"{tracking.TAG}worker_pid": str(os.getpid()),
-        f"{tracking.TAG}node_id": ray.get_runtime_context().get_node_id(),
-        f"{tracking.TAG}attempt.{attempt}.node_id": ray.get_runtime_context().get_node_id(),
-        f"{tracking.TAG}attempt.{attempt}.tune_checkpoint": "none" if checkpoint is None else "yes"})
+        C.ATTEMPTS: str(attempt), C.WORKER_PID: str(os.getpid()),
+        C.NODE_ID: ray.get_runtime_context().get_node_id(),
+        C.attempt_tag(attempt, "node_id"): ray.get_runtime_context().get_node_id(),
+        C.attempt_tag(attempt, "tune_checkpoint"): "none" if checkpoint is None else "yes"})
 
     try:
         shutil.rmtree(out, ignore_errors=True)
@@ -262,17 +262,17 @@ def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
         # ending it here raced with the driver's reconciliation (a KILLED written after the driver's FINISHED).
         best = out / "best_model.pt"
         if best.exists():
-            client.log_artifact(run_id, str(best), "weights")
+            client.log_artifact(run_id, str(best), C.WEIGHTS_DIR)
         _remove_run_folder(out)
         raise
     except BaseException as e:
-        client.set_tag(run_id, f"{tracking.TAG}error", "".join(traceback.format_exception_only(e)).strip()[:5000])
+        client.set_tag(run_id, C.ERROR, "".join(traceback.format_exception_only(e)).strip()[:5000])
         tracking.end_run(client, run_id, "FAILED")
         raise
     tracking.log_params_and_tags(client, run_id, {}, {
-        f"{tracking.TAG}overhead.setup_s": f"{setup_s:.3f}",
-        f"{tracking.TAG}overhead.hooks_s": f"{callback.hooks_s:.3f}",
-        f"{tracking.TAG}overhead.wall_s": f"{time.perf_counter() - t_entry:.3f}"})
+        C.overhead_tag("setup_s"): f"{setup_s:.3f}",
+        C.overhead_tag("hooks_s"): f"{callback.hooks_s:.3f}",
+        C.overhead_tag("wall_s"): f"{time.perf_counter() - t_entry:.3f}"})
     tracking.end_run(client, run_id, "FINISHED")
     try:
         if callback.final is not None:

@@ -3,5 +3,6 @@
 Modules: :mod:`reports.layout` (the YAML's ``tables``/``figures`` schema, ``validate_layout``), :mod:`reports.runs`
 (MLflow → pandas, the best/final/median20 protocols), :mod:`reports.stats` (cell statistics, paired t-test),
 :mod:`reports.tables` (Markdown and LaTeX), :mod:`reports.figures` (PNG), :mod:`reports.build` (the CLI).
-Needs no Ray and does not import ``orchestration``.
+Needs no Ray: of ``orchestration`` it imports only :mod:`orchestration.contract`, the MLflow layout's names
+(standard library only).
 """

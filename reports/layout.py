@@ -47,6 +47,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
+from orchestration import contract
+
 __all__ = [
     "PROTOCOLS",
     "LayoutError",
@@ -103,7 +105,7 @@ def parse_axes(spec: dict[str, Any]) -> Axes:
 
 def cell_id(cell: dict[str, str], axes: Axes) -> str:
     """The cell's id string, ``axis=level`` joined by commas in YAML axis order (as the ``mutexmatch.cell`` tag)."""
-    return ",".join(f"{a}={cell[a]}" for a in axes)
+    return contract.cell_id((a, cell[a]) for a in axes)
 
 
 # -------------------------------------------------------------------------------------------------------- tables --
@@ -158,7 +160,7 @@ class TableLayout(_Strict):
     row_group_labels: dict[str, str] = Field(default_factory=dict)
     column_groups: dict[str, list[str]] = Field(default_factory=dict)
     row_header: str | None = None       # heading of the label column; default the rows axis, capitalised
-    metric: str = "test/acc"
+    metric: str = contract.TEST_ACC
     protocol: Protocol = "best"
     published: dict[str, Any] = Field(default_factory=dict)
     paired: list[PairedSpec] = Field(default_factory=list)
@@ -227,7 +229,7 @@ class CurvesFigure(_Strict):
     id: str | None = None
     title: str = ""
     cells: list[dict[str, str]] = Field(default_factory=list)   # partial cells; empty = every cell
-    metrics: list[str] = Field(default_factory=lambda: ["test/acc", "train/pl_acc"])
+    metrics: list[str] = Field(default_factory=lambda: [contract.TEST_ACC, contract.PL_ACC])
 
 
 class HeatmapFigure(_Strict):
@@ -251,7 +253,7 @@ class SensitivityFigure(_Strict):
     param: str | None = None             # dotted config key whose value is x; default: the levels' only override
     series: str | None = None            # an axis giving one line per level
     where: dict[str, str] = Field(default_factory=dict)
-    metric: str = "test/acc"
+    metric: str = contract.TEST_ACC
     protocol: Protocol = "best"
 
 

@@ -27,8 +27,6 @@ evaluations.
 from __future__ import annotations
 
 import json
-import os
-import re
 import sqlite3
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -42,6 +40,8 @@ if TYPE_CHECKING:
 
 import numpy as np
 import pandas as pd
+
+from orchestration import contract as C  # the layout's names only: standard library, no Ray, no MLflow
 
 __all__ = [
     "MEDIAN_WINDOW",
@@ -58,8 +58,7 @@ __all__ = [
 ]
 
 MEDIAN_WINDOW = 20
-TRIAL_FILTER = "tags.`mutexmatch.role` = 'trial' AND tags.`mutexmatch.kind` = '{kind}'"
-_STEP_FILE = re.compile(r"^step_(\d+)\.json$")
+TRIAL_FILTER = C.trials_filter("{kind}")
 _PAGE = 10_000
 _CHUNK = 900                      # run ids per SQL `IN (…)`: below SQLite's historic 999-parameter limit
 # get_metric_history is one query per (run, key); threads overlap the round trips to a tracking server.
@@ -69,21 +68,10 @@ _BASE_COLUMNS = ["run_id", "run_name", "status", "start_time", "artifact_uri", "
 
 
 def resolve_tracking_uri(uri: str | None) -> str:
-    """The store to read, resolved like ``orchestration.sweep`` does so both find the same file.
-
-    None → ``$MLFLOW_TRACKING_URI`` if set, else ``sqlite:///<cwd>/mlflow.db`` (the sweep's default); a relative
-    ``sqlite:///`` path or a bare ``*.db`` path → an absolute ``sqlite:///`` URI; anything else (``http://`` for an
-    ``mlflow server``, a database URL) unchanged.
-    """
-    if uri is None:
-        uri = os.environ.get("MLFLOW_TRACKING_URI") or str(Path.cwd() / "mlflow.db")
-    if uri.startswith("sqlite:///") or ("://" not in uri and uri.endswith(".db")):
-        raw = uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else uri
-        path, sep, query = raw.partition("?")
-        if path != ":memory:":
-            path = str(Path(path).resolve())
-        return f"sqlite:///{path}{sep}{query}"
-    return uri
+    """The store to read: the sweep's own rule (:func:`orchestration.contract.resolve_tracking_uri`), so both find
+    the same store — ``uri``, else ``$MLFLOW_TRACKING_URI``, else ``sqlite:///<cwd>/mlflow.db``; relative SQLite
+    paths against the current directory; anything else (``http://`` for an ``mlflow server``) unchanged."""
+    return C.resolve_tracking_uri(uri)
 
 
 def _sqlite_path(tracking_uri: str) -> Path | None:
@@ -96,22 +84,22 @@ def _sqlite_path(tracking_uri: str) -> Path | None:
 
 def _trial_record(run_id: str, run_name: str | None, status: str, start_time: int | None, artifact_uri: str | None,
                   tags: dict[str, str], params: dict[str, str], axes: Sequence[str]) -> dict:
-    fold = tags.get("mutexmatch.fold", "")
+    fold = tags.get(C.FOLD, "")
     rec = {
         "run_id": run_id,
         "run_name": run_name or "",
         "status": status,
         "start_time": int(start_time or 0),
         "artifact_uri": artifact_uri or "",
-        "cell": tags.get("mutexmatch.cell", ""),
+        "cell": tags.get(C.CELL, ""),
         "fold": int(fold) if fold.lstrip("-").isdigit() else -1,
-        "split_digest": tags.get("mutexmatch.split_digest", ""),
-        "variant": tags.get("mutexmatch.variant", ""),
-        "config_hash": tags.get("mutexmatch.config_hash", ""),
-        "parent_run_id": tags.get("mlflow.parentRunId", ""),
+        "split_digest": tags.get(C.SPLIT_DIGEST, ""),
+        "variant": tags.get(C.VARIANT, ""),
+        "config_hash": tags.get(C.CONFIG_HASH, ""),
+        "parent_run_id": tags.get(C.PARENT_RUN_ID, ""),
     }
     for axis in axes:
-        rec[f"axis.{axis}"] = tags.get(f"mutexmatch.axis.{axis}")
+        rec[f"axis.{axis}"] = tags.get(C.axis_tag(axis))
     for key, value in params.items():
         rec[f"param.{key}"] = value
     return rec
@@ -275,9 +263,10 @@ class SqliteRunSource(RunSource):
     def trials(self, experiment_id: str, axes: Sequence[str], kind: str = "grid") -> pd.DataFrame:
         runs = self._db.execute(
             "SELECT r.run_uuid, r.name, r.status, r.start_time, r.artifact_uri FROM runs r "
-            "JOIN tags role ON role.run_uuid = r.run_uuid AND role.key = 'mutexmatch.role' AND role.value = 'trial' "
-            "JOIN tags kind ON kind.run_uuid = r.run_uuid AND kind.key = 'mutexmatch.kind' AND kind.value = ? "
-            "WHERE r.experiment_id = ? AND r.lifecycle_stage = 'active'", (kind, int(experiment_id))).fetchall()
+            "JOIN tags role ON role.run_uuid = r.run_uuid AND role.key = ? AND role.value = ? "
+            "JOIN tags kind ON kind.run_uuid = r.run_uuid AND kind.key = ? AND kind.value = ? "
+            "WHERE r.experiment_id = ? AND r.lifecycle_stage = 'active'",
+            (C.ROLE, C.ROLE_TRIAL, C.KIND, kind, int(experiment_id))).fetchall()
         ids = [r[0] for r in runs]
         tags: dict[str, dict[str, str]] = {i: {} for i in ids}
         params: dict[str, dict[str, str]] = {i: {} for i in ids}
@@ -367,7 +356,7 @@ def _local_dir(artifact_uri: str) -> Path | None:
 
 
 def _class_count_files(names: Iterable[str]) -> dict[int, str]:
-    return {int(m.group(1)): name for name in names if (m := _STEP_FILE.match(name))}
+    return {int(m.group(1)): name for name in names if (m := C.CLASS_COUNTS_FILE.match(name))}
 
 
 def load_class_counts(artifact_uri: str, step: int | None = None, tracking_uri: str | None = None,
@@ -383,27 +372,27 @@ def load_class_counts(artifact_uri: str, step: int | None = None, tracking_uri: 
     root = artifact_uri.rstrip("/")
     local = _local_dir(root) if read_local else None
     if local is not None:
-        folder = local / "class_counts"
+        folder = local / C.CLASS_COUNTS_DIR
         files = _class_count_files(p.name for p in folder.iterdir() if p.is_file()) if folder.is_dir() else {}
     else:
         import mlflow.artifacts
 
         files = _class_count_files(Path(info.path).name for info in mlflow.artifacts.list_artifacts(
-            artifact_uri=f"{root}/class_counts", tracking_uri=tracking_uri) if not info.is_dir)
+            artifact_uri=f"{root}/{C.CLASS_COUNTS_DIR}", tracking_uri=tracking_uri) if not info.is_dir)
     if not files:
         raise ValueError(f"{root}: has no class_counts/step_*.json artifact")
     chosen = max(files) if step is None else step
     if chosen not in files:
         raise ValueError(f"step={step}: {root} has class counts at steps {sorted(files)}")
     if local is not None:
-        data = json.loads((local / "class_counts" / files[chosen]).read_text())
+        data = json.loads((local / C.CLASS_COUNTS_DIR / files[chosen]).read_text())
     else:
         with tempfile.TemporaryDirectory() as tmp:
-            path = mlflow.artifacts.download_artifacts(artifact_uri=f"{root}/class_counts/{files[chosen]}",
+            path = mlflow.artifacts.download_artifacts(artifact_uri=f"{root}/{C.CLASS_COUNTS_DIR}/{files[chosen]}",
                                                        dst_path=tmp, tracking_uri=tracking_uri)
             data = json.loads(Path(path).read_text())
     if "pseudo_label_counts" not in data:
-        raise ValueError(f"{root}/class_counts/{files[chosen]}: lacks 'pseudo_label_counts'")
+        raise ValueError(f"{root}/{C.CLASS_COUNTS_DIR}/{files[chosen]}: lacks 'pseudo_label_counts'")
     return data
 
 

@@ -32,6 +32,8 @@ from typing import Iterator
 import pytest
 import yaml
 
+from orchestration import contract as C
+
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
@@ -90,7 +92,7 @@ def counts(step: int, fold: int) -> dict:
 
 
 def cell_id(cell: dict[str, str]) -> str:
-    return ",".join(f"{a}={cell[a]}" for a in SPEC["axes"])
+    return C.cell_id((a, cell[a]) for a in SPEC["axes"])
 
 
 @dataclass(frozen=True)
@@ -108,17 +110,16 @@ def _log_trial(client, exp_id: str, parent: str, method: str, setting: str, k: s
 
     cell = {"method": method, "setting": setting, "k": k}
     cid = cell_id(cell)
-    tags = {"mlflow.parentRunId": parent, "mutexmatch.role": "trial", "mutexmatch.kind": kind,
-            "mutexmatch.cell": cid, "mutexmatch.fold": str(fold), "mutexmatch.variant": method,
-            "mutexmatch.config_hash": f"h{method}{setting}{k}{fold}",
-            "mutexmatch.split_digest": digest or f"split-{setting}-{fold}", "mutexmatch.git_commit": "abc123",
-            "mutexmatch.trial_id": f"t-{cid}-{fold}", **{f"mutexmatch.axis.{a}": lvl for a, lvl in cell.items()}}
+    tags = C.trial_tags(parent_run_id=parent, kind=kind, cell_levels=cell.items(), cell_id=cid, fold=fold,
+                        variant=method, config_hash=f"h{method}{setting}{k}{fold}", commit="abc123",
+                        trial_id=f"t-{cid}-{fold}", launch_id="l1")
+    tags[C.SPLIT_DIGEST] = digest or f"split-{setting}-{fold}"
     run = client.create_run(exp_id, start_time=start or int(time.time() * 1000), tags=tags,
-                            run_name=f"{cid}/fold{fold}")
+                            run_name=C.trial_key(cid, fold))
     rid = run.info.run_id
     ts = int(time.time() * 1000)
-    metrics = [Metric("test/acc", (value + off) / 100.0, ts + i, s) for i, (s, off) in enumerate(zip(STEPS, OFFSETS))]
-    metrics += [Metric("train/pl_acc", min(1.0, 0.5 + 0.1 * i + 0.01 * fold), ts + i, s) for i, s in enumerate(STEPS)]
+    metrics = [Metric(C.TEST_ACC, (value + off) / 100.0, ts + i, s) for i, (s, off) in enumerate(zip(STEPS, OFFSETS))]
+    metrics += [Metric(C.PL_ACC, min(1.0, 0.5 + 0.1 * i + 0.01 * fold), ts + i, s) for i, s in enumerate(STEPS)]
     # pseudo-label accuracy is NaN at an evaluation with no confident sample: MLflow stores is_nan = 1
     metrics += [Metric("train/nan_metric", float("nan") if s == 20 else 0.5, ts + i, s) for i, s in enumerate(STEPS)]
     params = [Param("data.split_rule", "official"), Param("data.fold", str(fold)),
@@ -127,11 +128,11 @@ def _log_trial(client, exp_id: str, parent: str, method: str, setting: str, k: s
     client.log_batch(rid, metrics=metrics, params=params)
     if (method, setting, k) == ("mutexmatch", "d20", "k5") and kind == "grid":
         for step in (10, 40):
-            client.log_dict(rid, counts(step, fold), f"class_counts/step_{step:08d}.json")
+            client.log_dict(rid, counts(step, fold), C.class_counts_artifact(step))
     if (method, setting, k) == ("fixmatch", "d20", "k5") and kind == "grid":
         # FixMatch has no TNC: its files hold pseudo-label counts only
         client.log_dict(rid, {"step": 40, "pseudo_label_counts": counts(40, fold)["pseudo_label_counts"]},
-                        "class_counts/step_00000040.json")
+                        C.class_counts_artifact(40))
     client.set_terminated(rid, status=status)
     return rid
 
@@ -148,9 +149,9 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
     uri = f"sqlite:///{root / 'mlflow.db'}"
     client = MlflowClient(tracking_uri=uri)
     exp_id = client.create_experiment("rep", artifact_location=(root / "artifacts").as_uri())
-    parent = client.create_run(exp_id, tags={"mutexmatch.role": "sweep", "mutexmatch.spec_hash": "s",
-                                             "mutexmatch.spec_path": "experiments/rep.yaml",
-                                             "mutexmatch.git_commit": "abc123"}, run_name="sweep").info.run_id
+    parent = client.create_run(exp_id, tags={C.ROLE: C.ROLE_SWEEP, C.SPEC_HASH: "s",
+                                             C.SPEC_PATH: "experiments/rep.yaml", C.GIT_COMMIT: "abc123"},
+                               run_name="sweep").info.run_id
     spec_path = root / "rep.yaml"
     spec_path.write_text(yaml.safe_dump(SPEC, sort_keys=False, allow_unicode=True))
     client.log_artifact(parent, str(spec_path))

@@ -1,0 +1,170 @@
+"""The MLflow layout contract: every name the sweep writes and the reports, benchmarks and tests read.
+
+One module so that writer and readers cannot drift apart (issue 17): tag names and their role/kind values, the
+cell id and trial-key builders, artifact paths, the metric names the layout relies on, and the one rule that
+turns a ``--tracking-uri`` (or its absence) into a store. The layout itself is described in
+``orchestration/README.md`` (MLflow layout).
+
+It imports the standard library only, and ``orchestration/__init__.py`` imports nothing, so ``reports`` (which must
+not pull in Ray) and ``benchmarks`` can import it; ``mutexmatch`` never does (the trainer knows nothing of MLflow).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Iterable
+
+# ------------------------------------------------------------------------------------------------ tags
+TAG = "mutexmatch."                 # prefix of every tag the sweep writes
+PARENT_RUN_ID = "mlflow.parentRunId"  # MLflow's own tag: a trial run's sweep (parent) run
+
+ROLE = TAG + "role"                 # ROLE_SWEEP on a launch's parent run, ROLE_TRIAL on each trial's run
+# A trial run: what it is (reports group and pair runs by these) ...
+KIND = TAG + "kind"                 # KIND_GRID, KIND_SEARCH or KIND_SMOKE
+CELL = TAG + "cell"                 # cell id (see cell_id); one tag per axis too (axis_tag)
+FOLD = TAG + "fold"
+VARIANT = TAG + "variant"           # algorithm name
+CONFIG_HASH = TAG + "config_hash"   # a relaunch skips a trial with a FINISHED run of the same hash
+SPLIT_DIGEST = TAG + "split_digest"
+# ... where it comes from and how a restarted trial finds it ...
+GIT_COMMIT = TAG + "git_commit"
+TRIAL_ID = TAG + "trial_id"         # Tune's trial id: a restarted trial finds its run by it
+LAUNCH_ID = TAG + "launch_id"
+SEARCH_HASH, SEARCH_PHASE = TAG + "search_hash", TAG + "search_phase"  # search trials: their study
+# ... and its attempts (bookkeeping; see attempt_tag and overhead_tag).
+ATTEMPTS = TAG + "attempts"
+WORKER_PID = TAG + "worker_pid"
+NODE_ID = TAG + "node_id"
+STOPPED = TAG + "stopped"           # "true" while Tune has stopped the trial and the driver has not decided why
+EARLY_STOPPED = TAG + "early_stopped"
+ENDED_BY, ERROR = TAG + "ended_by", TAG + "error"
+# A launch's parent run: the spec it runs and the driver that runs it (a later launch checks it is alive).
+SPEC_HASH, SPEC_PATH, STORAGE, SMOKE = TAG + "spec_hash", TAG + "spec_path", TAG + "storage", TAG + "smoke"
+DRIVER_HOST, DRIVER_PID, COMMAND = TAG + "driver_host", TAG + "driver_pid", TAG + "command"
+
+ROLE_SWEEP = "sweep"
+ROLE_TRIAL = "trial"
+KIND_GRID = "grid"
+KIND_SEARCH = "search"
+KIND_SMOKE = "smoke"
+
+
+def axis_tag(axis: str) -> str:
+    """``mutexmatch.axis.<axis>``: the trial's level on that axis."""
+    return f"{TAG}axis.{axis}"
+
+
+def attempt_tag(attempt: int, what: str) -> str:
+    """``mutexmatch.attempt.<n>.<what>`` (``node_id``, ``start_step``, ``tune_checkpoint``)."""
+    return f"{TAG}attempt.{attempt}.{what}"
+
+
+def overhead_tag(what: str) -> str:
+    """``mutexmatch.overhead.<what>`` (``setup_s``, ``hooks_s``, ``wall_s``): seconds orchestration added."""
+    return f"{TAG}overhead.{what}"
+
+
+def trials_filter(kind: str) -> str:
+    """MLflow search filter for the trial runs of ``kind``."""
+    return f"tags.`{ROLE}` = '{ROLE_TRIAL}' AND tags.`{KIND}` = '{kind}'"
+
+
+def trial_tags(*, parent_run_id: str, kind: str, cell_levels: Iterable[tuple[str, str]], cell_id: str, fold: int,
+               variant: str, config_hash: str, commit: str, trial_id: str, launch_id: str) -> dict[str, str]:
+    """The tags a trial run is created with (``mutexmatch.split_digest`` follows once the trainer has its split)."""
+    tags = {PARENT_RUN_ID: parent_run_id, ROLE: ROLE_TRIAL, KIND: kind, CELL: cell_id, FOLD: str(fold),
+            VARIANT: variant, CONFIG_HASH: config_hash, GIT_COMMIT: commit, TRIAL_ID: trial_id, LAUNCH_ID: launch_id}
+    tags.update({axis_tag(a): lv for a, lv in cell_levels})
+    return tags
+
+
+# ------------------------------------------------------------------------------------------------ names
+def cell_id(levels: Iterable[tuple[str, str]]) -> str:
+    """``axis=level`` pairs joined by commas, axes in YAML order: the ``mutexmatch.cell`` tag."""
+    return ",".join(f"{axis}={level}" for axis, level in levels)
+
+
+def trial_key(cell: str, fold: int | str) -> str:
+    """``<cell id>/fold<k>``: a grid trial's MLflow run name, unique in a sweep."""
+    return f"{cell}/fold{fold}"
+
+
+def split_trial_key(key: str) -> tuple[str, str] | None:
+    """``(cell id, fold)`` of a :func:`trial_key`, or None when ``key`` is not one."""
+    cell, sep, fold = key.rpartition("/fold")
+    return (cell, fold) if sep and fold.isdigit() else None
+
+
+def search_run_name(key: str) -> str:
+    """The run name of a search trial of the study with trial key ``key``."""
+    return f"{key}/search"
+
+
+BEST_PREFIX = "best."  # parent run: params/tags/metrics of a search's best trial
+
+
+def best_param_prefix(cell: str, fold: int | str) -> str:
+    """The ``best.`` prefix of one study when a sweep has several (``=`` and ``,`` are not legal in MLflow keys)."""
+    return f"{BEST_PREFIX}{cell.replace('=', '-').replace(',', '.')}.fold{fold}."
+
+
+# ------------------------------------------------------------------------------------------------ artifacts
+SPEC_ARTIFACT = "spec.yaml"               # parent run: the sweep YAML
+LAUNCH_PLAN_ARTIFACT = "launch_plan.json"  # parent run: the trials of the launch (what --resume continues)
+CONFIG_ARTIFACT = "config.yaml"           # trial run: the resolved run config
+SPLIT_ARTIFACT = "split.json"             # trial run: the labeled split
+WEIGHTS_DIR = "weights"                   # trial run: best_model.pt, final_model.pt
+CHECKPOINTS_DIR = "checkpoints"           # trial run: the final checkpoint and its .sha256
+CLASS_COUNTS_DIR = "class_counts"         # trial run: one class-count file per evaluation
+CLASS_COUNTS_FILE = re.compile(r"^step_(\d+)\.json$")
+
+
+def class_counts_artifact(step: int) -> str:
+    """``class_counts/step_<step:08d>.json``: the pseudo- and complementary-label count matrices at ``step``."""
+    return f"{CLASS_COUNTS_DIR}/step_{step:08d}.json"
+
+
+# ------------------------------------------------------------------------------------------------ metrics
+# Names the trainer logs (mutexmatch.train) that the layout's readers rely on.
+TEST_ACC = "test/acc"                # EMA model, at every evaluation
+TEST_BEST_ACC = "test/best_acc"
+VAL_ACC = "val/acc"
+VAL_BEST_ACC = "val/best_acc"
+PL_ACC = "train/pl_acc"
+TRAIN_LOSS = "train/loss"            # logged at every evaluation: its history gives a run's logged steps
+VALIDATION_METRICS = (VAL_ACC, VAL_BEST_ACC)  # the only legal search objectives (never test/*)
+
+# ------------------------------------------------------------------------------------------------ store
+TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
+DEFAULT_DB = "mlflow.db"
+
+
+def resolve_tracking_uri(uri: str | None, project_dir: str | Path | None = None, *, writable: bool = False) -> str:
+    """The store a command uses (sweep, report, benchmarks), as a URI any process can use from any folder.
+
+    ``uri`` is ``--tracking-uri``; without it ``$MLFLOW_TRACKING_URI``, else ``sqlite:///<project>/mlflow.db`` —
+    the same rule in every command, so a report reads the store its sweep wrote. ``project_dir`` (default: the
+    current directory) anchors relative paths: a relative ``sqlite:///`` path or a bare ``*.db`` path becomes an
+    absolute ``sqlite:///`` URI (Ray trials run inside a temporary folder); an absolute one is kept as written.
+    ``http(s)://`` (an ``mlflow server``) and other URIs pass through unchanged, except that ``writable`` (the
+    sweep) refuses MLflow 3's plain file store (``./mlruns``, ``file:``), which raises in every process unless
+    ``MLFLOW_ALLOW_FILE_STORE`` is set.
+    """
+    source = "--tracking-uri"
+    if uri is None:
+        uri, source = os.environ.get(TRACKING_URI_ENV) or None, f"${TRACKING_URI_ENV}"
+    base = Path(project_dir if project_dir is not None else Path.cwd()).resolve()
+    if uri is None:
+        return f"sqlite:///{base / DEFAULT_DB}"
+    if uri.startswith("sqlite:///") or ("://" not in uri and uri.endswith(".db")):
+        raw = uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else uri
+        path, sep, query = raw.partition("?")
+        if path != ":memory:" and not Path(path).is_absolute():
+            path = str((base / path).resolve())
+        return f"sqlite:///{path}{sep}{query}"
+    if writable and (uri.startswith("file:") or "://" not in uri):
+        raise ValueError(f"{source}={uri!r}: use sqlite:////abs/path/mlflow.db (one machine) or "
+                         "http://host:port (an mlflow server); MLflow 3 refuses the plain file store")
+    return uri

@@ -1,0 +1,85 @@
+"""The MLflow layout contract (orchestration.contract): the wire format it pins, its builders, its light imports,
+and the one tracking-URI rule that makes the sweep and the report resolve the same store."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestration import contract as C
+from orchestration import tracking
+from reports.runs import resolve_tracking_uri as report_uri
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_wire_format_is_the_documented_one():
+    # Stores written by earlier versions use exactly these names (README, orchestration/README.md).
+    assert (C.ROLE, C.KIND, C.CELL, C.FOLD, C.CONFIG_HASH, C.PARENT_RUN_ID) == (
+        "mutexmatch.role", "mutexmatch.kind", "mutexmatch.cell", "mutexmatch.fold", "mutexmatch.config_hash",
+        "mlflow.parentRunId")
+    assert (C.ROLE_SWEEP, C.ROLE_TRIAL, C.KIND_GRID, C.KIND_SEARCH, C.KIND_SMOKE) == (
+        "sweep", "trial", "grid", "search", "smoke")
+    assert C.axis_tag("method") == "mutexmatch.axis.method"
+    assert C.attempt_tag(2, "start_step") == "mutexmatch.attempt.2.start_step"
+    assert C.overhead_tag("wall_s") == "mutexmatch.overhead.wall_s"
+    assert C.class_counts_artifact(40) == "class_counts/step_00000040.json"
+    assert C.CLASS_COUNTS_FILE.match("step_00000040.json").group(1) == "00000040"
+    assert C.trials_filter("grid") == "tags.`mutexmatch.role` = 'trial' AND tags.`mutexmatch.kind` = 'grid'"
+
+
+def test_cell_id_and_trial_key_builders():
+    cell = C.cell_id([("method", "fixmatch"), ("setting", "c10-40")])
+    assert cell == "method=fixmatch,setting=c10-40"
+    assert C.trial_key(cell, 3) == "method=fixmatch,setting=c10-40/fold3" == C.trial_key(cell, "3")
+    assert C.split_trial_key(C.trial_key(cell, 3)) == (cell, "3")
+    assert C.split_trial_key("search method=x/fold1 (2/4 trials)") is None
+    assert C.search_run_name(C.trial_key(cell, 0)) == f"{cell}/fold0/search"
+    assert C.best_param_prefix(cell, 1) == "best.method-fixmatch.setting-c10-40.fold1."
+    tags = C.trial_tags(parent_run_id="p", kind="grid", cell_levels=[("method", "fixmatch")], cell_id="method=fixmatch",
+                        fold=2, variant="fixmatch", config_hash="h", commit="c", trial_id="t", launch_id="l")
+    assert tags == {"mlflow.parentRunId": "p", "mutexmatch.role": "trial", "mutexmatch.kind": "grid",
+                    "mutexmatch.cell": "method=fixmatch", "mutexmatch.fold": "2", "mutexmatch.variant": "fixmatch",
+                    "mutexmatch.config_hash": "h", "mutexmatch.git_commit": "c", "mutexmatch.trial_id": "t",
+                    "mutexmatch.launch_id": "l", "mutexmatch.axis.method": "fixmatch"}
+
+
+STORES = {  # a value of --tracking-uri or $MLFLOW_TRACKING_URI → the store, relative to the working directory
+    "sqlite:///sub/m.db": "sqlite:///{cwd}/sub/m.db", "rel.db": "sqlite:///{cwd}/rel.db",
+    "/abs/m.db": "sqlite:////abs/m.db", "sqlite:////abs/m.db": "sqlite:////abs/m.db",
+    "http://mlflow:5000": "http://mlflow:5000"}
+
+
+@pytest.mark.parametrize("env", [None, *STORES])
+@pytest.mark.parametrize("given", [None, "given.db", "http://127.0.0.1:5000"])
+def test_sweep_and_report_resolve_the_same_store(env, given, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    if env is None:
+        monkeypatch.delenv(C.TRACKING_URI_ENV, raising=False)
+    else:
+        monkeypatch.setenv(C.TRACKING_URI_ENV, env)
+    sweep = tracking.resolve_tracking_uri(given, Path.cwd())   # as run_sweep does (the project is the cwd)
+    assert sweep == report_uri(given)                          # as reports.build does
+    cwd = tmp_path.resolve()
+    expected = ({**STORES, "given.db": "sqlite:///{cwd}/given.db"}.get(given, given) if given is not None  # flag wins
+                else STORES[env] if env is not None else "sqlite:///{cwd}/mlflow.db")
+    assert sweep == expected.format(cwd=cwd)
+
+
+def test_the_sweep_refuses_a_file_store_wherever_it_comes_from(tmp_path, monkeypatch):
+    monkeypatch.setenv(C.TRACKING_URI_ENV, "./mlruns")
+    with pytest.raises(ValueError, match=r"\$MLFLOW_TRACKING_URI='./mlruns': use sqlite"):
+        tracking.resolve_tracking_uri(None, tmp_path)
+    assert report_uri(None) == "./mlruns"   # a reader passes it to MLflow, which explains its own refusal
+
+
+def test_the_contract_imports_only_the_standard_library():
+    code = ("import sys\nbefore = set(sys.modules)\nimport orchestration.contract\n"
+            "new = sorted(m.split('.')[0] for m in set(sys.modules) - before)\n"
+            "bad = [m for m in new if m not in sys.stdlib_module_names and m != 'orchestration']\n"
+            "assert not bad, bad\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-3000:]
