@@ -52,6 +52,7 @@ import torch.nn.functional as nnf
 import torchvision.transforms.v2.functional as tvf
 
 from mutexmatch.prefetch import to_device
+from mutexmatch.utils import check_int
 
 STRONG_OPS: tuple[str, ...] = (
     "AutoContrast", "Brightness", "Color", "Contrast", "Equalize", "Identity", "Posterize",
@@ -123,16 +124,10 @@ def _op_generator(op_generator: torch.Generator | None, generator: torch.Generat
     return op_generator
 
 
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return value
-
-
 def _check_crop_args(x: torch.Tensor, flip: object, pad: object, pad_mode: object) -> None:
     if not isinstance(flip, bool):
         raise ValueError(f"flip must be a bool, got {flip!r}")
-    _check_int("pad", pad, 0)
+    check_int("pad", pad, low=0)
     if pad_mode not in PAD_MODES:
         raise ValueError(f"pad_mode must be one of {PAD_MODES}, got {pad_mode!r}")
     h, w = x.shape[-2:]
@@ -357,7 +352,7 @@ def rand_augment(x: torch.Tensor, *, num_ops: int = 3, generator: torch.Generato
     _check_images(x)
     _check_generator(generator, x)
     op_generator = _op_generator(op_generator, generator, x)
-    num_ops = _check_int("num_ops", num_ops, 0)
+    num_ops = check_int("num_ops", num_ops, low=0)
     n, dev = x.shape[0], x.device
     host_ops = torch.randint(0, len(STRONG_OPS), (n, num_ops), generator=op_generator)
     plan, counts = _slot_plans(host_ops, dev)

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 import re
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from mutexmatch.utils import atomic_write
 
 __all__ = ["atomic_write_bytes", "save_checkpoint", "load_checkpoint", "latest_checkpoint", "list_checkpoints",
            "CheckpointError", "prune_checkpoints", "sha256_file"]
@@ -29,19 +29,7 @@ class CheckpointError(RuntimeError):
     pass
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+atomic_write_bytes = atomic_write  # the name the trainer imports; one implementation (mutexmatch.utils)
 
 
 def sha256_file(path: Path) -> str:

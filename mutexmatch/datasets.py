@@ -30,9 +30,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import os
 import pickle
-import tempfile
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -47,6 +45,7 @@ from torchvision.transforms import InterpolationMode
 from torchvision.transforms import functional as TF
 
 from mutexmatch import imagefolder
+from mutexmatch.utils import atomic_write
 
 CACHE_DIRNAME = ".mutexmatch_cache"
 # Bump when the meaning of cached tensors changes (e.g. a different resize), so stale caches are re-decoded.
@@ -433,18 +432,8 @@ def _cached(path: Path, decode: Callable[[], dict], check: Callable[[dict], None
 
 
 def _atomic_save(payload: dict, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.stem + ".", suffix=".pt.tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; the cache is meant to be shared by every user of the data
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    # 0644: the cache is meant to be shared by every user of the data
+    atomic_write(path, lambda f: torch.save(payload, f), mode=0o644)
 
 
 def _check_images(payload: dict) -> None:

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import numbers
-import os
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from mutexmatch.utils import atomic_write, check_int
 
 NUM_OFFICIAL_FOLDS = 5
 # The validation draw gets its own seed stream, far from the labeled-draw seeds 1..5.
@@ -31,17 +30,9 @@ VAL_SEED_OFFSET = 10_000
 _SPLIT_FORMAT = 1
 
 
-def _check_int(field_name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"{field_name} must be an integer, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{field_name} must be >= {minimum}, got {value}")
-    return int(value)
-
-
 def _as_labels(labels: np.ndarray, num_classes: int) -> np.ndarray:
     """Labels as a 1-D int64 array with values in [-1, num_classes); -1 marks images no draw may pick."""
-    num_classes = _check_int("num_classes", num_classes, 1)
+    num_classes = check_int("num_classes", num_classes, low=1)
     arr = np.asarray(labels)
     if arr.ndim != 1 or not (np.issubdtype(arr.dtype, np.integer) or arr.size == 0):
         raise ValueError(f"labels must be a 1-D integer array, got dtype {arr.dtype} and shape {arr.shape}")
@@ -54,7 +45,7 @@ def _as_labels(labels: np.ndarray, num_classes: int) -> np.ndarray:
 
 def _labels_per_class(labels: np.ndarray, num_labels: int, num_classes: int) -> int:
     """Validate ``data.num_labels`` against the labels that may still be drawn (label >= 0)."""
-    num_labels = _check_int("data.num_labels", num_labels, 1)
+    num_labels = check_int("data.num_labels", num_labels, low=1)
     if num_labels % num_classes:
         raise ValueError(f"data.num_labels={num_labels} is not divisible by the {num_classes} classes; the labeled "
                          f"set holds num_labels / num_classes images of every class, so use a multiple of "
@@ -144,18 +135,7 @@ class Split:
         path = Path(path)
         doc = {"format": _SPLIT_FORMAT, "digest": self.digest(), "meta": self.meta,
                "labeled": self.labeled.tolist(), "unlabeled": self.unlabeled.tolist(), "val": self.val.tolist()}
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(doc, f, separators=(",", ":"))
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write(path, json.dumps(doc, separators=(",", ":")).encode(), mode=0o644)
 
     @classmethod
     def load(cls, path: str | Path) -> Split:
@@ -217,10 +197,10 @@ def make_split(labels: np.ndarray, *, dataset: str, num_labels: int, num_classes
     labels = _as_labels(labels, num_classes)
     if rule not in SPLIT_RULES:
         raise ValueError(f"data.split_rule must be one of {', '.join(sorted(SPLIT_RULES))}, got {rule!r}")
-    fold = _check_int("data.fold", fold, 0)
-    val_per_class = _check_int("data.val_per_class", val_per_class, 0)
-    num_extra_unlabeled = _check_int("num_extra_unlabeled", num_extra_unlabeled, 0)
-    num_labels = _check_int("data.num_labels", num_labels, 1)
+    fold = check_int("data.fold", fold, low=0)
+    val_per_class = check_int("data.val_per_class", val_per_class, low=0)
+    num_extra_unlabeled = check_int("num_extra_unlabeled", num_extra_unlabeled, low=0)
+    num_labels = check_int("data.num_labels", num_labels, low=1)
     num_train = len(labels)
 
     if predefined_folds is not None:

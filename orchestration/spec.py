@@ -26,13 +26,14 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Iterable, Literal, Mapping, Union
+from typing import Annotated, Any, Literal, Mapping, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from mutexmatch.config import (ConfigError, RunConfig, has_validation, owned_fields, parse_config,
                                unsearchable_fields)
+from mutexmatch.utils import deep_merge, set_dotted, validation_error_lines  # noqa: F401  (re-exported)
 
 from orchestration.contract import VALIDATION_METRICS, cell_id
 
@@ -58,7 +59,6 @@ __all__ = [
     "param_value",
     "spec_hash",
     "validate_spec",
-    "iter_dotted",
 ]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
@@ -342,26 +342,6 @@ def search_cells(spec: SweepSpec) -> list[Cell]:
 
 
 # ------------------------------------------------------------------------------------------------ configs
-def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
-    """``override`` on top of ``base``: mappings merge recursively, anything else is replaced."""
-    out = copy.deepcopy(dict(base))
-    for key, value in override.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = deep_merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
-def set_dotted(raw: Mapping[str, Any], path: str, value: Any) -> dict[str, Any]:
-    """A copy of ``raw`` with ``a.b`` set to ``value``."""
-    *parents, leaf = path.split(".")
-    override: dict[str, Any] = {leaf: value}
-    for p in reversed(parents):
-        override = {p: override}
-    return deep_merge(raw, override)
-
-
 def param_value(path: str, value: Any) -> Any:
     """The RunConfig value for a sampled search value: a float on ``algorithm.k`` is a fraction of C (``0.6C``)."""
     if path == "algorithm.k" and isinstance(value, float):
@@ -525,20 +505,15 @@ def _search_errors(spec: SweepSpec, project_dir: Path) -> list[str]:
 
 # ------------------------------------------------------------------------------------------------ loading
 def _format_errors(err: ValidationError) -> str:
-    lines = []
-    for e in err.errors():
-        loc = [str(p) for p in e["loc"]]
-        if loc[:2] == ["search", "space"] and len(loc) > 3:
-            del loc[3]  # the discriminator tag pydantic inserts into a tagged-union member's location
-        where = ".".join(loc) or "spec"
-        msg = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "extra_forbidden":
-            lines.append(f"{where}: unknown key; allowed keys: {', '.join(_allowed_keys(e['loc'][:-1]))}")
-        elif e["type"] == "missing":
-            lines.append(f"{where}: required field is missing")
-        else:
-            lines.append(f"{where}={e.get('input')!r}: {msg}")
-    return "\n".join(lines)
+    return "\n".join(validation_error_lines(err, where=_where, allowed_keys=_allowed_keys,
+                                             missing="required field is missing"))
+
+
+def _where(loc: tuple) -> str:
+    parts = [str(p) for p in loc]
+    if parts[:2] == ["search", "space"] and len(parts) > 3:
+        del parts[3]  # the discriminator tag pydantic inserts into a tagged-union member's location
+    return ".".join(parts) or "spec"
 
 
 def _allowed_keys(loc: tuple) -> list[str]:
@@ -585,13 +560,3 @@ def spec_hash(spec: SweepSpec) -> str:
     """Short sha256 over what changes the trials (description and report layouts excluded)."""
     d = spec.model_dump(mode="json", exclude={"description", "tables", "figures"})
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def iter_dotted(d: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[str, Any]]:
-    """``(a.b, value)`` for every leaf of a nested mapping (used to flatten configs into MLflow params)."""
-    for key, value in d.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            yield from iter_dotted(value, path + ".")
-        else:
-            yield path, value

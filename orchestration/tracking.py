@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from mutexmatch.utils import flatten_dotted
+
 from orchestration import contract as C
 from orchestration.contract import ROLE_SWEEP, ROLE_TRIAL, TAG, trial_tags  # noqa: F401  (re-exported)
 from orchestration.env import apply_closed_network_env
@@ -90,13 +92,8 @@ def git_commit(project_dir: Path) -> str:
 
 def flatten_params(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     """The resolved RunConfig as MLflow params: ``algorithm.tau`` → ``"0.95"`` (``str`` of each leaf value)."""
-    out: dict[str, str] = {}
-    for key, value in config.items():
-        if isinstance(value, Mapping):
-            out.update(flatten_params(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = json.dumps(value) if isinstance(value, (list, tuple)) else str(value)
-    return out
+    return {k: json.dumps(v) if isinstance(v, (list, tuple)) else str(v)
+            for k, v in flatten_dotted(config, prefix).items()}
 
 
 def iter_runs(client: MlflowClient, experiment_id: str, filter_string: str = "",

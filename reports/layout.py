@@ -47,6 +47,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
+from mutexmatch.utils import flatten_dotted, validation_error_lines
+
 from orchestration import contract
 
 __all__ = [
@@ -294,18 +296,11 @@ def _stringify_levels(raw: dict[str, Any], keys: tuple[str, ...]) -> dict[str, A
 
 
 def _pydantic_lines(err: ValidationError, prefix: str) -> list[str]:
-    lines = []
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"] if p not in ("curves", "heatmap", "sensitivity"))
-        field = f"{prefix}.{loc}" if loc else prefix
-        msg = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "extra_forbidden":
-            lines.append(f"{field}: unknown key")
-        elif e["type"] == "missing":
-            lines.append(f"{field}: required")
-        else:
-            lines.append(f"{field}={e.get('input')!r}: {msg}")
-    return lines
+    def where(loc: tuple) -> str:  # without the figure-type tags pydantic inserts into a tagged union's locations
+        rest = ".".join(str(p) for p in loc if p not in ("curves", "heatmap", "sensitivity"))
+        return f"{prefix}.{rest}" if rest else prefix
+
+    return validation_error_lines(err, where=where, missing="required")
 
 
 def _levels_line(where: str, value: str, axis: str, axes: Axes) -> str:
@@ -461,22 +456,11 @@ def _check_figure(f: CurvesFigure | HeatmapFigure | SensitivityFigure, where: st
     return errors
 
 
-def _flatten(override: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in override.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(_flatten(v, key + "."))
-        else:
-            out[key] = v
-    return out
-
-
 def sensitivity_param(fig: SensitivityFigure, axes: Axes, where: str = "figure") -> str:
     """The dotted config key swept along ``fig.axis``: ``fig.param``, or the one key all its levels override."""
     if fig.param is not None:
         return fig.param
-    keys = {k for override in axes[fig.axis].values() for k in _flatten(override)}
+    keys = {k for override in axes[fig.axis].values() for k in flatten_dotted(override)}
     if len(keys) != 1:
         raise LayoutError(f"{where}.param: axis {fig.axis!r} levels override {sorted(keys) or 'nothing'}; name "
                           "the swept config key with `param: <dotted.key>`")
@@ -486,7 +470,7 @@ def sensitivity_param(fig: SensitivityFigure, axes: Axes, where: str = "figure")
 def sensitivity_x(fig: SensitivityFigure, axes: Axes, where: str = "figure") -> dict[str, Any]:
     """level → x value: each level override's value at :func:`sensitivity_param`."""
     param = sensitivity_param(fig, axes, where)
-    flat = {lvl: _flatten(o) for lvl, o in axes[fig.axis].items()}
+    flat = {lvl: flatten_dotted(o) for lvl, o in axes[fig.axis].items()}
     missing = [lvl for lvl, f in flat.items() if param not in f]
     if missing:
         raise LayoutError(f"{where}.param={param!r}: levels {', '.join(missing)} of axis {fig.axis!r} do not set it")
