@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
+from orchestration import contract as C
 from orchestration import tracking
 from orchestration.sweep import check_resources, resolve_storage
 from orchestration.spec import Resources
@@ -63,9 +64,9 @@ def test_runs_of_a_dead_driver_are_killed_and_a_live_one_is_left_alone(store):
     for label, pid in (("dead", dead_pid), ("alive", os.getppid())):
         info = tracking.create_parent_run(client, exp_id, launch_id=label, spec_path=Path("s.yaml"), spec_text="x",
                                           spec_hash="h", commit="c", storage="st", smoke=False, command="cmd")
-        client.set_tag(info.run_id, "mutexmatch.driver_pid", str(pid))
-        child = client.create_run(exp_id, tags={"mlflow.parentRunId": info.run_id, "mutexmatch.role": "trial"})
-        done = client.create_run(exp_id, tags={"mlflow.parentRunId": info.run_id, "mutexmatch.role": "trial"})
+        client.set_tag(info.run_id, C.DRIVER_PID, str(pid))
+        child = client.create_run(exp_id, tags={C.PARENT_RUN_ID: info.run_id, C.ROLE: C.ROLE_TRIAL})
+        done = client.create_run(exp_id, tags={C.PARENT_RUN_ID: info.run_id, C.ROLE: C.ROLE_TRIAL})
         tracking.end_run(client, done.info.run_id, "FINISHED")
         parents[label] = (info.run_id, child.info.run_id, done.info.run_id)
     killed = tracking.kill_dead_launches(client, exp_id)
@@ -73,7 +74,7 @@ def test_runs_of_a_dead_driver_are_killed_and_a_live_one_is_left_alone(store):
     status = {label: [client.get_run(r).info.status for r in ids] for label, ids in parents.items()}
     assert status == {"dead": ["KILLED", "KILLED", "FINISHED"], "alive": ["RUNNING", "RUNNING", "FINISHED"]}
     found = tracking.find_resumable_parent(client, exp_id, spec_hash="h", storage="st", smoke=False)
-    assert found is not None and found.data.tags["mutexmatch.launch_id"] == "alive"  # the newest launch
+    assert found is not None and found.data.tags[C.LAUNCH_ID] == "alive"  # the newest launch
     assert tracking.find_resumable_parent(client, exp_id, spec_hash="h", storage="other", smoke=False) is None
 
 
