@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from pydantic import ValidationError
 
 __all__ = ["atomic_write", "deep_merge", "set_dotted", "flatten_dotted", "validation_error_lines", "interval_text",
-           "in_interval", "check_int"]
+           "in_interval", "at_least", "check_int"]
 
 
 # ------------------------------------------------------------------------------------------------ files
@@ -133,6 +133,21 @@ def in_interval(value: float, low: float | None, high: float | None, low_open: b
     if not ok:
         raise ValueError(f"must be in {interval_text(low, high, low_open, high_open)}")
     return value
+
+
+def at_least(low: float, *, strict: bool = False, or_none: bool = False) -> Callable[[Any], Any]:
+    """A check for a pydantic ``AfterValidator`` (or any caller): the value itself if it is >= ``low`` (> ``low``
+    when ``strict``; None passes when ``or_none``), else ``ValueError("must be >= 1")`` — the field's name and value
+    are added by the error formatter."""
+    text = f"must be {'>' if strict else '>='} {low:g}{' or null' if or_none else ''}"
+
+    def check(value: Any) -> Any:
+        if value is None and or_none:
+            return value
+        if value is None or (value <= low if strict else value < low):
+            raise ValueError(text)
+        return value
+    return check
 
 
 def check_int(field: str, value: Any, *, low: int, high: int | None = None, note: str = "") -> int:

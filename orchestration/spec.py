@@ -29,11 +29,11 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Mapping, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from mutexmatch.config import (ConfigError, RunConfig, has_validation, owned_fields, parse_config,
                                unsearchable_fields)
-from mutexmatch.utils import deep_merge, set_dotted, validation_error_lines  # noqa: F401  (re-exported)
+from mutexmatch.utils import at_least, deep_merge, set_dotted, validation_error_lines  # noqa: F401  (re-exported)
 
 from orchestration.contract import VALIDATION_METRICS, cell_id
 
@@ -88,21 +88,14 @@ class Resources(_Strict):
     """Per-trial resources, passed to ``tune.with_resources``. Fractional GPUs share one device (scheduling only:
     Ray does not isolate GPU memory)."""
 
-    cpu: float = Field(1.0, description="CPUs per trial (also the trial's torch thread count, rounded, at least 1).")
-    gpu: float = Field(0.0, description="GPUs per trial; a fraction < 1 packs several trials on one GPU.")
-
-    @field_validator("cpu")
-    @classmethod
-    def _cpu(cls, v: float) -> float:
-        if v <= 0:
-            raise ValueError("must be > 0")
-        return v
+    cpu: Annotated[float, AfterValidator(at_least(0, strict=True))] = Field(
+        1.0, description="CPUs per trial (also the trial's torch thread count, rounded, at least 1).")
+    gpu: Annotated[float, AfterValidator(at_least(0))] = Field(
+        0.0, description="GPUs per trial; a fraction < 1 packs several trials on one GPU.")
 
     @field_validator("gpu")
     @classmethod
     def _gpu(cls, v: float) -> float:
-        if v < 0:
-            raise ValueError("must be >= 0")
         if v > 1 and v != int(v):
             raise ValueError("must be a fraction in [0, 1] or a whole number of GPUs")
         return v
@@ -163,22 +156,10 @@ class SchedulerSpec(_Strict):
     """Early stopping of search trials, counted in evaluations (Tune's ``training_iteration``)."""
 
     type: Literal["asha", "none"] = "asha"
-    grace_period: int = Field(1, description="Evaluations every trial gets before ASHA may stop it.")
-    reduction_factor: float = Field(2.0, description="ASHA's η: the top 1/η of trials are promoted at each rung.")
-
-    @field_validator("grace_period")
-    @classmethod
-    def _grace(cls, v: int) -> int:
-        if v < 1:
-            raise ValueError("must be >= 1")
-        return v
-
-    @field_validator("reduction_factor")
-    @classmethod
-    def _rf(cls, v: float) -> float:
-        if v <= 1:
-            raise ValueError("must be > 1")
-        return v
+    grace_period: Annotated[int, AfterValidator(at_least(1))] = Field(
+        1, description="Evaluations every trial gets before ASHA may stop it.")
+    reduction_factor: Annotated[float, AfterValidator(at_least(1, strict=True))] = Field(
+        2.0, description="ASHA's η: the top 1/η of trials are promoted at each rung.")
 
 
 class SearchSpec(_Strict):
@@ -188,9 +169,11 @@ class SearchSpec(_Strict):
                                         "(`{}` matches every cell).")
     metric: str = Field(description="Objective: val/acc or val/best_acc (never test/*).")
     mode: Literal["max", "min"] = "max"
-    n_trials: int = Field(8, description="Optuna trials per searched cell and fold (--n-trials overrides).")
-    max_concurrent: int | None = Field(None, description="Trials running at once (--max-concurrent overrides); "
-                                       "null = as many as the resources allow.")
+    n_trials: Annotated[int, AfterValidator(at_least(1))] = Field(
+        8, description="Optuna trials per searched cell and fold (--n-trials overrides).")
+    max_concurrent: Annotated[int | None, AfterValidator(at_least(1, or_none=True))] = Field(
+        None, description="Trials running at once (--max-concurrent overrides); null = as many as the resources "
+        "allow.")
     folds: list[int] | None = Field(None, description="Folds searched (default: the sweep's first fold). Each "
                                     "(cell, fold) is its own Optuna study.")
     base: dict[str, Any] = Field(default_factory=dict, description="Overrides for search trials only (typically a "
@@ -209,20 +192,6 @@ class SearchSpec(_Strict):
         if v not in VALIDATION_METRICS:
             raise ValueError(f"must be a validation metric: {' or '.join(VALIDATION_METRICS)} (the test set never "
                              "selects hyper-parameters)")
-        return v
-
-    @field_validator("n_trials")
-    @classmethod
-    def _n_trials(cls, v: int) -> int:
-        if v < 1:
-            raise ValueError("must be >= 1")
-        return v
-
-    @field_validator("max_concurrent")
-    @classmethod
-    def _max_concurrent(cls, v: int | None) -> int | None:
-        if v is not None and v < 1:
-            raise ValueError("must be >= 1 or null")
         return v
 
     @field_validator("folds")

@@ -8,7 +8,7 @@ import stat
 import pytest
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from mutexmatch.utils import (atomic_write, check_int, deep_merge, flatten_dotted, in_interval, interval_text,
+from mutexmatch.utils import (at_least, atomic_write, check_int, deep_merge, flatten_dotted, in_interval, interval_text,
                               set_dotted, validation_error_lines)
 
 
@@ -79,3 +79,11 @@ def test_intervals_and_integers():
             check_int("n", bad, low=1)
     with pytest.raises(ValueError, match=r"^k=5: must be an integer in \[1, 4\] \(C=4\)$"):
         check_int("k", 5, low=1, high=4, note=" (C=4)")
+
+
+def test_at_least():
+    assert at_least(1)(1) == 1 and at_least(0, strict=True)(0.5) == 0.5 and at_least(1, or_none=True)(None) is None
+    for check, value, msg in ((at_least(1), 0, "must be >= 1"), (at_least(0, strict=True), 0.0, "must be > 0"),
+                              (at_least(1, or_none=True), 0, "must be >= 1 or null"), (at_least(1), None, ">= 1")):
+        with pytest.raises(ValueError, match=msg):
+            check(value)
