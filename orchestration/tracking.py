@@ -30,7 +30,6 @@ from typing import Any, Iterator, Mapping
 from mutexmatch.utils import flatten_dotted
 
 from orchestration import contract as C
-from orchestration.contract import ROLE_SWEEP, ROLE_TRIAL, TAG, trial_tags  # noqa: F401  (re-exported)
 from orchestration.env import apply_closed_network_env
 
 apply_closed_network_env()
@@ -39,9 +38,8 @@ from mlflow import MlflowClient  # noqa: E402  (telemetry must be off before mlf
 from mlflow.entities import Metric, Param, Run, RunTag, ViewType  # noqa: E402
 
 __all__ = [
-    "TAG", "ROLE_SWEEP", "ROLE_TRIAL",
     "resolve_tracking_uri", "artifact_location", "ensure_experiment", "git_commit", "flatten_params",
-    "create_parent_run", "find_resumable_parent", "trial_tags", "find_trial_run", "iter_runs",
+    "create_parent_run", "find_resumable_parent", "find_trial_run", "iter_runs",
     "finished_grid_hashes", "finished_search_runs", "end_run", "kill_dead_launches", "end_open_children",
     "log_metrics", "log_params_and_tags", "ParentInfo",
 ]
@@ -121,7 +119,7 @@ def create_parent_run(client: MlflowClient, experiment_id: str, *, launch_id: st
                       command: str) -> ParentInfo:
     """The parent run of one sweep launch, RUNNING until :func:`end_run`. ``mutexmatch.driver_*`` tags let a later
     launch on the same host tell whether this driver is still alive."""
-    tags = {C.ROLE: ROLE_SWEEP, C.SPEC_HASH: spec_hash, C.SPEC_PATH: str(spec_path), C.GIT_COMMIT: commit,
+    tags = {C.ROLE: C.ROLE_SWEEP, C.SPEC_HASH: spec_hash, C.SPEC_PATH: str(spec_path), C.GIT_COMMIT: commit,
             C.LAUNCH_ID: launch_id, C.STORAGE: storage, C.SMOKE: str(smoke).lower(),
             C.DRIVER_HOST: socket.gethostname(), C.DRIVER_PID: str(os.getpid()), C.COMMAND: command[:5000]}
     run = client.create_run(experiment_id, tags=tags, run_name=f"sweep {launch_id}" + (" (smoke)" if smoke else ""))
@@ -132,7 +130,7 @@ def create_parent_run(client: MlflowClient, experiment_id: str, *, launch_id: st
 def find_resumable_parent(client: MlflowClient, experiment_id: str, *, spec_hash: str, storage: str,
                           smoke: bool) -> Run | None:
     """The newest launch of this spec (same hash, storage and smoke flag) — what ``--resume`` continues."""
-    flt = (f"tags.`{C.ROLE}` = '{ROLE_SWEEP}' AND tags.`{C.SPEC_HASH}` = '{spec_hash}' AND "
+    flt = (f"tags.`{C.ROLE}` = '{C.ROLE_SWEEP}' AND tags.`{C.SPEC_HASH}` = '{spec_hash}' AND "
            f"tags.`{C.SMOKE}` = '{str(smoke).lower()}'")
     for run in iter_runs(client, experiment_id, flt, order_by=["attributes.start_time DESC"]):
         if run.data.tags.get(C.STORAGE) == storage:
@@ -193,7 +191,7 @@ def kill_dead_launches(client: MlflowClient, experiment_id: str) -> list[Run]:
     """Parent runs left RUNNING by a driver on this host that no longer exists (SIGKILL, power loss): end them and
     their RUNNING children as KILLED, so the store never shows work as running that is not. Returns the parents."""
     host = socket.gethostname()
-    flt = f"tags.`{C.ROLE}` = '{ROLE_SWEEP}' AND attributes.status = 'RUNNING'"
+    flt = f"tags.`{C.ROLE}` = '{C.ROLE_SWEEP}' AND attributes.status = 'RUNNING'"
     dead = []
     for run in iter_runs(client, experiment_id, flt):
         t = run.data.tags

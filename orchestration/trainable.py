@@ -220,10 +220,10 @@ def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
         tune.report({**run.data.metrics, "step": max((m.step for m in history), default=0)})
         return
     if run is None:
-        tags = tracking.trial_tags(parent_run_id=ctx.parent_run_id, kind=ident["kind"],
-                                   cell_levels=ident["cell"].levels, cell_id=ident["cell"].id, fold=ident["fold"],
-                                   variant=cfg.algorithm.name, config_hash=config_hash(cfg), commit=ctx.git_commit,
-                                   trial_id=trial_id, launch_id=ctx.launch_id)
+        tags = C.trial_tags(parent_run_id=ctx.parent_run_id, kind=ident["kind"], cell_levels=ident["cell"].levels,
+                            cell_id=ident["cell"].id, fold=ident["fold"], variant=cfg.algorithm.name,
+                            config_hash=config_hash(cfg), commit=ctx.git_commit, trial_id=trial_id,
+                            launch_id=ctx.launch_id)
         tags.update(ident["extra"])
         run = client.create_run(ctx.experiment_id, tags=tags, run_name=ident["name"])
         logged_params: dict[str, str] = {}
