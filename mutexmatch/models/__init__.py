@@ -46,6 +46,10 @@ class Backbone(nn.Module):
         """Logits of the backbone's own head (the TPC): ``classifier(forward_features(x))``, shape (N, C)."""
         return self.classifier(self.forward_features(x))
 
+    def tie_bn_momentum_to_ema(self, ema: float) -> None:
+        """Under ``algorithm.form: official``: set BatchNorm momenta from the EMA decay ``ema`` where the released
+        code derives them so (its WRN: ``1 - ema``); a no-op for backbones whose momentum does not depend on it."""
+
 
 BackboneFactory = Callable[[int, int], Backbone]
 """``factory(num_classes, in_channels) -> Backbone``."""

@@ -13,12 +13,16 @@ Architecture (``models/nets/wrn.py`` of the released code, run with ``leaky_slop
 * Final BN → LeakyReLU(0.1) → global average pooling → Linear head (the TPC).
 * Convs have no bias. Init: conv weights N(0, √(2 / (k·k·out_channels))) (Kaiming normal, fan-out); BN weight 1,
   bias 0; head bias 0 and head weight left at PyTorch's default (the released code only zeroes the bias).
-* BN momentum 0.001, eps 1e-5.
+* BN momentum 0.001, eps 1e-5. The released code derives it from the EMA decay (``bn_momentum = 1 - ema_m``);
+  under ``algorithm.form: official`` the trainer does the same through :meth:`WideResNet.tie_bn_momentum_to_ema`
+  (0.001 exactly at the default EMA 0.999, so the default is unchanged).
 
 The released code also creates an unused ``BatchNorm2d(16k)`` (``bn3``) that never enters the forward pass; it is
 omitted here, so WRN-28-2 with 10 classes has 1,467,610 parameters (the released code counts 64 more).
 """
 from __future__ import annotations
+
+from decimal import Decimal
 
 import torch
 import torch.nn.functional as F
@@ -28,6 +32,12 @@ from mutexmatch.models import Backbone, register_backbone
 
 _BN_MOMENTUM = 0.001  # = 1 - EMA decay 0.999: the released code ties them (args.bn_momentum = 1.0 - args.ema_m)
 _LEAKY_SLOPE = 0.1
+
+
+def bn_momentum_for_ema(ema: float) -> float:
+    """The released code's ``bn_momentum = 1 - ema_m``, subtracted in decimal so that the default EMA 0.999 gives
+    exactly the 0.001 our WRNs always used (the released code's binary ``1.0 - 0.999`` is 0.0010000000000000009)."""
+    return float(Decimal(1) - Decimal(repr(float(ema))))
 
 
 def _bn(channels: int) -> nn.BatchNorm2d:
@@ -110,6 +120,12 @@ class WideResNet(Backbone):
                 nn.init.zeros_(m.bias)
             elif isinstance(m, nn.Linear):
                 nn.init.zeros_(m.bias)
+
+    def tie_bn_momentum_to_ema(self, ema: float) -> None:
+        """Every BatchNorm momentum := 1 - ``ema`` (:func:`bn_momentum_for_ema`), as the released code's WRN."""
+        for m in self.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.momentum = bn_momentum_for_ema(ema)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         out = self.groups(self.conv1(x))

@@ -180,6 +180,28 @@ def test_bad_arguments_raise(kwargs: dict[str, object], field: str) -> None:
         build_backbone("small_cnn", **kwargs)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("name", ["wrn28_2", "wrn28_8", "wrn37_2"])
+def test_wrn_batchnorm_momentum_follows_the_ema_like_the_released_code(name: str) -> None:
+    """bn_momentum = 1 - ema_m in the released code; exactly 0.001 at the default EMA (the momentum we always used)."""
+    model = build_backbone(name, num_classes=10)
+    bns = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
+    assert all(bn.momentum == 0.001 for bn in bns)
+    model.tie_bn_momentum_to_ema(0.999)
+    assert all(bn.momentum == 0.001 for bn in bns)
+    model.tie_bn_momentum_to_ema(0.99)
+    assert all(bn.momentum == 0.01 for bn in bns)
+    model.tie_bn_momentum_to_ema(0.9997)
+    assert all(bn.momentum == pytest.approx(0.0003, abs=1e-15) for bn in bns)
+
+
+def test_other_backbones_keep_their_momentum_under_any_ema() -> None:
+    for name in ("small_cnn", "cnn13", "resnet18"):
+        model = build_backbone(name, num_classes=10)
+        before = [m.momentum for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+        model.tie_bn_momentum_to_ema(0.9)
+        assert [m.momentum for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)] == before
+
+
 def test_mutexnet_without_tnc_and_head_mismatch() -> None:
     with_tnc = build_model("small_cnn", num_classes=10, in_channels=1, image_size=16)
     without = build_model("small_cnn", num_classes=10, in_channels=1, image_size=16, with_tnc=False)
