@@ -138,7 +138,7 @@ def time_reference(args, bundle: DatasetBundle) -> list[float]:
         out = alg.compute(model, StepInputs(feats=feats, num_lb=args.batch, num_ulb=args.batch * args.mu,
                                             targets_lb=y, ulb_idx=torch.arange(args.batch * args.mu), step=0))
         opt.zero_grad(set_to_none=True)
-        out["loss"].backward()
+        out.loss.backward()
         opt.step()
 
     return timed(step, args)

@@ -1,14 +1,20 @@
 """Training algorithms as registered pieces: supervised, FixMatch, MutexMatch and the paper's ablations.
 
 An algorithm turns the backbone features of one step's concatenated batch [labeled B | weak muB | strong muB] into
-loss terms. ``compute`` is the same for all of them:
+a :class:`StepOutput` (the loss and named diagnostics). ``compute`` is the same for all of them:
 
-    views -> base_terms (FixMatch / Algorithm 1) -> variant_terms (what an ablation swaps) -> loss = sum lambda_t t
+    views (p^w, confidence mask) -> base_terms (FixMatch / Algorithm 1: terms and L = sum_t lambda_t L_t)
+        -> variant_terms (what an ablation swaps or adds; only then is L re-weighted, from term_weights)
 
 so a paper ablation is a small subclass that replaces the term it ablates and nothing else. Each class declares its
-accepted hyper-parameters and their defaults in ``params`` (the ``algorithm`` config section); unknown or
-out-of-range values raise ``ValueError`` naming ``algorithm.<param>``. ``pinned`` holds the values a variant fixes for
-hyper-parameters of its parent that it does not accept.
+hyper-parameters once, as its typed parameter model ``Params`` (:mod:`mutexmatch.params`: defaults, ranges, docs);
+unknown or out-of-range values raise ``ValueError`` naming ``algorithm.<param>``, and the loss calls read
+``self.params.<name>``. A variant drops parameters of its parent with ``Params.without(...)``, which fixes them.
+
+The confidence threshold is a seam: :meth:`FixMatch.confidence_mask` turns p^w into the high-confidence mask
+1(max p^w >= tau) of Eq. (p), with access to the unlabeled indices and the algorithm's own state
+(:meth:`Algorithm.state_dict`, saved in checkpoints); an algorithm with per-class or adaptive thresholds overrides
+only it. The losses take the mask, not tau.
 """
 from __future__ import annotations
 
@@ -20,8 +26,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from mutexmatch.losses import (FORMS, check_choice, check_int, check_k, check_number, complementary_label,
-                               fixmatch_loss, mutexmatch_loss, negative_consistency, soft_cross_entropy)
+from mutexmatch.losses import (complementary_label, confidence_mask, fixmatch_loss, mutexmatch_loss,
+                               negative_consistency, soft_cross_entropy)
+from mutexmatch.params import (AlgorithmParams, FixMatchParams, LowConfidenceParams, MutexMatchParams, NCEParams,
+                               resolve_k, section_fields)
+from mutexmatch.params import markdown as params_markdown
+from mutexmatch.utils import check_int
 
 
 @dataclass
@@ -37,6 +47,21 @@ class StepInputs:
 
 
 @dataclass
+class StepOutput:
+    """One step of an algorithm: the loss to minimise and named diagnostics (detached, None where an algorithm
+    has no such thing); the trainer accumulates them per evaluation."""
+
+    loss: Tensor                            # L = sum_t lambda_t L_t (Eq. allloss), weighted once
+    terms: dict[str, Tensor]                # unweighted scalar terms by name: sup, sep, p, n, ab1, nce
+    mask: Tensor | None = None              # (muB,) float 1(max p^w >= tau): the confidence mask
+    conf: Tensor | None = None              # (muB,) max p^w
+    pseudo_label: Tensor | None = None      # (muB,) \hat p^w = argmax p^w
+    comp_label: Tensor | None = None        # (muB,) the complementary label L_sep trains the TNC on (weak rows)
+    tnc_comp_label: Tensor | None = None    # (muB,) argmax r^w: the TNC's "what it is not"
+    neg_mask: Tensor | None = None          # (muB, C) UPS negative labels, several per row (fixmatch_nce)
+
+
+@dataclass
 class Views:
     """The per-step tensors the loss terms read; fields an algorithm does not need stay None."""
 
@@ -46,6 +71,7 @@ class Views:
     logits_w: Tensor | None = None
     logits_s: Tensor | None = None
     probs_w: Tensor | None = None         # p^w, detached, distribution-aligned when dist_align is on
+    mask: Tensor | None = None            # 1(max p^w >= tau) per unlabeled row, float: Algorithm.confidence_mask
     feats_w: Tensor | None = None
     feats_s: Tensor | None = None
     tnc_w: Tensor | None = None           # TNC logits on the weak view (detached features unless sep_stop_grad off)
@@ -97,68 +123,40 @@ class DistributionAlignment:
         self.count = check_int("dist_align state count", state["count"], low=0, high=1 << 62)
 
 
-# ----------------------------------------------------------------------------------------------------------------------
-# Hyper-parameter validation: one checker per parameter name, used by every algorithm that declares it.
-# ----------------------------------------------------------------------------------------------------------------------
-def _lam(name: str) -> Callable[[Any, dict[str, Any], int], Any]:
-    return lambda v, hp, c: check_number(f"algorithm.{name}", v, low=0.0)
-
-
-def _bool(name: str) -> Callable[[Any, dict[str, Any], int], Any]:
-    return lambda v, hp, c: check_choice(f"algorithm.{name}", v, (False, True))
-
-
-PARAM_CHECKS: dict[str, Callable[[Any, dict[str, Any], int], Any]] = {
-    "form": lambda v, hp, c: check_choice("algorithm.form", v, FORMS),
-    "tau": lambda v, hp, c: check_number("algorithm.tau", v, low=0.0, high=1.0, low_open=True),
-    "k": lambda v, hp, c: v is None or check_k(v, c, hp.get("form", "paper")),
-    "lambda_sep": _lam("lambda_sep"), "lambda_p": _lam("lambda_p"), "lambda_n": _lam("lambda_n"),
-    "lambda_ab1": _lam("lambda_ab1"),
-    "dist_align": _bool("dist_align"), "sep_stop_grad": _bool("sep_stop_grad"),
-    "tnc_consistency": lambda v, hp, c: check_choice("algorithm.tnc_consistency", v, ("low", "all")),
-    "tnc_target": lambda v, hp, c: check_choice("algorithm.tnc_target", v, ("soft", "hard")),
-    "comp_rank": lambda v, hp, c: check_int("algorithm.comp_rank", v, low=1, high=c, note=f" (C={c})"),
-    "nce_variant": lambda v, hp, c: check_choice("algorithm.nce_variant", v, (1, 2, 3)),
-    "tau_p": lambda v, hp, c: v is None or check_number("algorithm.tau_p", v, low=0.0, high=1.0, low_open=True),
-    "tau_n": lambda v, hp, c: check_number("algorithm.tau_n", v, low=0.0, high=1.0, low_open=True, high_open=True),
-}
-
-
 class Algorithm:
-    """Base class: validated hyper-parameters ``hp``, optional distribution alignment, the shared ``compute``."""
+    """Base class: typed hyper-parameters ``params``, optional distribution alignment, the shared ``compute``.
+
+    ``params`` holds the algorithm's parameters by name (missing ones take their defaults); ``num_unlabeled`` is the
+    size of the unlabeled pool that ``StepInputs.ulb_idx`` indexes (0 when unknown), for per-sample state.
+    """
 
     name: ClassVar[str] = "<unregistered>"
     uses_tnc: ClassVar[bool] = False         # False: the model is built without a TNC and no TNC work is done
     uses_unlabeled: ClassVar[bool] = True    # False: the trainer builds no unlabeled batches
-    params: ClassVar[dict[str, Any]] = {}
-    pinned: ClassVar[dict[str, Any]] = {}
+    Params: ClassVar[type[AlgorithmParams]] = AlgorithmParams
 
-    def __init__(self, params: Mapping[str, Any], num_classes: int) -> None:
+    def __init__(self, params: Mapping[str, Any], num_classes: int, num_unlabeled: int = 0) -> None:
         self.num_classes = check_int("num_classes", num_classes, low=2, high=1 << 20)
-        self.hp = self.resolve_params(params, num_classes)
-        self.dist_align = DistributionAlignment(num_classes) if self.hp.get("dist_align", False) else None
+        self.num_unlabeled = check_int("num_unlabeled", num_unlabeled, low=0, high=1 << 40)
+        self.params = self.Params.parse(params, self.name, num_classes)
+        self.dist_align = DistributionAlignment(num_classes) if getattr(self.params, "dist_align", False) else None
 
     @classmethod
-    def resolve_params(cls, params: Mapping[str, Any], num_classes: int) -> dict[str, Any]:
-        """Defaults merged with ``params``; raises ``ValueError`` naming ``algorithm.<param>`` on a bad one."""
-        if not isinstance(params, Mapping):
-            raise ValueError(f"algorithm: parameters must be a mapping, got {type(params).__name__}")
-        unknown = sorted(set(params) - set(cls.params), key=str)
-        if unknown:
-            raise ValueError(f"algorithm.{unknown[0]}: not a parameter of algorithm {cls.name!r} "
-                             f"(accepted: {', '.join(sorted(cls.params)) or 'none'})")
-        hp = {**cls.pinned, **cls.params, **params}
-        for key in sorted(cls.params, key=lambda p: p != "form"):  # form first: the range of k depends on it
-            PARAM_CHECKS[key](hp[key], hp, num_classes)
-        return hp
+    def params_from(cls, section: Any) -> dict[str, Any]:
+        """This algorithm's parameters read off a config section (any object with them as attributes)."""
+        return {name: getattr(section, name) for name in cls.Params.model_fields}
 
-    def compute(self, model: nn.Module, inp: StepInputs) -> dict[str, Tensor]:
-        """Loss terms, ``loss`` = sum of lambda_t * term_t, and detached diagnostics for one step."""
+    def compute(self, model: nn.Module, inp: StepInputs) -> StepOutput:
+        """One step's loss and named diagnostics: views -> the loss function (its terms and its weighted total
+        L = sum_t lambda_t L_t, Eq. allloss) -> an ablation's swapped or added terms, re-weighted only then."""
         views = self.views(model, inp)
         out = self.base_terms(views)
-        out.update(self.variant_terms(out, views))
-        out["loss"] = sum(weight * out[term] for term, weight in self.term_weights().items())
-        return out
+        swapped = self.variant_terms(out, views)
+        out.update(swapped)
+        weights = self.term_weights()
+        loss = out["loss"] if swapped.keys().isdisjoint(weights) else sum(w * out[t] for t, w in weights.items())
+        return StepOutput(loss=loss, terms={t: out[t] for t in weights}, **{
+            f: out.get(f) for f in ("mask", "conf", "pseudo_label", "comp_label", "tnc_comp_label", "neg_mask")})
 
     def views(self, model: nn.Module, inp: StepInputs) -> Views:
         raise NotImplementedError
@@ -171,6 +169,8 @@ class Algorithm:
         return {}
 
     def term_weights(self) -> dict[str, float]:
+        """lambda_t of every term, in the order the loss function sums them (its total is used unless an ablation
+        swaps or adds a term)."""
         raise NotImplementedError
 
     def state_dict(self) -> dict[str, Any]:
@@ -203,23 +203,33 @@ def register_algorithm(name: str) -> Callable[[A], A]:
     def register(cls: A) -> A:
         if name in ALGORITHMS:
             raise ValueError(f"algorithm.name={name!r}: already registered by {ALGORITHMS[name].__qualname__}")
-        unchecked = sorted(set(cls.params) - set(PARAM_CHECKS))
-        if unchecked:
-            raise ValueError(f"{cls.__qualname__}.params: no validator in PARAM_CHECKS for {unchecked}")
+        if not (isinstance(cls.Params, type) and issubclass(cls.Params, AlgorithmParams)):
+            raise ValueError(f"{cls.__qualname__}.Params: must be a mutexmatch.params.AlgorithmParams model")
+        outside = sorted(set(cls.Params.model_fields) - set(section_fields()))
+        if outside:
+            raise ValueError(f"{cls.__qualname__}.Params: {outside} not in the config's algorithm section "
+                             "(add the model that declares them to mutexmatch.params.SECTION_MODELS)")
         cls.name = name
         ALGORITHMS[name] = cls
         return cls
     return register
 
 
-def build_algorithm(name: str, params: Mapping[str, Any], num_classes: int) -> Algorithm:
+def algorithms_markdown() -> list[str]:
+    """The registered algorithms and the parameters each reads, as a Markdown table (for docs/config.md)."""
+    lines = ["Registered algorithms (`algorithm.name`) and the parameters each reads (its parameter model; a field "
+             "it does not read may not be set):", "", "| `algorithm.name` | method | parameters = default (allowed) |",
+             "| --- | --- | --- |"]
+    for name, cls in ALGORITHMS.items():
+        summary = " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())
+        lines.append(f"| `{name}` | {summary} | {params_markdown(cls.Params)} |")
+    return lines
+
+
+def build_algorithm(name: str, params: Mapping[str, Any], num_classes: int, num_unlabeled: int = 0) -> Algorithm:
     if name not in ALGORITHMS:
         raise ValueError(f"algorithm.name={name!r}: must be one of {sorted(ALGORITHMS)}")
-    return ALGORITHMS[name](params, num_classes)
-
-
-def _without(params: dict[str, Any], *keys: str) -> dict[str, Any]:
-    return {k: v for k, v in params.items() if k not in keys}
+    return ALGORITHMS[name](params, num_classes, num_unlabeled)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -236,7 +246,8 @@ class Supervised(Algorithm):
         return Views(num_lb=b, targets_lb=inp.targets_lb, logits_lb=model.tpc(inp.feats[:b]))
 
     def base_terms(self, v: Views) -> dict[str, Tensor]:
-        return {"sup": F.cross_entropy(v.logits_lb, v.targets_lb)}
+        sup = F.cross_entropy(v.logits_lb, v.targets_lb)
+        return {"loss": sup, "sup": sup}
 
     def term_weights(self) -> dict[str, float]:
         return {"sup": 1.0}
@@ -246,11 +257,18 @@ class Supervised(Algorithm):
 class FixMatch(Algorithm):
     """FixMatch: L_sup + lambda_p L_p (Eqs. s, p); ``dist_align`` gives the papers' "FixMatch w. DA" baseline."""
 
-    params = {"tau": 0.95, "lambda_p": 1.0, "dist_align": False}
+    Params = FixMatchParams
+    params: FixMatchParams
 
     @property
     def threshold(self) -> float:
-        return self.hp["tau"]
+        return self.params.tau
+
+    def confidence_mask(self, probs_w: Tensor, inp: StepInputs) -> Tensor:
+        """The threshold seam: per unlabeled row (``inp.ulb_idx``) 1 where p^w is confident enough, else 0 (float,
+        detached): here 1(max p^w >= tau) of Eq. (p). Override for per-class or adaptive thresholds, keeping any
+        state in ``state_dict``."""
+        return confidence_mask(probs_w, self.threshold)
 
     def views(self, model: nn.Module, inp: StepInputs) -> Views:
         b, u = self._split(inp)
@@ -259,22 +277,23 @@ class FixMatch(Algorithm):
         probs_w = probs_w if self.dist_align is None else self.dist_align(probs_w)
         _, feats_w, feats_s = inp.feats.split([b, u, u])
         return Views(num_lb=b, targets_lb=inp.targets_lb, logits_lb=logits_lb, logits_w=logits_w,
-                     logits_s=logits_s, probs_w=probs_w, feats_w=feats_w, feats_s=feats_s)
+                     logits_s=logits_s, probs_w=probs_w, mask=self.confidence_mask(probs_w, inp), feats_w=feats_w,
+                     feats_s=feats_s)
 
     def base_terms(self, v: Views) -> dict[str, Tensor]:
         return fixmatch_loss(logits_lb=v.logits_lb, targets_lb=v.targets_lb, logits_w=v.logits_w,
-                             logits_s=v.logits_s, tau=self.threshold, lambda_p=self.hp["lambda_p"], probs_w=v.probs_w)
+                             logits_s=v.logits_s, mask=v.mask, lambda_p=self.params.lambda_p, probs_w=v.probs_w)
 
     def term_weights(self) -> dict[str, float]:
-        return {"sup": 1.0, "p": self.hp["lambda_p"]}
+        return {"sup": 1.0, "p": self.params.lambda_p}
 
 
 @register_algorithm("mutexmatch")
 class MutexMatch(FixMatch):
     """MutexMatch, Algorithm 1 / Eq. (allloss) (``form`` "paper") or the released code (``form`` "official").
 
-    k: None means C (the paper's default, Section "Consistency Regularization on TNC"). Ablation knobs, defaults =
-    MutexMatch:
+    k: `C` by default (the paper's, Section "Consistency Regularization on TNC"), resolved to an integer here.
+    Ablation knobs, defaults = MutexMatch:
     - sep_stop_grad: False restores the gradient on theta in Eq. (sep) (Table "ab", rows (i), (ii)).
     - tnc_consistency: "all" applies L_n to every unlabeled sample, not only 1(max p^w < tau) ones (Section
       "Consistency Regularization on TNC", (i), Table "crt").
@@ -284,21 +303,20 @@ class MutexMatch(FixMatch):
     """
 
     uses_tnc = True
-    params = {"form": "paper", "tau": 0.95, "k": None, "lambda_sep": 1.0, "lambda_p": 1.0, "lambda_n": 1.0,
-              "dist_align": False, "sep_stop_grad": True, "tnc_consistency": "low", "tnc_target": "soft",
-              "comp_rank": 1}
+    Params = MutexMatchParams
+    params: MutexMatchParams
 
-    def __init__(self, params: Mapping[str, Any], num_classes: int) -> None:
-        super().__init__(params, num_classes)
-        self.k: int = num_classes if self.hp["k"] is None else self.hp["k"]
+    def __init__(self, params: Mapping[str, Any], num_classes: int, num_unlabeled: int = 0) -> None:
+        super().__init__(params, num_classes, num_unlabeled)
+        self.k: int = resolve_k(self.params.k, num_classes)
 
     def views(self, model: nn.Module, inp: StepInputs) -> Views:
         v = super().views(model, inp)
         if getattr(model, "tnc", None) is None:
             raise ValueError(f"algorithm {self.name!r} needs a TNC head, but model.tnc is None")
         b, u = v.num_lb, inp.num_ulb
-        sep_feats = inp.feats.detach() if self.hp["sep_stop_grad"] else inp.feats  # theta^ of Eq. (sep)
-        if self.hp["form"] == "official":
+        sep_feats = inp.feats.detach() if self.params.sep_stop_grad else inp.feats  # theta^ of Eq. (sep)
+        if self.params.form == "official":
             v.sep_tnc = model.tnc(sep_feats)
             v.tnc_w = v.sep_tnc[b:b + u]
             # L_sep's complementary labels come from softmax(sep_logits); log p^w keeps the weak rows aligned.
@@ -310,25 +328,25 @@ class MutexMatch(FixMatch):
         return v
 
     def base_terms(self, v: Views) -> dict[str, Tensor]:
-        hp = self.hp
+        p = self.params
         return mutexmatch_loss(logits_lb=v.logits_lb, targets_lb=v.targets_lb, logits_w=v.logits_w,
-                               logits_s=v.logits_s, tnc_logits_w=v.tnc_w, tnc_logits_s=v.tnc_s, tau=self.threshold,
-                               k=self.k, lambda_sep=hp["lambda_sep"], lambda_p=hp["lambda_p"],
-                               lambda_n=hp["lambda_n"], form=hp["form"], sep_logits=v.sep_logits,
-                               sep_tnc_logits=v.sep_tnc, probs_w=v.probs_w)
+                               logits_s=v.logits_s, tnc_logits_w=v.tnc_w, tnc_logits_s=v.tnc_s, mask=v.mask,
+                               k=self.k, lambda_sep=p.lambda_sep, lambda_p=p.lambda_p, lambda_n=p.lambda_n,
+                               form=p.form, sep_logits=v.sep_logits, sep_tnc_logits=v.sep_tnc, probs_w=v.probs_w)
 
     def term_weights(self) -> dict[str, float]:
-        return {"sup": 1.0, "sep": self.hp["lambda_sep"], "p": self.hp["lambda_p"], "n": self.hp["lambda_n"]}
+        p = self.params
+        return {"sup": 1.0, "sep": p.lambda_sep, "p": p.lambda_p, "n": p.lambda_n}
 
     def variant_terms(self, out: dict[str, Tensor], v: Views) -> dict[str, Tensor]:
         new: dict[str, Tensor] = {}
-        if self.hp["comp_rank"] != 1:
+        if self.params.comp_rank != 1:
             probs, tnc_logits, weak = self.sep_rows(v)
-            comp = complementary_label(probs, self.hp["comp_rank"])
+            comp = complementary_label(probs, self.params.comp_rank)
             new.update(sep=F.cross_entropy(tnc_logits, comp), comp_label=comp[weak])
-        if self.hp["tnc_consistency"] != "low" or self.hp["tnc_target"] != "soft":
-            ell = negative_consistency(self.r_w(v), v.tnc_s, k=self.k, form=self.hp["form"],
-                                       hard=self.hp["tnc_target"] == "hard")
+        if self.params.tnc_consistency != "low" or self.params.tnc_target != "soft":
+            ell = negative_consistency(self.r_w(v), v.tnc_s, k=self.k, form=self.params.form,
+                                       hard=self.params.tnc_target == "hard")
             new["n"] = (self.tnc_weight(out) * ell).mean()
         return new
 
@@ -346,7 +364,7 @@ class MutexMatch(FixMatch):
 
     def tnc_weight(self, out: dict[str, Tensor]) -> Tensor:
         """Per-row weight of the TNC consistency: 1(max p^w < tau), or 1 for every sample with tnc_consistency=all."""
-        return torch.ones_like(out["mask"]) if self.hp["tnc_consistency"] == "all" else 1.0 - out["mask"]
+        return torch.ones_like(out["mask"]) if self.params.tnc_consistency == "all" else 1.0 - out["mask"]
 
 
 @register_algorithm("mutexmatch_hard_hard")
@@ -354,8 +372,7 @@ class MutexMatchHardHard(MutexMatch):
     """Hard-Hard TNC scheme (Section "Ablation Study on the Learning Scheme of TNC", (i); Table "nce"): L_sep as in
     MutexMatch, L_n replaced by L_ab2 = 1/muB sum 1(max p^w < tau) H(argmax r^w, r^s) (top-1 hard target, no k)."""
 
-    params = _without(MutexMatch.params, "k", "tnc_target")
-    pinned = {"k": None, "tnc_target": "soft"}
+    Params = MutexMatchParams.without("MutexMatchHardHardParams", k="C", tnc_target="soft")
 
     def variant_terms(self, out: dict[str, Tensor], v: Views) -> dict[str, Tensor]:
         new = super().variant_terms(out, v)
@@ -376,8 +393,7 @@ class MutexMatchRandSoft(MutexMatch):
     """Rand-Soft TNC scheme (Section "Ablation Study on the Learning Scheme of TNC", (ii)): L_sep trained on a random
     non-argmax class \\hat gamma^w instead of argmin p^w; the soft TNC consistency L_n is unchanged."""
 
-    params = _without(MutexMatch.params, "comp_rank")
-    pinned = {"comp_rank": 1}
+    Params = MutexMatchParams.without("MutexMatchRandSoftParams", comp_rank=1)
 
     def variant_terms(self, out: dict[str, Tensor], v: Views) -> dict[str, Tensor]:
         new = super().variant_terms(out, v)
@@ -394,9 +410,8 @@ class MutexMatchRevNorm(MutexMatch):
     Norm is read as L1 normalisation, q^w = (1 - r^w) / (C - 1): 1 - r^w already lies in [0, 1], and H needs a
     distribution. The TNC then learns only from this consistency (loss L_sup + L_p + L_ab2)."""
 
-    params = _without(MutexMatch.params, "form", "k", "lambda_sep", "sep_stop_grad", "tnc_target", "comp_rank")
-    pinned = {"form": "paper", "k": None, "lambda_sep": 0.0, "sep_stop_grad": True, "tnc_target": "soft",
-              "comp_rank": 1}
+    Params = MutexMatchParams.without("MutexMatchRevNormParams", form="paper", k="C", lambda_sep=0.0,
+                                      sep_stop_grad=True, tnc_target="soft", comp_rank=1)
 
     def variant_terms(self, out: dict[str, Tensor], v: Views) -> dict[str, Tensor]:
         new = super().variant_terms(out, v)
@@ -410,10 +425,11 @@ class _LowConfidence(FixMatch):
     """FixMatch plus lambda_ab1 L_ab1 on the low-confidence samples (Section "Utilization of Low-confidence
     Samples"; Table "r1" varies lambda_ab1, 0 = FixMatch). Subclasses give the per-row loss."""
 
-    params = {**FixMatch.params, "lambda_ab1": 1.0}
+    Params = LowConfidenceParams
+    params: LowConfidenceParams
 
     def term_weights(self) -> dict[str, float]:
-        return {**super().term_weights(), "ab1": self.hp["lambda_ab1"]}
+        return {**super().term_weights(), "ab1": self.params.lambda_ab1}
 
     def variant_terms(self, out: dict[str, Tensor], v: Views) -> dict[str, Tensor]:
         return {"ab1": ((1.0 - out["mask"]) * self.per_row(out, v)).mean()}
@@ -450,7 +466,9 @@ class LowConfMSE(_LowConfidence):
 @register_algorithm("fixmatch_nce")
 class FixMatchNCE(FixMatch):
     """FixMatch with UPS's negative cross-entropy, no TNC (Section "Utilization of Low-confidence Samples", (iv), (v);
-    Table "nce"). Positive part: L_p with threshold tau_p. Negative labels (UPS): every class c with p^w_c <= tau_n,
+    Table "nce").
+
+    Positive part: L_p with threshold tau_p. Negative labels (UPS): every class c with p^w_c <= tau_n,
     on every unlabeled sample. NCE per sample: -(1/s) sum_{negative c} log(1 - q_c), s = its number of negative
     labels, averaged over the muB samples, with
       nce_variant 1, 2 ("F w. NCE (1)/(2)"): q = softmax(logits_w), NCE learns the complementary labels directly;
@@ -460,20 +478,21 @@ class FixMatchNCE(FixMatch):
     1 (the paper gives it none). UPS's uncertainty-based selection is not part of these ablations (the text selects
     by the two thresholds only)."""
 
-    params = {"nce_variant": 1, "tau_p": None, "tau_n": 0.05, "lambda_p": 1.0, "dist_align": False}
+    Params = NCEParams
+    params: NCEParams
     TABLE_TAU_P: ClassVar[dict[int, float]] = {1: 0.95, 2: 0.7, 3: 0.95}
 
     @property
     def threshold(self) -> float:
-        tau_p = self.hp["tau_p"]
-        return self.TABLE_TAU_P[self.hp["nce_variant"]] if tau_p is None else tau_p
+        tau_p = self.params.tau_p
+        return self.TABLE_TAU_P[self.params.nce_variant] if tau_p is None else tau_p
 
     def term_weights(self) -> dict[str, float]:
         return {**super().term_weights(), "nce": 1.0}
 
     def variant_terms(self, out: dict[str, Tensor], v: Views) -> dict[str, Tensor]:
-        negative = (v.probs_w <= self.hp["tau_n"]).to(v.probs_w.dtype)          # UPS negative labels, no gradient
-        q = torch.softmax(v.logits_w if self.hp["nce_variant"] in (1, 2) else v.logits_s, dim=1)
+        negative = (v.probs_w <= self.params.tau_n).to(v.probs_w.dtype)         # UPS negative labels, no gradient
+        q = torch.softmax(v.logits_w if self.params.nce_variant in (1, 2) else v.logits_s, dim=1)
         # 1 - q is floored so a fully confident wrong prediction gives a large finite loss, not inf.
         ell = -(negative * (1.0 - q).clamp_min(1e-6).log()).sum(dim=1) / negative.sum(dim=1).clamp_min(1.0)
         return {"nce": ell.mean(), "neg_mask": negative}

@@ -20,7 +20,10 @@ from pathlib import Path
 from typing import Any, Literal, Sequence
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
+
+from mutexmatch import params as algorithm_params
+from mutexmatch.params import resolve_k
 
 __all__ = [
     "ConfigError",
@@ -45,7 +48,6 @@ __all__ = [
 ]
 
 DATASET_NAMES = ("digits", "cifar10", "cifar100", "svhn", "stl10", "miniimagenet", "tinyimagenet", "imagefolder")
-_K_PATTERN = re.compile(r"^\s*(?:(\d*\.?\d+)\s*\*?\s*)?C\s*$")
 
 
 class ConfigError(ValueError):
@@ -163,88 +165,20 @@ class ModelConfig(_Section):
     channels_last: bool = Field(True, description="Use channels-last memory format (faster convolutions).")
 
 
-class AlgorithmConfig(_Section):
-    """The semi-supervised algorithm and its hyper-parameters (the paper's symbols in brackets).
+class _AlgorithmSection(_Section):
+    name: str = Field("mutexmatch", description="Registered algorithm: see the table below (`mutexmatch.algorithms."
+                      "ALGORITHMS`).")
 
-    Each registered algorithm declares which of these fields it reads; setting a field the chosen algorithm does
-    not read is an error, so a typo'd ablation can't silently run the default method.
-    """
 
-    name: str = Field("mutexmatch", description="Registered algorithm (see `mutexmatch.algorithms.ALGORITHMS`).")
-    form: Literal["paper", "official"] = Field(
-        "paper", description="MutexMatch loss form: `paper` = Algorithm 1 / Eqs. (sep), (p), (ln) as printed; "
-        "`official` = what the released code computes (L_sep over all rows, no 1/k, one λu). Use `official` to "
-        "reproduce the published numbers.")
-    tau: float = Field(0.95, description="[τ] confidence threshold splitting high- and low-confidence samples.")
-    k: int | str = Field(
-        "C", description="[k] top-k classes kept in the TNC consistency L_n: an integer 1..C, `C` (all classes) "
-        "or a fraction of C such as `0.6C` (rounded to the nearest integer, at least 1).")
-    lambda_sep: float = Field(1.0, description="[λ_sep] weight of L_sep, the TNC's separate training loss.")
-    lambda_p: float = Field(1.0, description="[λ_p] weight of L_p, the TPC positive consistency loss.")
-    lambda_n: float = Field(1.0, description="[λ_n] weight of L_n, the TNC negative consistency loss.")
-    dist_align: bool = Field(False, description="ReMixMatch distribution alignment of p^w (fixmatch, mutexmatch).")
-    sep_stop_grad: bool = Field(
-        True, description="Stop the gradient of L_sep at the features (θ̂ in Eq. sep). False lets L_sep train θ "
-        "(the SVHN-40 ablation table).")
-    tnc_consistency: Literal["low", "all"] = Field(
-        "low", description="Apply L_n to low-confidence samples only (paper) or to all samples (ablation).")
-    tnc_target: Literal["soft", "hard"] = Field(
-        "soft", description="TNC consistency target: soft r^w (paper) or hard (ablation: the top-k components of "
-        "r^w set to 1).")
-    comp_rank: int = Field(
-        1, description="[m] complementary label = the m-th smallest TPC class (1 = argmin, the paper's choice).")
-    lambda_ab1: float = Field(1.0, description="[λ_ab1] weight of the low-confidence loss in the FULL/SOFT/MSE "
-                              "ablations.")
-    nce_variant: int = Field(1, description="UPS-style negative cross-entropy baseline variant: 1, 2 or 3.")
-    tau_p: float | None = Field(
-        None, description="[τ_p] positive threshold of the NCE baselines; null = the variant's default "
-        "(0.95 for F w. NCE (1) and (3), 0.7 for (2)).")
-    tau_n: float = Field(0.05, description="[τ_n] negative threshold of the NCE baselines.")
+# The parameters are declared once, by each algorithm's parameter model (mutexmatch.params); the section is their
+# union, flat (`algorithm.<param>`), so config files, MLflow params and config hashes keep their shape.
+AlgorithmConfig = create_model(
+    "AlgorithmConfig", __base__=_AlgorithmSection, __module__=__name__, **algorithm_params.section_fields(),
+    __doc__="""The semi-supervised algorithm and its hyper-parameters (the paper's symbols in brackets).
 
-    @field_validator("tau", "tau_p")
-    @classmethod
-    def _unit_interval(cls, v: float | None) -> float | None:
-        return v if v is None else _interval("", v, 0.0, 1.0, True, False)
-
-    @field_validator("tau_n")
-    @classmethod
-    def _tau_n(cls, v: float) -> float:
-        return _interval("", v, 0.0, 1.0, False, True)
-
-    @field_validator("lambda_sep", "lambda_p", "lambda_n", "lambda_ab1")
-    @classmethod
-    def _weights(cls, v: float) -> float:
-        return _interval("", v, 0.0, None, False, True)
-
-    @field_validator("k", mode="before")
-    @classmethod
-    def _k_syntax(cls, v: Any) -> int | str:
-        if isinstance(v, bool) or not isinstance(v, (int, str)):
-            raise ValueError("must be an integer, `C` or a fraction like `0.6C`")
-        if isinstance(v, int):
-            if v < 1:
-                raise ValueError("must be >= 1 (or `C`, or a fraction like `0.6C`)")
-            return v
-        m = _K_PATTERN.match(v)
-        if not m:
-            raise ValueError("must be an integer, `C` or a fraction like `0.6C`")
-        if m.group(1) is not None and not 0 < float(m.group(1)) <= 1:
-            raise ValueError("fraction of C must be in (0, 1]")
-        return v
-
-    @field_validator("comp_rank")
-    @classmethod
-    def _comp_rank(cls, v: int) -> int:
-        if v < 1:
-            raise ValueError("must be >= 1")
-        return v
-
-    @field_validator("nce_variant")
-    @classmethod
-    def _nce_variant(cls, v: int) -> int:
-        if v not in (1, 2, 3):
-            raise ValueError("must be 1, 2 or 3")
-        return v
+    Each registered algorithm declares the fields it reads (its parameter model in ``mutexmatch.params``); setting a
+    field the chosen algorithm does not read is an error, so a typo'd ablation can't silently run the default method.
+    """)
 
 
 class OptimConfig(_Section):
@@ -390,11 +324,7 @@ class RunConfig(_Section):
         if d.dataset != "digits" and not d.download and not Path(d.root).is_dir():
             errors.append(f"data.root={d.root!r}: folder does not exist (create it with the dataset inside, or set "
                           "`data.download: true`)")
-        try:
-            resolve_k(self.algorithm.k, num_classes)
-        except ValueError as e:
-            errors.append(f"algorithm.k={self.algorithm.k!r}: {e}")
-        errors += _check_algorithm(self.algorithm)
+        errors += _check_algorithm(self.algorithm, num_classes)
         errors += _check_backbone(self.model.backbone, image_size)
         if errors:
             raise ConfigError("\n".join(errors))
@@ -410,17 +340,27 @@ def _num_classes(dataset: str) -> int:
     return DATASETS[dataset].num_classes
 
 
-def _check_algorithm(alg: AlgorithmConfig) -> list[str]:
+def _check_algorithm(alg: AlgorithmConfig, num_classes: int) -> list[str]:
+    """The chosen algorithm's own checks: a field it does not read may not be set, and its parameters must fit the
+    dataset's ``num_classes`` (e.g. ``k``, ``comp_rank``)."""
     from mutexmatch.algorithms import ALGORITHMS
 
     if alg.name not in ALGORITHMS:
         return [f"algorithm.name={alg.name!r}: unknown; registered: {', '.join(sorted(ALGORITHMS))}"]
-    accepted = set(ALGORITHMS[alg.name].params)
+    model = ALGORITHMS[alg.name].Params
+    accepted = set(model.model_fields)
     # A resolved config lists every field, so only a non-default value for an unread field is an error.
     unused = sorted(f for f in alg.model_fields_set if f != "name" and f not in accepted
                     and getattr(alg, f) != AlgorithmConfig.model_fields[f].default)
-    return [f"algorithm.{f}={getattr(alg, f)!r}: not used by algorithm {alg.name!r} (it reads: "
-            f"{', '.join(sorted(accepted)) or 'nothing'})" for f in unused]
+    errors = [f"algorithm.{f}={getattr(alg, f)!r}: not used by algorithm {alg.name!r} (it reads: "
+              f"{', '.join(sorted(accepted)) or 'nothing'})" for f in unused]
+    return errors + model.model_construct(**{f: getattr(alg, f) for f in accepted}).class_bound_errors(num_classes)
+
+
+def _algorithm_table() -> list[str]:
+    from mutexmatch.algorithms import algorithms_markdown
+
+    return algorithms_markdown()
 
 
 def _imagefolder_facts(d: DataConfig) -> tuple[int, int, list[str]]:
@@ -465,19 +405,6 @@ def _check_backbone(name: str, image_size: int) -> list[str]:
         return [f"data.image_size={image_size}: backbone {name} needs images of at least "
                 f"{BACKBONES[name].min_image_size} pixels"]
     return []
-
-
-def resolve_k(k: int | str, num_classes: int) -> int:
-    """Turn ``algorithm.k`` (an int, ``C`` or ``0.6C``) into an integer 1..C."""
-    if isinstance(k, int):
-        if not 1 <= k <= num_classes:
-            raise ValueError(f"must be in [1, {num_classes}] (the number of classes)")
-        return k
-    m = _K_PATTERN.match(k)
-    if not m:
-        raise ValueError("must be an integer, `C` or a fraction like `0.6C`")
-    frac = float(m.group(1)) if m.group(1) is not None else 1.0
-    return max(1, min(num_classes, int(round(frac * num_classes))))
 
 
 def _format_validation_error(err: ValidationError, raw: dict[str, Any]) -> str:
@@ -607,6 +534,8 @@ def config_markdown() -> str:
             for sub, f in ann.model_fields.items():
                 default = f.default_factory() if f.default_factory else f.default
                 lines.append(f"| `{name}.{sub}` | `{default!r}` | {f.description} |")
+            if name == "algorithm":
+                lines += ["", *_algorithm_table()]
             lines.append("")
         else:
             lines += [f"## `{name}`", "", f"{field.description} Default `{field.default!r}`.", ""]

@@ -3,14 +3,11 @@
 Symbols follow Algorithm 1: p^w / p^s are the TPC's probabilities on the weak / strong view of an unlabeled image,
 r^w / r^s the TNC's, g the top-k indicator on r^w, \\hat p^w = argmax p^w the pseudo-label and \\hat q^w = argmin p^w
 the complementary pseudo-label. Every function returns *unweighted* terms next to the weighted total so a caller can
-log them and an ablation can swap one of them. Hyper-parameter errors name the config field (``algorithm.tau``...).
+log them and an ablation can swap one of them. The confidence mask 1(max p^w >= tau) comes in from the algorithm
+(``Algorithm.confidence_mask``, the threshold seam), so a per-class or adaptive threshold needs no change here.
+Hyper-parameters are validated once, by the algorithm's parameter model (:mod:`mutexmatch.params`), not per call.
 """
 from __future__ import annotations
-
-import math
-import numbers
-from collections.abc import Collection
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -20,41 +17,8 @@ FORMS = ("paper", "official")
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# Validation helpers (shared with mutexmatch.algorithms so messages look the same everywhere).
+# Input checks (shapes and types only: they read nothing from the device).
 # ----------------------------------------------------------------------------------------------------------------------
-def check_number(field: str, value: Any, *, low: float, high: float = math.inf, low_open: bool = False,
-                 high_open: bool = False) -> float:
-    """``value`` as a float if it is a real number in the interval, else ``ValueError`` naming ``field``."""
-    closing = ")" if high_open or high == math.inf else "]"
-    interval = f"{'(' if low_open else '['}{low:g}, {high:g}{closing}"
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isnan(value)
-    ok = ok and (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
-    if not ok or value == math.inf:
-        raise ValueError(f"{field}={value!r}: must be a number in {interval}")
-    return float(value)
-
-
-def check_int(field: str, value: Any, *, low: int, high: int, note: str = "") -> int:
-    """Return ``value`` if it is an integer in [low, high] (bools rejected), else raise ``ValueError``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not low <= value <= high:
-        raise ValueError(f"{field}={value!r}: must be an integer in [{low}, {high}]{note}")
-    return int(value)
-
-
-def check_choice(field: str, value: Any, choices: Collection[Any]) -> Any:
-    """Return ``value`` if it is one of ``choices`` (bools never match ints), else raise ``ValueError``."""
-    if isinstance(value, bool) != any(isinstance(c, bool) for c in choices) or value not in choices:
-        raise ValueError(f"{field}={value!r}: must be one of {sorted(choices, key=str)}")
-    return value
-
-
-def check_k(k: Any, num_classes: int, form: str) -> int:
-    """k of the top-k selection: 1 <= k <= C; the official form also takes 0, its flag default, meaning C."""
-    if form == "official":
-        return check_int("algorithm.k", k, low=0, high=num_classes, note=f" (C={num_classes}; 0 means C)")
-    return check_int("algorithm.k", k, low=1, high=num_classes, note=f" (C={num_classes})")
-
-
 def _check_logits(name: str, t: Tensor, rows: int | None, num_classes: int | None) -> None:
     if not isinstance(t, Tensor) or t.dim() != 2 or not t.is_floating_point():
         raise ValueError(f"{name}: must be a 2-D floating-point tensor (rows, C), got "
@@ -65,8 +29,8 @@ def _check_logits(name: str, t: Tensor, rows: int | None, num_classes: int | Non
 
 
 def _check_tpc_inputs(logits_lb: Tensor, targets_lb: Tensor, logits_w: Tensor, logits_s: Tensor,
-                      probs_w: Tensor | None) -> tuple[int, int]:
-    """Check the TPC tensors; return (muB, C)."""
+                      probs_w: Tensor | None, mask: Tensor) -> tuple[int, int]:
+    """Check the TPC tensors and the confidence mask; return (muB, C)."""
     _check_logits("logits_lb", logits_lb, None, None)
     num_lb, num_classes = logits_lb.shape
     if not isinstance(targets_lb, Tensor) or targets_lb.dtype != torch.int64 or tuple(targets_lb.shape) != (num_lb,):
@@ -76,6 +40,10 @@ def _check_tpc_inputs(logits_lb: Tensor, targets_lb: Tensor, logits_w: Tensor, l
     _check_logits("logits_s", logits_s, logits_w.shape[0], num_classes)
     if probs_w is not None:
         _check_logits("probs_w", probs_w, logits_w.shape[0], num_classes)
+    if not isinstance(mask, Tensor) or not mask.is_floating_point() or tuple(mask.shape) != (logits_w.shape[0],):
+        got = f"{mask.dtype} {tuple(mask.shape)}" if isinstance(mask, Tensor) else type(mask).__name__
+        raise ValueError(f"mask: must be a floating-point tensor of shape ({logits_w.shape[0]},) (1 = confident), "
+                         f"got {got}")
     return logits_w.shape[0], num_classes
 
 
@@ -125,27 +93,33 @@ def negative_consistency(r_w: Tensor, tnc_logits_s: Tensor, *, k: int, form: str
     return soft_cross_entropy(target, tnc_logits_s)
 
 
-def _confidence_split(logits_w: Tensor, probs_w: Tensor | None, tau: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """p^w (detached), max p^w, \\hat p^w = argmax p^w and the high-confidence mask 1(max p^w >= tau)."""
+def confidence_mask(probs_w: Tensor, tau: float) -> Tensor:
+    """1(max p^w >= tau) per row, as a float tensor: the fixed-threshold mask of Eq. (p)."""
+    return (probs_w.detach().max(dim=1).values >= tau).to(probs_w.dtype)
+
+
+def _pseudo_labels(logits_w: Tensor, probs_w: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+    """p^w (detached), max p^w and \\hat p^w = argmax p^w."""
     p_w = (torch.softmax(logits_w, dim=1) if probs_w is None else probs_w).detach()
     conf, pseudo_label = p_w.max(dim=1)
-    return p_w, conf, pseudo_label, (conf >= tau).to(p_w.dtype)
+    return p_w, conf, pseudo_label
 
 
 # ----------------------------------------------------------------------------------------------------------------------
 # Losses.
 # ----------------------------------------------------------------------------------------------------------------------
-def fixmatch_loss(*, logits_lb: Tensor, targets_lb: Tensor, logits_w: Tensor, logits_s: Tensor, tau: float = 0.95,
+def fixmatch_loss(*, logits_lb: Tensor, targets_lb: Tensor, logits_w: Tensor, logits_s: Tensor, mask: Tensor,
                   lambda_p: float = 1.0, probs_w: Tensor | None = None) -> dict[str, Tensor]:
     """FixMatch: L_sup (Eq. s) + lambda_p L_p (Eq. p); MutexMatch with lambda_sep = lambda_n = 0 (Table "ab", (vii)).
 
-    ``probs_w`` overrides p^w = softmax(logits_w) (e.g. distribution-aligned); it is detached either way.
-    Returns loss, sup, p and detached diagnostics mask, pseudo_label, comp_label (argmin p^w), conf, mask_ratio.
+    ``mask`` (muB,) is the confidence indicator of Eq. (p), 1(max p^w >= tau) for a fixed tau
+    (:func:`confidence_mask`). ``probs_w`` overrides p^w = softmax(logits_w) (e.g. distribution-aligned); it is
+    detached either way. Returns loss, sup, p and detached diagnostics mask, pseudo_label, comp_label (argmin p^w),
+    conf, mask_ratio.
     """
-    _check_tpc_inputs(logits_lb, targets_lb, logits_w, logits_s, probs_w)
-    tau = check_number("algorithm.tau", tau, low=0.0, high=1.0, low_open=True)
-    lambda_p = check_number("algorithm.lambda_p", lambda_p, low=0.0)
-    p_w, conf, pseudo_label, high = _confidence_split(logits_w, probs_w, tau)  # p^w, max p^w, \hat p^w, 1(>= tau)
+    _check_tpc_inputs(logits_lb, targets_lb, logits_w, logits_s, probs_w, mask)
+    p_w, conf, pseudo_label = _pseudo_labels(logits_w, probs_w)                # p^w, max p^w, \hat p^w
+    high = mask.detach()                                                         # 1(max p^w >= tau)
     sup = F.cross_entropy(logits_lb, targets_lb)                                    # L_sup
     p = (F.cross_entropy(logits_s, pseudo_label, reduction="none") * high).mean()   # L_p, divided by muB
     return {"loss": sup + lambda_p * p, "sup": sup, "p": p, "mask": high, "pseudo_label": pseudo_label,
@@ -153,7 +127,7 @@ def fixmatch_loss(*, logits_lb: Tensor, targets_lb: Tensor, logits_w: Tensor, lo
 
 
 def mutexmatch_loss(*, logits_lb: Tensor, targets_lb: Tensor, logits_w: Tensor, logits_s: Tensor,
-                    tnc_logits_w: Tensor, tnc_logits_s: Tensor, tau: float = 0.95, k: int = 10,
+                    tnc_logits_w: Tensor, tnc_logits_s: Tensor, mask: Tensor, k: int = 10,
                     lambda_sep: float = 1.0, lambda_p: float = 1.0, lambda_n: float = 1.0, form: str = "paper",
                     sep_logits: Tensor | None = None, sep_tnc_logits: Tensor | None = None,
                     probs_w: Tensor | None = None) -> dict[str, Tensor]:
@@ -163,7 +137,9 @@ def mutexmatch_loss(*, logits_lb: Tensor, targets_lb: Tensor, logits_w: Tensor, 
     the weak / strong unlabeled views; TNC logits ``tnc_logits_w`` computed **on detached features** (caller's
     contract: that is the stop-gradient on theta of Eq. sep, so L_sep trains the TNC only) and ``tnc_logits_s`` on
     attached features (L_n reaches TNC and backbone). p^w, the masks, both pseudo-labels and r^w are detached here.
-    ``probs_w`` overrides p^w = softmax(logits_w) (e.g. distribution-aligned).
+    ``probs_w`` overrides p^w = softmax(logits_w) (e.g. distribution-aligned). ``mask`` (muB,) is the confidence
+    indicator 1(max p^w >= tau) (:func:`confidence_mask` for a fixed tau; per-class or adaptive thresholds give
+    another); L_p uses it and L_n its complement.
 
     form="paper": Eqs. (s), (sep), (p), (ln) as printed: L_sep = mean over the muB weak rows of
     H(argmin p^w, TNC(theta^(x^w))); L_p, L_n divided by muB; L_n with 1/k for k < C and H(r^w, r^s) at k = C.
@@ -176,14 +152,11 @@ def mutexmatch_loss(*, logits_lb: Tensor, targets_lb: Tensor, logits_w: Tensor, 
     Returns unweighted scalar terms sup, sep, p, n, the weighted ``loss``, and detached diagnostics: mask (high
     confidence, float), pseudo_label, comp_label (argmin p^w), conf (max p^w), tnc_comp_label (argmax r^w), mask_ratio.
     """
-    mu_b, num_classes = _check_tpc_inputs(logits_lb, targets_lb, logits_w, logits_s, probs_w)
+    mu_b, num_classes = _check_tpc_inputs(logits_lb, targets_lb, logits_w, logits_s, probs_w, mask)
     _check_logits("tnc_logits_w", tnc_logits_w, mu_b, num_classes)
     _check_logits("tnc_logits_s", tnc_logits_s, mu_b, num_classes)
-    form = check_choice("algorithm.form", form, FORMS)
-    tau = check_number("algorithm.tau", tau, low=0.0, high=1.0, low_open=True)
-    k = check_k(k, num_classes, form)
-    lam_sep, lam_p, lam_n = (check_number(f"algorithm.lambda_{term}", value, low=0.0)
-                             for term, value in (("sep", lambda_sep), ("p", lambda_p), ("n", lambda_n)))
+    if form not in FORMS:
+        raise ValueError(f"form={form!r}: must be one of {FORMS}")
     if form == "official":
         if sep_logits is None or sep_tnc_logits is None:
             raise ValueError("sep_logits and sep_tnc_logits: required by form='official' (its L_sep covers all rows)")
@@ -193,7 +166,8 @@ def mutexmatch_loss(*, logits_lb: Tensor, targets_lb: Tensor, logits_w: Tensor, 
         raise ValueError("sep_logits / sep_tnc_logits: only used by form='official'; form='paper' takes L_sep "
                          "from the weak rows (tnc_logits_w)")
 
-    p_w, conf, pseudo_label, high = _confidence_split(logits_w, probs_w, tau)  # p^w, max p^w, \hat p^w, 1(>= tau)
+    p_w, conf, pseudo_label = _pseudo_labels(logits_w, probs_w)                # p^w, max p^w, \hat p^w
+    high = mask.detach()                                                       # 1(max p^w >= tau)
     comp_label = p_w.argmin(dim=1)                                             # \hat q^w = argmin p^w
     r_w = torch.softmax(tnc_logits_w.detach(), dim=1)                          # r^w = N^(theta^(x^w)), no gradient
     sup = F.cross_entropy(logits_lb, targets_lb)                                            # L_sup, Eq. (s)
@@ -203,6 +177,6 @@ def mutexmatch_loss(*, logits_lb: Tensor, targets_lb: Tensor, logits_w: Tensor, 
         sep = F.cross_entropy(sep_tnc_logits, torch.softmax(sep_logits.detach(), 1).argmin(1))  # L_sep, all rows
     p = (F.cross_entropy(logits_s, pseudo_label, reduction="none") * high).mean()  # L_p = 1/muB sum 1 H(\hat p^w, p^s)
     n = ((1.0 - high) * negative_consistency(r_w, tnc_logits_s, k=k, form=form)).mean()  # L_n(g, r^w, r^s), Eq. (ln)
-    return {"loss": sup + lam_sep * sep + lam_p * p + lam_n * n, "sup": sup, "sep": sep, "p": p, "n": n,
+    return {"loss": sup + lambda_sep * sep + lambda_p * p + lambda_n * n, "sup": sup, "sep": sep, "p": p, "n": n,
             "mask": high, "pseudo_label": pseudo_label, "comp_label": comp_label, "conf": conf,
             "tnc_comp_label": r_w.argmax(dim=1), "mask_ratio": high.mean()}

@@ -39,8 +39,9 @@ from mutexmatch.augment import normalize, strong_augment, weak_augment
 from mutexmatch.callbacks import Callback, EvalEvent, RunSummary
 from mutexmatch.checkpoint import (CheckpointError, atomic_write_bytes, latest_checkpoint, list_checkpoints,
                                    load_checkpoint, prune_checkpoints, save_checkpoint)
-from mutexmatch.config import ConfigError, RunConfig, config_hash, load_config, parse_config, resolve_k
+from mutexmatch.config import ConfigError, RunConfig, config_hash, load_config, parse_config
 from mutexmatch.datasets import DatasetBundle, load_dataset
+from mutexmatch.diagnostics import StepAccumulator
 from mutexmatch.imagefolder import ImageFolderError
 from mutexmatch.ema import ModelEMA
 from mutexmatch.models import build_model
@@ -52,7 +53,6 @@ __all__ = ["Trainer", "NonFiniteLossError", "main", "RUN_MARKER", "DATASET_FILE"
 
 RUN_MARKER = "run.json"
 DATASET_FILE = "dataset.json"  # the images a run trained on: classes, sizes, normalisation statistics
-_TERMS = ("loss", "sup", "sep", "p", "n")
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -154,17 +154,11 @@ class Trainer:
         self.split = self._make_split()
 
         alg_cls = ALGORITHMS[cfg.algorithm.name]
-        params = {name: getattr(cfg.algorithm, name) for name in alg_cls.params}
-        if "k" in params:
-            params["k"] = resolve_k(cfg.algorithm.k, self.num_classes)
-        self.algorithm = alg_cls(params, self.num_classes)
+        extra = self.bundle.extra_unlabeled
+        self.algorithm = alg_cls(alg_cls.params_from(cfg.algorithm), self.num_classes,
+                                 num_unlabeled=len(self.bundle.train.y) + (0 if extra is None else len(extra.y)))
 
-        self.model = build_model(cfg.model.backbone, num_classes=self.num_classes, in_channels=info.channels,
-                                 image_size=self.bundle.train.x.shape[-1], with_tnc=alg_cls.uses_tnc)
-        self.memory_format = torch.channels_last if cfg.model.channels_last else torch.contiguous_format
-        self.model.to(self.device, memory_format=self.memory_format)
-        self.ema = ModelEMA(self.model, cfg.train.ema)
-        self.forward = torch.compile(self.model) if cfg.train.compile else self.model
+        self._build_model(with_tnc=alg_cls.uses_tnc)
         o = cfg.optim
         self.optimizer = _sgd(self.model, o.lr, o.momentum, o.nesterov, o.weight_decay, self.device)
         total = cfg.train.iterations
@@ -177,7 +171,6 @@ class Trainer:
         # Images stay uint8 on the training device; batches are gathered by index and augmented there.
         self.train_x = self.bundle.train.x.to(self.device)
         self.train_y = self.bundle.train.y.to(self.device)
-        extra = self.bundle.extra_unlabeled
         self.ulb_x = torch.cat([self.train_x, extra.x.to(self.device)]) if extra is not None else self.train_x
         self.ulb_y = torch.cat([self.train_y, extra.y.to(self.device)]) if extra is not None else self.train_y
         self.sampler = SSLSampler(torch.from_numpy(self.split.labeled), torch.from_numpy(self.split.unlabeled),
@@ -214,6 +207,19 @@ class Trainer:
         if found is None and resume is True:
             raise CheckpointError(f"{self.out}: no checkpoint to resume from")
         return found
+
+    def _build_model(self, with_tnc: bool) -> None:
+        """The network on the training device, its EMA and the (optionally compiled) forward."""
+        cfg = self.cfg
+        self.model = build_model(cfg.model.backbone, num_classes=self.num_classes,
+                                 in_channels=self.bundle.info.channels, image_size=self.bundle.train.x.shape[-1],
+                                 with_tnc=with_tnc)
+        if cfg.algorithm.form == "official":  # the released code's WRN: BatchNorm momentum = 1 - EMA decay
+            self.model.backbone.tie_bn_momentum_to_ema(cfg.train.ema)
+        self.memory_format = torch.channels_last if cfg.model.channels_last else torch.contiguous_format
+        self.model.to(self.device, memory_format=self.memory_format)
+        self.ema = ModelEMA(self.model, cfg.train.ema)
+        self.forward = torch.compile(self.model) if cfg.train.compile else self.model
 
     def _make_split(self) -> Split:
         d = self.cfg.data
@@ -282,20 +288,7 @@ class Trainer:
 
     # ---------------------------------------------------------------- step
     def _reset_accumulators(self) -> None:
-        C = self.num_classes
-        dev = self.device
-        self._terms = torch.zeros(len(_TERMS), device=dev)
-        self._first_bad = torch.full((len(_TERMS),), -1, dtype=torch.long, device=dev)
-        # [masked, seen-with-label, pl correct among masked, pl correct all, comp correct, tnc comp correct, tnc seen,
-        #  comp labels scored]
-        self._stats = torch.zeros(8, device=dev)
-        self._pl_counts = torch.zeros(C * C, dtype=torch.long, device=dev)
-        self._comp_counts = torch.zeros(C * C, dtype=torch.long, device=dev)
-        self._steps_since = 0
-        self._ulb_seen = 0
-        self._t_data = 0.0
-        self._t_compute = 0.0
-        self._t_start = time.perf_counter()
+        self.stats = StepAccumulator(self.num_classes, self.device)
 
     def _batch_state(self) -> dict:
         """Everything a batch is drawn from: the sampler's and the augmentations' generators (checkpoint keys)."""
@@ -346,58 +339,16 @@ class Trainer:
         # fp32 heads and losses: a bf16 max-probability is too coarse for tau = 0.95 (its spacing there is 2^-8).
         out = self.algorithm.compute(self.model, StepInputs(
             feats=feats.float(), num_lb=len(y_lb), num_ulb=num_ulb, targets_lb=y_lb, ulb_idx=ulb, step=self.step))
-        loss = out["loss"]
         self.optimizer.zero_grad(set_to_none=True)
-        self.scaler.scale(loss).backward()
+        self.scaler.scale(out.loss).backward()
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.scheduler.step()
         self.ema.update()
-        self._accumulate(out, ulb)
+        self.stats.add(out, self.ulb_y[ulb], self.step)
         self.step += 1
-        self._t_data += t1 - t0
-        self._t_compute += time.perf_counter() - t1
-
-    @torch.no_grad()
-    def _accumulate(self, out: dict, ulb: torch.Tensor) -> None:
-        zero = torch.zeros((), device=self.device)
-        terms = torch.stack([out.get(t, zero).detach().float() for t in _TERMS])
-        self._terms += terms
-        bad = ~torch.isfinite(terms) & (self._first_bad < 0)
-        self._first_bad = torch.where(bad, torch.full_like(self._first_bad, self.step), self._first_bad)
-        self._steps_since += 1
-        if not ulb.numel() or "pseudo_label" not in out:
-            return
-        C = self.num_classes
-        y = self.ulb_y[ulb]
-        known = y >= 0  # STL-10's extra unlabeled images have no true label
-        yk = y.clamp_min(0)
-        mask = out["mask"].float() if "mask" in out else torch.ones_like(y, dtype=torch.float)
-        pl = out["pseudo_label"]
-        correct = (pl == y) & known
-        stats = [mask.sum(), known.sum(), (correct.float() * mask).sum(), correct.sum()]
-        if "neg_mask" in out:
-            # Several complementary labels per sample (UPS negative labels): CPA = sum neg*[c != y] / sum neg.
-            neg = out["neg_mask"].float() * known.unsqueeze(1)
-            not_true = torch.ones_like(neg).scatter_(1, yk.unsqueeze(1), 0.0)
-            comp_stats = [(neg * not_true).sum(), neg.sum()]
-        elif "comp_label" in out:
-            comp_stats = [((out["comp_label"] != y) & known).sum(), known.sum()]
-        else:
-            comp_stats = [zero, zero]
-        stats.append(comp_stats[0])
-        # index_add_ of 0/1 weights instead of bincount over known rows: the boolean selection and CUDA's bincount
-        # (which reads its input's maximum) would each make the host wait for the device every step.
-        self._pl_counts.index_add_(0, yk * C + pl, known.long())
-        if "tnc_comp_label" in out:
-            tcl = out["tnc_comp_label"]
-            stats += [((tcl != y) & known).sum(), known.sum()]
-            self._comp_counts.index_add_(0, yk * C + tcl, known.long())
-        else:
-            stats += [zero, zero]
-        stats.append(comp_stats[1])
-        self._stats += torch.stack([s.float() for s in stats])
-        self._ulb_seen += len(ulb)
+        self.stats.t_data += t1 - t0
+        self.stats.t_compute += time.perf_counter() - t1
 
     # ---------------------------------------------------------------- evaluation
     @torch.no_grad()
@@ -417,53 +368,38 @@ class Trainer:
         return correct.item() / max(1, len(y))
 
     def evaluate(self) -> EvalEvent:
-        n = max(1, self._steps_since)
-        terms = (self._terms / n).tolist()
-        first_bad = self._first_bad.tolist()
-        for name, bad_step in zip(_TERMS, first_bad):
-            if bad_step >= 0:
-                raise NonFiniteLossError(f"non-finite loss term {name!r} at step {bad_step} "
-                                         f"(algorithm {self.cfg.algorithm.name}); the run is stopped")
+        """Test (and validation) accuracy of the EMA model and the accumulated training diagnostics since the last
+        evaluation; raises :class:`NonFiniteLossError` if a loss term was not finite."""
+        st = self.stats
+        n = max(1, st.steps)
+        terms = st.term_means()
+        for name, bad_step in st.non_finite():
+            raise NonFiniteLossError(f"non-finite loss term {name!r} at step {bad_step} "
+                                     f"(algorithm {self.cfg.algorithm.name}); the run is stopped")
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-        elapsed = time.perf_counter() - self._t_start
+        elapsed = time.perf_counter() - st.t_start
         test = self.bundle.test
         acc = self.accuracy(self.ema.module, test.x, test.y)
         acc_raw = self.accuracy(self.model, test.x, test.y)
         self.history.append(acc)
         self.best_acc = max(self.best_acc, acc)
         window = self.history[-self.cfg.train.median_window:]
-        s = self._stats.tolist()
-        per_step_imgs = self.cfg.train.batch_size + 2 * self._ulb_seen / n
-        metrics = {f"train/{t}": v for t, v in zip(_TERMS, terms)}
-        metrics.update({
-            "test/acc": acc, "test/acc_raw": acc_raw, "test/best_acc": self.best_acc,
+        per_step_imgs = self.cfg.train.batch_size + 2 * st.ulb_seen / n
+        metrics = {
+            **terms, "test/acc": acc, "test/acc_raw": acc_raw, "test/best_acc": self.best_acc,
             "test/median_acc": float(statistics.median(window)),
             "train/lr": self.scheduler.get_last_lr()[0],
             "perf/img_per_s": per_step_imgs * n / max(elapsed, 1e-9),
-            "perf/data_s": self._t_data / n, "perf/compute_s": self._t_compute / n,
-        })
-        if self._ulb_seen:
-            metrics.update({
-                "train/mask_ratio": s[0] / self._ulb_seen,
-                "train/pl_acc": s[2] / s[0] if s[0] else float("nan"),
-                "train/pl_acc_all": s[3] / s[1] if s[1] else float("nan"),
-                "train/cpa": s[4] / s[7] if s[7] else float("nan"),
-            })
-            if s[6]:
-                metrics["train/tnc_cpa"] = s[5] / s[6]
+            "perf/data_s": st.t_data / n, "perf/compute_s": st.t_compute / n,
+            **st.sample_metrics(),
+        }
         val_data = self._val_data()
         if val_data is not None:
             val = self.accuracy(self.ema.module, *val_data)
             self.best_val = max(self.best_val, val)
             metrics.update({"val/acc": val, "val/best_acc": self.best_val})
-        C = self.num_classes
-        counts = {"pseudo_label_counts": self._pl_counts.view(C, C).cpu().numpy()}
-        if self.model.tnc is not None:
-            counts["comp_label_counts"] = self._comp_counts.view(C, C).cpu().numpy()
-        if acc >= self.best_acc:
-            self._save_weights("best_model.pt")
-        return EvalEvent(step=self.step, metrics=metrics, class_counts=counts)
+        return EvalEvent(step=self.step, metrics=metrics, class_counts=st.class_counts(self.model.tnc is not None))
 
     def _val_data(self) -> tuple[torch.Tensor, torch.Tensor] | None:
         """Validation images and labels: an image folder's val/, else the split's held-out train images."""
@@ -513,6 +449,8 @@ class Trainer:
             at_end = self.step == end
             if self.step % cfg.eval_interval == 0 or at_end:
                 event = self.evaluate()
+                if event.metrics["test/acc"] >= self.best_acc:  # a new best EMA test accuracy (ties: the latest)
+                    self._save_weights("best_model.pt")
                 evals_since_ckpt += 1
                 if evals_since_ckpt >= cfg.checkpoint_every or at_end:
                     last_ckpt = event.checkpoint = self.save_checkpoint()

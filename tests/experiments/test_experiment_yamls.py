@@ -143,7 +143,7 @@ def test_paper_scale_sweeps_use_the_paper_schedule(path: Path, project: Path) ->
             assert (cfg.optim.lr, cfg.optim.schedule) == (0.03, "cosine"), where
         assert cfg.data.split_rule == "official" and not cfg.data.svhn_extra, where
         assert cfg.data.root == str(project / "data"), where
-        if "form" in ALGORITHMS[cfg.algorithm.name].params:
+        if "form" in ALGORITHMS[cfg.algorithm.name].Params.model_fields:
             assert "form" in raw["algorithm"], f"{where}: the loss form is left to the default"
 
 

@@ -1,6 +1,9 @@
-"""mutexmatch.algorithms: registry, every algorithm trains, each ablation changes only its term, DA, validation."""
+"""mutexmatch.algorithms: registry, every algorithm trains, each ablation changes only its term, DA, validation,
+the threshold seam (tests/mutexmatch/conftest.py registers a FlexMatch-style algorithm that the registry-wide tests
+run too)."""
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
 
@@ -9,9 +12,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mutexmatch.algorithms import (ALGORITHMS, Algorithm, DistributionAlignment, StepInputs, build_algorithm,
-                                   random_complementary_label, register_algorithm)
-from mutexmatch.losses import mutexmatch_loss
+from pydantic import create_model
+
+from mutexmatch.algorithms import (ALGORITHMS, Algorithm, DistributionAlignment, StepInputs, StepOutput,
+                                   build_algorithm, random_complementary_label, register_algorithm)
+from mutexmatch.losses import confidence_mask, mutexmatch_loss
+from mutexmatch.params import AlgorithmParams
 
 torch.set_num_threads(1)
 B, U, D_IN, D, C = 4, 8, 5, 6, 4
@@ -42,14 +48,14 @@ def tau_between(model: FakeNet, inp: StepInputs) -> float:
     return float(torch.softmax(w, 1).max(1).values.sort().values[U // 2])
 
 
-def run(name: str, params: dict | None = None, seed: int = 1) -> tuple[Algorithm, FakeNet, StepInputs, dict]:
+def run(name: str, params: dict | None = None, seed: int = 1) -> tuple[Algorithm, FakeNet, StepInputs, StepOutput]:
     cls = ALGORITHMS[name]
     model = FakeNet(tnc=cls.uses_tnc)
     inp = batch(model, cls, seed=seed)
     params = dict(params or {})
-    if "tau" in cls.params and "tau" not in params:
+    if "tau" in cls.Params.model_fields and "tau" not in params:
         params["tau"] = tau_between(model, inp)
-    algo = cls(params, C)
+    algo = cls(params, C, num_unlabeled=U)
     return algo, model, inp, algo.compute(model, inp)
 
 
@@ -65,7 +71,8 @@ def grad_sum(model: FakeNet, loss: torch.Tensor) -> dict[str, float]:
 # ---------------------------------------------------------------------------------------------------------------------
 def test_registry_contents() -> None:
     expected = {"supervised", "fixmatch", "mutexmatch", "mutexmatch_hard_hard", "mutexmatch_rand_soft",
-                "mutexmatch_rev_norm", "lowconf_full", "lowconf_soft", "lowconf_mse", "fixmatch_nce"}
+                "mutexmatch_rev_norm", "lowconf_full", "lowconf_soft", "lowconf_mse", "fixmatch_nce",
+                "flexmatch_demo"}  # the last one: tests/mutexmatch/conftest.py
     assert set(ALGORITHMS) == expected
     assert all(cls.name == name for name, cls in ALGORITHMS.items())
     assert not ALGORITHMS["supervised"].uses_unlabeled and not ALGORITHMS["supervised"].uses_tnc
@@ -75,28 +82,33 @@ def test_registry_contents() -> None:
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
 def test_every_algorithm_trains_and_round_trips_state(name: str) -> None:
     cls = ALGORITHMS[name]
-    params = {"dist_align": True} if "dist_align" in cls.params else {}
+    params = {"dist_align": True} if "dist_align" in cls.Params.model_fields else {}
     model = FakeNet(tnc=cls.uses_tnc)
-    algo = build_algorithm(name, params, C)
+    algo = build_algorithm(name, params, C, num_unlabeled=U)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     for step in range(3):
         out = algo.compute(model, batch(model, cls, seed=step))
-        assert torch.isfinite(out["loss"]) and out["loss"].dim() == 0
+        assert torch.isfinite(out.loss) and out.loss.dim() == 0
+        assert set(out.terms) == set(algo.term_weights()) and all(t.dim() == 0 for t in out.terms.values())
         opt.zero_grad()
-        out["loss"].backward()
+        out.loss.backward()
         assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
         opt.step()
-    for key, value in out.items():
-        if key != "loss" and isinstance(value, torch.Tensor) and key not in ("sup", "sep", "p", "n", "ab1", "nce"):
-            assert not value.requires_grad, key
+    for field in dataclasses.fields(out):
+        value = getattr(out, field.name)
+        if field.name not in ("loss", "terms") and isinstance(value, torch.Tensor):
+            assert not value.requires_grad, field.name
     buffer = io.BytesIO()
     torch.save(algo.state_dict(), buffer)
     buffer.seek(0)
     state = torch.load(buffer, weights_only=True)
-    fresh = build_algorithm(name, params, C)
+    fresh = build_algorithm(name, params, C, num_unlabeled=U)
     fresh.load_state_dict(state)
     assert fresh.state_dict().keys() == algo.state_dict().keys()
-    if "dist_align" in cls.params:
+    for key, value in algo.state_dict().items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(fresh.state_dict()[key], value), key
+    if "dist_align" in cls.Params.model_fields:
         assert fresh.state_dict()["dist_align"]["count"] == 3
         assert torch.equal(fresh.state_dict()["dist_align"]["history"], algo.state_dict()["dist_align"]["history"])
         probs = torch.softmax(torch.randn(5, C), 1)
@@ -114,11 +126,14 @@ def test_load_state_rejects_mismatch() -> None:
         build_algorithm("fixmatch", {}, C).load_state_dict({"dist_align": {}})
 
 
-def test_register_rejects_duplicates_and_unvalidated_params() -> None:
+def test_register_rejects_duplicates_and_undeclared_params() -> None:
     with pytest.raises(ValueError, match=r"algorithm\.name='fixmatch': already registered"):
         register_algorithm("fixmatch")(type("X", (Algorithm,), {}))
-    with pytest.raises(ValueError, match=r"no validator in PARAM_CHECKS for \['gamma'\]"):
-        register_algorithm("gamma_algo")(type("Y", (Algorithm,), {"params": {"gamma": 1.0}}))
+    with pytest.raises(ValueError, match=r"Y\.Params: must be a mutexmatch\.params\.AlgorithmParams model"):
+        register_algorithm("gamma_algo")(type("Y", (Algorithm,), {"Params": {"gamma": 1.0}}))
+    gamma = create_model("GammaParams", __base__=AlgorithmParams, gamma=(float, 1.0))
+    with pytest.raises(ValueError, match=r"Z\.Params: \['gamma'\] not in the config's algorithm section"):
+        register_algorithm("gamma_algo")(type("Z", (Algorithm,), {"Params": gamma}))
     assert "gamma_algo" not in ALGORITHMS
     with pytest.raises(ValueError, match=r"algorithm\.name='nope': must be one of"):
         build_algorithm("nope", {}, C)
@@ -131,7 +146,8 @@ def test_supervised_needs_no_unlabeled_rows() -> None:
     algo, model, inp, out = run("supervised")
     assert inp.num_ulb == 0
     expected = F.cross_entropy(model.tpc(inp.feats), inp.targets_lb)
-    assert out["loss"].item() == pytest.approx(expected.item(), rel=1e-6)
+    assert out.loss.item() == pytest.approx(expected.item(), rel=1e-6)
+    assert out.terms == {"sup": out.loss} and out.mask is None and out.pseudo_label is None
 
 
 def test_fixmatch_equals_mutexmatch_without_tnc_terms() -> None:
@@ -140,9 +156,9 @@ def test_fixmatch_equals_mutexmatch_without_tnc_terms() -> None:
     tau = tau_between(model, inp)
     fm = ALGORITHMS["fixmatch"]({"tau": tau}, C).compute(model, inp)
     mm = ALGORITHMS["mutexmatch"]({"tau": tau, "lambda_sep": 0.0, "lambda_n": 0.0}, C).compute(model, inp)
-    assert 0 < fm["mask"].sum() < U
-    assert fm["loss"].item() == mm["loss"].item()
-    assert torch.equal(fm["mask"], mm["mask"]) and torch.equal(fm["pseudo_label"], mm["pseudo_label"])
+    assert 0 < fm.mask.sum() < U
+    assert fm.loss.item() == mm.loss.item()
+    assert torch.equal(fm.mask, mm.mask) and torch.equal(fm.pseudo_label, mm.pseudo_label)
 
 
 @pytest.mark.parametrize("form", ["paper", "official"])
@@ -155,9 +171,11 @@ def test_mutexmatch_is_the_loss_function_on_the_model_outputs(form: str) -> None
     extra = dict(sep_logits=logits, sep_tnc_logits=tnc_det) if form == "official" else {}
     ref = mutexmatch_loss(logits_lb=lb, targets_lb=inp.targets_lb, logits_w=w, logits_s=s,
                           tnc_logits_w=tnc_det[B:B + U], tnc_logits_s=model.tnc(feats[B + U:]),
-                          tau=algo.hp["tau"], k=2, form=form, **extra)
-    for key in ("loss", "sup", "sep", "p", "n"):
-        assert out[key].item() == pytest.approx(ref[key].item(), rel=1e-6), key
+                          mask=confidence_mask(torch.softmax(w.detach(), 1), algo.params.tau), k=2, form=form,
+                          **extra)
+    assert torch.equal(out.loss, ref["loss"])   # the loss function's own weighted total, not re-weighted
+    for key in ("sup", "sep", "p", "n"):
+        assert out.terms[key].item() == pytest.approx(ref[key].item(), rel=1e-6), key
 
 
 def test_official_sep_covers_all_rows() -> None:
@@ -166,14 +184,14 @@ def test_official_sep_covers_all_rows() -> None:
     comp = torch.softmax(model.tpc(feats), 1).argmin(1)
     expected = F.cross_entropy(model.tnc(feats), comp)
     weak_only = F.cross_entropy(model.tnc(feats[B:B + U]), comp[B:B + U])
-    assert out["sep"].item() == pytest.approx(expected.item(), rel=1e-6)
-    assert out["sep"].item() != pytest.approx(weak_only.item(), rel=1e-4)
+    assert out.terms["sep"].item() == pytest.approx(expected.item(), rel=1e-6)
+    assert out.terms["sep"].item() != pytest.approx(weak_only.item(), rel=1e-4)
 
 
 def test_mutexmatch_gradient_routing_and_stop_grad_knob() -> None:
     _, model, _, out = run("mutexmatch", {"k": 2})
-    assert 0 < out["mask"].sum() < U
-    sep, n, p = grad_sum(model, out["sep"]), grad_sum(model, out["n"]), grad_sum(model, out["p"])
+    assert 0 < out.mask.sum() < U
+    sep, n, p = grad_sum(model, out.terms["sep"]), grad_sum(model, out.terms["n"]), grad_sum(model, out.terms["p"])
     assert sep["tnc"] > 0 and sep["backbone"] == 0 and sep["tpc"] == 0
     assert n["tnc"] > 0 and n["backbone"] > 0 and n["tpc"] == 0
     assert p["tpc"] > 0 and p["backbone"] > 0 and p["tnc"] == 0
@@ -181,8 +199,8 @@ def test_mutexmatch_gradient_routing_and_stop_grad_knob() -> None:
     for form in ("paper", "official"):
         _, model2, _, out2 = run("mutexmatch", {"k": 2, "sep_stop_grad": False, "form": form})
         _, _, _, ref = run("mutexmatch", {"k": 2, "form": form})
-        assert out2["sep"].item() == pytest.approx(ref["sep"].item(), rel=1e-6)
-        assert grad_sum(model2, out2["sep"])["backbone"] > 0
+        assert out2.terms["sep"].item() == pytest.approx(ref.terms["sep"].item(), rel=1e-6)
+        assert grad_sum(model2, out2.terms["sep"])["backbone"] > 0
 
 
 def test_missing_tnc_head_and_bad_step_inputs() -> None:
@@ -203,13 +221,13 @@ def test_missing_tnc_head_and_bad_step_inputs() -> None:
 # ---------------------------------------------------------------------------------------------------------------------
 # Ablation variants: each changes exactly its term against default MutexMatch on the same batch.
 # ---------------------------------------------------------------------------------------------------------------------
-def unchanged(a: dict, b: dict, keys: tuple[str, ...]) -> None:
+def unchanged(a: StepOutput, b: StepOutput, keys: tuple[str, ...]) -> None:
     for key in keys:
-        assert a[key].item() == pytest.approx(b[key].item(), rel=1e-6), key
+        assert a.terms[key].item() == pytest.approx(b.terms[key].item(), rel=1e-6), key
 
 
-def r_w_and_low(model: FakeNet, inp: StepInputs, out: dict) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.softmax(model.tnc(inp.feats[B:B + U]).detach(), 1), 1.0 - out["mask"]
+def r_w_and_low(model: FakeNet, inp: StepInputs, out: StepOutput) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.softmax(model.tnc(inp.feats[B:B + U]).detach(), 1), 1.0 - out.mask
 
 
 def test_hard_hard_changes_only_the_tnc_consistency() -> None:
@@ -219,11 +237,11 @@ def test_hard_hard_changes_only_the_tnc_consistency() -> None:
     r_w, low = r_w_and_low(model, inp, out)
     tnc_s = model.tnc(inp.feats[B + U:])
     expected = (low * F.cross_entropy(tnc_s, r_w.argmax(1), reduction="none")).mean()
-    assert out["n"].item() == pytest.approx(expected.item(), rel=1e-6)
-    assert out["n"].item() != pytest.approx(ref["n"].item(), rel=1e-3)
+    assert out.terms["n"].item() == pytest.approx(expected.item(), rel=1e-6)
+    assert out.terms["n"].item() != pytest.approx(ref.terms["n"].item(), rel=1e-3)
     # It is the paper form's hard target at k = 1.
     _, _, _, hard_k1 = run("mutexmatch", {"k": 1, "tnc_target": "hard"})
-    assert out["n"].item() == pytest.approx(hard_k1["n"].item(), rel=1e-6)
+    assert out.terms["n"].item() == pytest.approx(hard_k1.terms["n"].item(), rel=1e-6)
     with pytest.raises(ValueError, match=r"algorithm\.k"):
         build_algorithm("mutexmatch_hard_hard", {"k": 2}, C)
 
@@ -234,9 +252,9 @@ def test_rand_soft_changes_only_sep() -> None:
     _, _, _, ref = run("mutexmatch")
     unchanged(out, ref, ("sup", "p", "n"))
     probs = torch.softmax(model.tpc(inp.feats[B:B + U]), 1)
-    assert torch.all(out["comp_label"] != probs.argmax(1))
-    expected = F.cross_entropy(model.tnc(inp.feats[B:B + U]), out["comp_label"])
-    assert out["sep"].item() == pytest.approx(expected.item(), rel=1e-6)
+    assert torch.all(out.comp_label != probs.argmax(1))
+    expected = F.cross_entropy(model.tnc(inp.feats[B:B + U]), out.comp_label)
+    assert out.terms["sep"].item() == pytest.approx(expected.item(), rel=1e-6)
 
 
 def test_random_complementary_label_is_uniform_over_non_argmax() -> None:
@@ -251,14 +269,14 @@ def test_rev_norm_drops_sep_and_uses_normalised_reverse_target() -> None:
     algo, model, inp, out = run("mutexmatch_rev_norm")
     _, _, _, ref = run("mutexmatch")
     unchanged(out, ref, ("sup", "p"))
-    assert out["sep"].item() == 0.0
+    assert out.terms["sep"].item() == 0.0
     r_w, low = r_w_and_low(model, inp, out)
     q = (1 - r_w) / (C - 1)
     log_r_s = torch.log_softmax(model.tnc(inp.feats[B + U:]), 1)
     expected_n = (low * -(q * log_r_s).sum(1)).mean()
-    assert out["n"].item() == pytest.approx(expected_n.item(), rel=1e-6)
-    assert out["loss"].item() == pytest.approx((out["sup"] + out["p"] + out["n"]).item(), rel=1e-6)
-    assert grad_sum(model, out["loss"])["tnc"] > 0
+    assert out.terms["n"].item() == pytest.approx(expected_n.item(), rel=1e-6)
+    assert out.loss.item() == pytest.approx((out.terms["sup"] + out.terms["p"] + out.terms["n"]).item(), rel=1e-6)
+    assert grad_sum(model, out.loss)["tnc"] > 0
     for removed in ("lambda_sep", "form", "k"):
         with pytest.raises(ValueError, match=rf"algorithm\.{removed}: not a parameter"):
             build_algorithm("mutexmatch_rev_norm", {removed: 1}, C)
@@ -270,8 +288,8 @@ def test_tnc_consistency_on_all_samples_changes_only_n() -> None:
     unchanged(out, ref, ("sup", "sep", "p"))
     r_w, low = r_w_and_low(model, inp, out)
     ell = -(r_w * torch.log_softmax(model.tnc(inp.feats[B + U:]), 1)).sum(1)   # k = C: H(r^w, r^s)
-    assert out["n"].item() == pytest.approx(ell.mean().item(), rel=1e-6)
-    assert ref["n"].item() == pytest.approx((low * ell).mean().item(), rel=1e-6)
+    assert out.terms["n"].item() == pytest.approx(ell.mean().item(), rel=1e-6)
+    assert ref.terms["n"].item() == pytest.approx((low * ell).mean().item(), rel=1e-6)
 
 
 def test_hard_tnc_target_changes_only_n() -> None:
@@ -282,7 +300,7 @@ def test_hard_tnc_target_changes_only_n() -> None:
     log_r_s = torch.log_softmax(model.tnc(inp.feats[B + U:]), 1)
     top2 = r_w.topk(2, 1).indices
     expected = (low * -(log_r_s.gather(1, top2).sum(1)) / 2).mean()   # -(1/k) sum_{top-k} 1 * log r^s
-    assert out["n"].item() == pytest.approx(expected.item(), rel=1e-6)
+    assert out.terms["n"].item() == pytest.approx(expected.item(), rel=1e-6)
 
 
 @pytest.mark.parametrize("form", ["paper", "official"])
@@ -293,8 +311,8 @@ def test_comp_rank_changes_only_sep(form: str) -> None:
     rows = slice(B, B + U) if form == "paper" else slice(None)
     feats = inp.feats.detach()[rows]
     second = torch.softmax(model.tpc(feats), 1).sort(1).indices[:, 1]
-    assert out["sep"].item() == pytest.approx(F.cross_entropy(model.tnc(feats), second).item(), rel=1e-6)
-    assert torch.equal(out["comp_label"], torch.softmax(model.tpc(inp.feats[B:B + U]), 1).sort(1).indices[:, 1])
+    assert out.terms["sep"].item() == pytest.approx(F.cross_entropy(model.tnc(feats), second).item(), rel=1e-6)
+    assert torch.equal(out.comp_label, torch.softmax(model.tpc(inp.feats[B:B + U]), 1).sort(1).indices[:, 1])
 
 
 @pytest.mark.parametrize("lam", [0.0, 0.5])
@@ -302,7 +320,7 @@ def test_lowconf_variants_add_only_ab1(lam: float) -> None:
     _, model, inp, fm = run("fixmatch")
     w, s = model.tpc(inp.feats[B:]).split([U, U])
     p_w = torch.softmax(w.detach(), 1)
-    low = 1.0 - fm["mask"]
+    low = 1.0 - fm.mask
     per_row = {
         "lowconf_full": F.cross_entropy(s, p_w.argmax(1), reduction="none"),
         "lowconf_soft": -(p_w * torch.log_softmax(s, 1)).sum(1),
@@ -311,8 +329,8 @@ def test_lowconf_variants_add_only_ab1(lam: float) -> None:
     for name, ell in per_row.items():
         _, _, _, out = run(name, {"lambda_ab1": lam})
         unchanged(out, fm, ("sup", "p"))
-        assert out["ab1"].item() == pytest.approx((low * ell).mean().item(), rel=1e-6)
-        assert out["loss"].item() == pytest.approx((fm["loss"] + lam * out["ab1"]).item(), rel=1e-6)
+        assert out.terms["ab1"].item() == pytest.approx((low * ell).mean().item(), rel=1e-6)
+        assert out.loss.item() == pytest.approx((fm.loss + lam * out.terms["ab1"]).item(), rel=1e-6)
 
 
 @pytest.mark.parametrize("variant", [1, 2, 3])
@@ -330,12 +348,12 @@ def test_fixmatch_nce_variants(variant: int) -> None:
         s_i = neg[i].sum().item()
         if s_i:
             expected += -sum(math.log(1 - q[i, c].item()) for c in range(C) if neg[i, c]) / s_i
-    assert out["nce"].item() == pytest.approx(expected / U, rel=1e-5)
-    assert out["mask"].tolist() == (p_w.detach().max(1).values >= algo.threshold).float().tolist()
-    grads = grad_sum(model, out["nce"])
+    assert out.terms["nce"].item() == pytest.approx(expected / U, rel=1e-5)
+    assert out.mask.tolist() == (p_w.detach().max(1).values >= algo.threshold).float().tolist()
+    grads = grad_sum(model, out.terms["nce"])
     assert grads["tpc"] > 0 and grads["backbone"] > 0
     # Variant (iv) learns on the weak view itself; (v) only through the strong view.
-    w_grad = torch.autograd.grad(out["nce"], inp.feats, retain_graph=True)[0][B:B + U]
+    w_grad = torch.autograd.grad(out.terms["nce"], inp.feats, retain_graph=True)[0][B:B + U]
     assert (w_grad.abs().sum() > 0) == (variant in (1, 2))
 
 
@@ -369,35 +387,46 @@ def test_dist_align_feeds_threshold_and_labels() -> None:
     p_w = torch.softmax(model.tpc(inp.feats[B:B + U]).detach(), 1)
     aligned = p_w / p_w.mean(0)
     aligned = aligned / aligned.sum(1, keepdim=True)
-    assert torch.allclose(out["conf"], aligned.max(1).values, atol=1e-6)
-    assert torch.equal(out["comp_label"], aligned.argmin(1))
+    assert torch.allclose(out.conf, aligned.max(1).values, atol=1e-6)
+    assert torch.equal(out.comp_label, aligned.argmin(1))
     # Official L_sep's weak rows use the aligned complementary labels too.
     feats = inp.feats.detach()
     comp = torch.softmax(model.tpc(feats), 1).argmin(1)
     comp[B:B + U] = aligned.argmin(1)
-    assert out["sep"].item() == pytest.approx(F.cross_entropy(model.tnc(feats), comp).item(), rel=1e-6)
+    assert out.terms["sep"].item() == pytest.approx(F.cross_entropy(model.tnc(feats), comp).item(), rel=1e-6)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Parameter validation.
 # ---------------------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name,params,match", [
-    ("mutexmatch", {"tau": 1.5}, r"algorithm\.tau=1\.5: must be a number in \(0, 1\]"),
-    ("mutexmatch", {"k": 0}, r"algorithm\.k=0: must be an integer in \[1, 4\]"),
-    ("mutexmatch", {"k": 5, "form": "official"}, r"algorithm\.k=5: must be an integer in \[0, 4\]"),
-    ("mutexmatch", {"form": "both"}, r"algorithm\.form='both'"),
-    ("mutexmatch", {"lambda_n": -0.1}, r"algorithm\.lambda_n=-0\.1"),
-    ("mutexmatch", {"sep_stop_grad": 1}, r"algorithm\.sep_stop_grad=1: must be one of \[False, True\]"),
+    ("mutexmatch", {"tau": 1.5}, r"algorithm\.tau=1\.5: must be in \(0, 1\]"),
+    ("mutexmatch", {"tau": 0.0}, r"algorithm\.tau=0\.0: must be in \(0, 1\]"),
+    ("mutexmatch", {"tau": float("nan")}, r"algorithm\.tau=nan: must be in \(0, 1\]"),
+    ("mutexmatch", {"tau": "0.9"}, r"algorithm\.tau='0\.9': Input should be a valid number"),
+    ("mutexmatch", {"k": 0}, r"algorithm\.k=0: must be >= 1"),
+    ("mutexmatch", {"k": 0, "form": "official"}, r"algorithm\.k=0: must be >= 1"),
+    ("mutexmatch", {"k": 5, "form": "official"}, r"algorithm\.k=5: must be in \[1, 4\] \(the number of classes\)"),
+    ("mutexmatch", {"k": 2.0}, r"algorithm\.k=2\.0: must be an integer, `C` or a fraction like `0\.6C`"),
+    ("mutexmatch", {"k": "1.5C"}, r"algorithm\.k='1\.5C': fraction of C must be in \(0, 1\]"),
+    ("mutexmatch", {"form": "both"}, r"algorithm\.form='both': Input should be 'paper' or 'official'"),
+    ("mutexmatch", {"lambda_n": -0.1}, r"algorithm\.lambda_n=-0\.1: must be in \[0, inf\)"),
+    ("mutexmatch", {"lambda_n": float("inf")}, r"algorithm\.lambda_n=inf: must be in \[0, inf\)"),
+    ("mutexmatch", {"lambda_p": True}, r"algorithm\.lambda_p=True: Input should be a valid number"),
+    ("mutexmatch", {"sep_stop_grad": 1}, r"algorithm\.sep_stop_grad=1: Input should be a valid boolean"),
     ("mutexmatch", {"tnc_consistency": "high"}, r"algorithm\.tnc_consistency='high'"),
     ("mutexmatch", {"tnc_target": "top1"}, r"algorithm\.tnc_target='top1'"),
-    ("mutexmatch", {"comp_rank": 5}, r"algorithm\.comp_rank=5: must be an integer in \[1, 4\]"),
+    ("mutexmatch", {"comp_rank": 5}, r"algorithm\.comp_rank=5: must be in \[1, 4\] \(the number of classes\)"),
+    ("mutexmatch", {"comp_rank": 0}, r"algorithm\.comp_rank=0: must be >= 1"),
+    ("mutexmatch", {"tau": 2.0, "lambda_sep": -1.0}, r"algorithm\.tau=2\.0: .*\nalgorithm\.lambda_sep=-1\.0: "),
     ("fixmatch", {"dist_align": "yes"}, r"algorithm\.dist_align='yes'"),
     ("fixmatch", {"k": 2}, r"algorithm\.k: not a parameter of algorithm 'fixmatch'"),
     ("lowconf_soft", {"lambda_ab1": -1}, r"algorithm\.lambda_ab1=-1"),
-    ("fixmatch_nce", {"nce_variant": 4}, r"algorithm\.nce_variant=4: must be one of \[1, 2, 3\]"),
-    ("fixmatch_nce", {"tau_n": 1.0}, r"algorithm\.tau_n=1\.0: must be a number in \(0, 1\)"),
+    ("fixmatch_nce", {"nce_variant": 4}, r"algorithm\.nce_variant=4: must be 1, 2 or 3"),
+    ("fixmatch_nce", {"tau_n": 1.0}, r"algorithm\.tau_n=1\.0: must be in \(0, 1\)"),
     ("fixmatch_nce", {"tau_p": 0.0}, r"algorithm\.tau_p=0\.0"),
     ("supervised", {"tau": 0.9}, r"algorithm\.tau: not a parameter of algorithm 'supervised' \(accepted: none\)"),
+    ("mutexmatch_hard_hard", {"tnc_target": "soft"}, r"algorithm\.tnc_target: not a parameter"),
 ])
 def test_bad_params_raise_naming_the_field(name: str, params: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
@@ -406,9 +435,61 @@ def test_bad_params_raise_naming_the_field(name: str, params: dict, match: str) 
 
 def test_defaults_resolve() -> None:
     algo = build_algorithm("mutexmatch", {}, 10)
-    assert algo.k == 10 and algo.hp["form"] == "paper" and algo.dist_align is None
-    assert build_algorithm("mutexmatch", {"k": 0, "form": "official"}, 10).k == 0
-    assert build_algorithm("mutexmatch_rev_norm", {}, 10).hp["lambda_sep"] == 0.0
-    assert ALGORITHMS["mutexmatch"].params["k"] is None
+    assert algo.k == 10 and algo.params.form == "paper" and algo.dist_align is None
+    assert build_algorithm("mutexmatch", {"k": "0.6C"}, 10).k == 6
+    assert build_algorithm("mutexmatch", {"k": 3, "form": "official"}, 10).k == 3
+    rev_norm = build_algorithm("mutexmatch_rev_norm", {}, 10)
+    assert rev_norm.params.lambda_sep == 0.0 and rev_norm.params.form == "paper" and rev_norm.k == 10
+    assert ALGORITHMS["mutexmatch"].Params.model_fields["k"].default == "C"
     with pytest.raises(ValueError, match=r"num_classes=1"):
         build_algorithm("fixmatch", {}, 1)
+
+
+def test_one_declaration_per_parameter() -> None:
+    """The config section, the docs and the algorithms read the same parameter models."""
+    from mutexmatch.config import AlgorithmConfig, config_markdown
+
+    doc = config_markdown()
+    for name, cls in ALGORITHMS.items():
+        assert f"| `{name}` |" in doc, name
+        for param, field in cls.Params.model_fields.items():
+            assert f"`{param}` = `{field.default!r}`" in doc
+            assert AlgorithmConfig.model_fields[param].description == field.description, param
+            assert AlgorithmConfig.model_fields[param].default == field.default, param
+    assert "`k` = `'C'` (1..C, `C` or a fraction like `0.6C`)" in doc and "`tau` = `0.95` ((0, 1])" in doc
+    assert "fixed: `k` = `'C'`, `tnc_target` = `'soft'`" in doc
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The threshold seam.
+# ---------------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["fixmatch", "mutexmatch", "lowconf_soft", "fixmatch_nce"])
+def test_fixed_threshold_is_the_former_float_tau_mask(name: str) -> None:
+    """The default seam is 1(max p^w >= tau) bit for bit, and the loss is computed on it."""
+    algo, model, inp, out = run(name)
+    p_w = torch.softmax(model.tpc(inp.feats[B:B + U]).detach(), 1)
+    former = (p_w.max(dim=1).values >= algo.threshold).to(p_w.dtype)
+    assert torch.equal(algo.confidence_mask(p_w, inp), former) and torch.equal(out.mask, former)
+    assert 0 < former.sum() < U or name == "fixmatch_nce"
+
+
+def test_per_class_thresholds_through_the_seam() -> None:
+    """The conftest's FlexMatch-style algorithm: thresholds M(beta(c)) tau from its per-sample state, which it
+    updates from the unlabeled indices and which round-trips through state_dict."""
+    cls = ALGORITHMS["flexmatch_demo"]
+    model = FakeNet(tnc=False)
+    algo = cls({"tau": 0.5}, C, num_unlabeled=2 * U)
+    probs = torch.tensor([[0.9, 0.05, 0.03, 0.02]] * 4 + [[0.1, 0.6, 0.2, 0.1]] * 2 + [[0.3, 0.3, 0.2, 0.2]] * 2)
+    inp = batch(model, cls)
+    inp.ulb_idx = torch.arange(U, 2 * U)
+    assert torch.equal(algo.confidence_mask(probs, inp), torch.ones(U))        # beta = 0: every row passes
+    assert algo.state_dict()["selected"].tolist() == [-1] * U + [0] * 4 + [1] * 2 + [-1] * 2
+    # sigma = (4, 2, 0, 0): beta = (1, 0.5, 0, 0); T(c) = beta / (2 - beta) * 0.5
+    thresholds = torch.tensor([1.0, 0.5 / 1.5, 0.0, 0.0]) * 0.5
+    probs2 = torch.tensor([[0.12, 0.08, 0.4, 0.4], [0.2, 0.1, 0.3, 0.4]] * 4).T.softmax(0).T
+    inp.ulb_idx = torch.arange(U)
+    expected = (probs2.max(1).values >= thresholds[probs2.argmax(1)]).float()
+    assert torch.equal(algo.confidence_mask(probs2, inp), expected)
+    fresh = cls({"tau": 0.5}, C, num_unlabeled=2 * U)
+    fresh.load_state_dict(algo.state_dict())
+    assert torch.equal(fresh.selected, algo.selected)

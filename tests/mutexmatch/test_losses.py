@@ -1,14 +1,16 @@
-"""mutexmatch.losses: values against hand formulas (plain-Python math), gradient routing, weights, validation."""
+"""mutexmatch.losses: values against hand formulas (plain-Python math), gradient routing, weights, the confidence mask
+(the threshold seam) against the former float-tau computation, input checks."""
 from __future__ import annotations
 
 import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from mutexmatch.losses import (complementary_label, fixmatch_loss, mutexmatch_loss, negative_consistency,
-                               top_k_indicator)
+from mutexmatch.losses import (complementary_label, confidence_mask, fixmatch_loss, mutexmatch_loss,
+                               negative_consistency, top_k_indicator)
 
 torch.set_num_threads(1)
 
@@ -43,7 +45,8 @@ def t(rows: list[list[float]], grad: bool = False) -> torch.Tensor:
 
 def inputs(**over: object) -> dict[str, object]:
     kw = dict(logits_lb=t(LOGITS_LB), targets_lb=torch.tensor(TARGETS_LB), logits_w=t(LOGITS_W),
-              logits_s=t(LOGITS_S), tnc_logits_w=t(TNC_W), tnc_logits_s=t(TNC_S), tau=TAU, k=C)
+              logits_s=t(LOGITS_S), tnc_logits_w=t(TNC_W), tnc_logits_s=t(TNC_S),
+              mask=confidence_mask(torch.softmax(t(LOGITS_W), 1), TAU), k=C)
     kw.update(over)
     return kw
 
@@ -169,7 +172,7 @@ def test_helpers() -> None:
 
 def test_fixmatch_loss_matches_hand_and_mutexmatch_without_tnc_terms() -> None:
     out = fixmatch_loss(logits_lb=t(LOGITS_LB), targets_lb=torch.tensor(TARGETS_LB), logits_w=t(LOGITS_W),
-                        logits_s=t(LOGITS_S), tau=TAU, lambda_p=0.5)
+                        logits_s=t(LOGITS_S), mask=inputs()["mask"], lambda_p=0.5)
     assert out["loss"].item() == pytest.approx(hand_sup() + 0.5 * hand_p(), rel=1e-12)
     mm = mutexmatch_loss(**inputs(lambda_p=0.5, lambda_sep=0.0, lambda_n=0.0))
     assert out["loss"].item() == mm["loss"].item()
@@ -178,7 +181,7 @@ def test_fixmatch_loss_matches_hand_and_mutexmatch_without_tnc_terms() -> None:
 def test_probs_w_override_drives_mask_and_labels() -> None:
     probs = torch.tensor([[0.05, 0.05, 0.05, 0.85], [0.02, 0.03, 0.9, 0.05], [0.1, 0.2, 0.3, 0.4]],
                          dtype=torch.float64)
-    out = mutexmatch_loss(**inputs(probs_w=probs, tau=0.9))
+    out = mutexmatch_loss(**inputs(probs_w=probs, mask=confidence_mask(probs, 0.9)))
     assert out["mask"].tolist() == [0.0, 1.0, 0.0]
     assert out["pseudo_label"].tolist()[1] == 2
     assert out["comp_label"].tolist() == [0, 0, 0]
@@ -216,8 +219,10 @@ def routed(form: str) -> tuple[Tiny, dict[str, torch.Tensor], dict[str, torch.Te
     tnc_detached = model.tnc(feats.detach())
     tensors = dict(logits_lb=lb, targets_lb=torch.randint(C, (b,)), logits_w=w, logits_s=s,
                    tnc_logits_w=tnc_detached[b:b + u], tnc_logits_s=model.tnc(feats[b + u:]))
-    extra = dict(sep_logits=logits, sep_tnc_logits=tnc_detached) if form == "official" else {}
-    return model, tensors, mutexmatch_loss(**tensors, **extra, tau=tau, k=2, form=form)
+    if form == "official":
+        tensors.update(sep_logits=logits, sep_tnc_logits=tnc_detached)
+    return model, tensors, mutexmatch_loss(**tensors, mask=confidence_mask(torch.softmax(w.detach(), 1), tau), k=2,
+                                           form=form)
 
 
 def grads(model: Tiny, loss: torch.Tensor) -> dict[str, float]:
@@ -248,33 +253,63 @@ def test_gradient_routing(form: str) -> None:
 # Validation.
 # ---------------------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("over,match", [
-    (dict(tau=1.5), r"algorithm\.tau=1\.5: must be a number in \(0, 1\]"),
-    (dict(tau=0.0), r"algorithm\.tau=0\.0"),
-    (dict(tau=float("nan")), r"algorithm\.tau=nan"),
-    (dict(k=0), r"algorithm\.k=0: must be an integer in \[1, 4\]"),
-    (dict(k=5), r"algorithm\.k=5"),
-    (dict(k=2.0), r"algorithm\.k=2\.0"),
-    (dict(lambda_sep=-1.0), r"algorithm\.lambda_sep=-1\.0: must be a number in \[0, inf\)"),
-    (dict(lambda_n=float("inf")), r"algorithm\.lambda_n=inf"),
-    (dict(lambda_p=True), r"algorithm\.lambda_p=True"),
-    (dict(form="fancy"), r"algorithm\.form='fancy': must be one of \['official', 'paper'\]"),
+    (dict(form="fancy"), r"form='fancy': must be one of \('paper', 'official'\)"),
     (dict(form="official"), r"sep_logits and sep_tnc_logits: required by form='official'"),
     (dict(sep_logits=t(LOGITS_W), sep_tnc_logits=t(TNC_W)), r"only used by form='official'"),
-    (dict(form="official", k=5, sep_logits=t(LOGITS_W), sep_tnc_logits=t(TNC_W)), r"algorithm\.k=5.*0 means C"),
     (dict(form="official", sep_logits=t(LOGITS_W), sep_tnc_logits=t(TNC_S[:2])), r"sep_tnc_logits: shape \(2, 4\)"),
     (dict(logits_s=t(LOGITS_S[:2])), r"logits_s: shape \(2, 4\)"),
     (dict(tnc_logits_s=t([r[:3] for r in TNC_S])), r"tnc_logits_s: shape \(3, 3\)"),
     (dict(targets_lb=torch.tensor([0.0, 2.0])), r"targets_lb: must be an int64 tensor of shape \(2,\)"),
     (dict(targets_lb=torch.tensor([0, 1, 2])), r"targets_lb"),
     (dict(logits_w=torch.zeros(3, 4, dtype=torch.long)), r"logits_w: must be a 2-D floating-point tensor"),
+    (dict(mask=torch.tensor([True, False, False])), r"mask: must be a floating-point tensor of shape \(3,\)"),
+    (dict(mask=t([[1.0, 0.0]])[0]), r"mask: must be a floating-point tensor of shape \(3,\).*\(2,\)"),
+    (dict(mask=0.9), r"mask: .* got float"),
 ])
 def test_bad_input_raises_naming_the_argument(over: dict[str, object], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         mutexmatch_loss(**inputs(**over))
 
 
-def test_official_accepts_k_zero_and_paper_does_not() -> None:
-    kw = dict(sep_logits=t(LOGITS_W), sep_tnc_logits=t(TNC_W))
-    mutexmatch_loss(**inputs(k=0, form="official", **kw))
-    with pytest.raises(ValueError, match=r"algorithm\.k=0"):
-        mutexmatch_loss(**inputs(k=0))
+def _float_tau_loss(tau: float, k: int, form: str, lambdas: tuple[float, float, float], **kw: torch.Tensor) -> dict:
+    """The former computation with a float tau inside the loss (before the threshold seam), written out."""
+    p_w = torch.softmax(kw["logits_w"], dim=1).detach()
+    conf, pseudo_label = p_w.max(dim=1)
+    high = (conf >= tau).to(p_w.dtype)
+    r_w = torch.softmax(kw["tnc_logits_w"].detach(), dim=1)
+    sup = F.cross_entropy(kw["logits_lb"], kw["targets_lb"])
+    if form == "paper":
+        sep = F.cross_entropy(kw["tnc_logits_w"], p_w.argmin(dim=1))
+    else:
+        sep = F.cross_entropy(kw["sep_tnc_logits"], torch.softmax(kw["sep_logits"].detach(), 1).argmin(1))
+    p = (F.cross_entropy(kw["logits_s"], pseudo_label, reduction="none") * high).mean()
+    n = ((1.0 - high) * negative_consistency(r_w, kw["tnc_logits_s"], k=k, form=form)).mean()
+    lam_sep, lam_p, lam_n = lambdas
+    return {"loss": sup + lam_sep * sep + lam_p * p + lam_n * n, "sup": sup, "sep": sep, "p": p, "n": n, "mask": high}
+
+
+@pytest.mark.parametrize("form", ["paper", "official"])
+@pytest.mark.parametrize("k", [2, C])
+def test_fixed_threshold_mask_equals_the_former_float_tau_computation(form: str, k: int) -> None:
+    """Bit for bit, values and gradients: the loss given confidence_mask(p^w, tau) is the loss that took tau."""
+    results = []
+    for seam in (True, False):
+        model, tensors, _ = routed(form)
+        tau = float(torch.softmax(tensors["logits_w"].detach(), 1).max(1).values.median())
+        lambdas = (0.5, 2.0, 0.7)
+        if seam:
+            mask = confidence_mask(torch.softmax(tensors["logits_w"].detach(), 1), tau)
+            out = mutexmatch_loss(**tensors, mask=mask, k=k, form=form, lambda_sep=lambdas[0],
+                                  lambda_p=lambdas[1], lambda_n=lambdas[2])
+        else:
+            out = _float_tau_loss(tau, k, form, lambdas, **tensors)
+        model.zero_grad(set_to_none=True)
+        out["loss"].backward()
+        results.append((out, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
+    (new, new_grads), (old, old_grads) = results
+    assert 0 < old["mask"].sum() < len(old["mask"])
+    for key in ("loss", "sup", "sep", "p", "n", "mask"):
+        assert torch.equal(new[key], old[key]), key
+    assert new_grads.keys() == old_grads.keys() and all(torch.equal(new_grads[n], old_grads[n]) for n in new_grads)
+    assert torch.equal(confidence_mask(torch.softmax(t(LOGITS_W), 1), TAU), torch.tensor([1.0, 0.0, 0.0],
+                                                                                           dtype=torch.float64))

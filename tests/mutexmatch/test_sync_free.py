@@ -1,6 +1,7 @@
 """A steady-state training step makes the host wait for the device nowhere: every algorithm's forward, loss,
-backward, the SGD step and the EMA update run on the meta device (shapes without data), where any read of a device
-value — ``item``/``tolist``, ``nonzero``, boolean indexing, data-dependent shapes — raises. (The augmentation path
+backward, the SGD step, the EMA update and the trainer's diagnostics accumulator run on the meta device (shapes
+without data), where any read of a device value — ``item``/``tolist``, ``nonzero``, boolean indexing,
+data-dependent shapes — raises. (The augmentation path
 has its own such test in test_augment.py; on CUDA, benchmarks/profile_step.py counts the synchronisations.)"""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import pytest
 import torch
 
 from mutexmatch.algorithms import ALGORITHMS, StepInputs
+from mutexmatch.diagnostics import StepAccumulator
 from mutexmatch.ema import ModelEMA
 from mutexmatch.models import build_model
 
@@ -17,13 +19,13 @@ B, MU_B, C = 4, 8, 10
 
 VARIANTS = ({}, {"dist_align": True}, {"form": "official"}, {"form": "official", "k": 3})
 CASES = [(name, params) for name in sorted(ALGORITHMS) for params in VARIANTS
-         if set(params) <= set(ALGORITHMS[name].params)]
+         if set(params) <= set(ALGORITHMS[name].Params.model_fields)]
 
 
 @pytest.mark.parametrize("name,params", CASES)
 def test_forward_loss_backward_sgd_and_ema_read_nothing_from_the_device(name, params):
     cls = ALGORITHMS[name]
-    alg = cls(params, C)
+    alg = cls(params, C, num_unlabeled=2 * MU_B)
     model = build_model("small_cnn", num_classes=C, in_channels=1, image_size=8, with_tnc=cls.uses_tnc).to("meta")
     ema = ModelEMA(model, 0.999)
     sgd = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=5e-4, foreach=True)
@@ -32,7 +34,10 @@ def test_forward_loss_backward_sgd_and_ema_read_nothing_from_the_device(name, pa
     out = alg.compute(model, StepInputs(feats=feats, num_lb=B, num_ulb=u, step=0,
                                         targets_lb=torch.zeros(B, dtype=torch.long, device="meta"),
                                         ulb_idx=torch.zeros(u, dtype=torch.long, device="meta")))
-    out["loss"].backward()
+    out.loss.backward()
     sgd.step()
     ema.update()
-    assert out["loss"].device.type == "meta" and out["loss"].shape == ()
+    stats = StepAccumulator(C, torch.device("meta"))
+    stats.add(out, torch.zeros(u, dtype=torch.long, device="meta"), step=0)
+    assert out.loss.device.type == "meta" and out.loss.shape == ()
+    assert stats.counts.device.type == "meta" and stats.ulb_seen == u

@@ -8,17 +8,18 @@ import os
 import pytest
 import torch
 
+from mutexmatch.algorithms import StepOutput
 from mutexmatch.callbacks import Callback
 from mutexmatch.checkpoint import list_checkpoints
 from mutexmatch.config import parse_config
 from mutexmatch.train import NonFiniteLossError, Trainer, main
 
 
-def _cfg(tmp_path, name="run", **alg):
+def _cfg(tmp_path, name="run", algorithm="mutexmatch", **alg):
     return parse_config({
         "data": {"dataset": "digits", "num_labels": 20, "fold": 1},
         "model": {"backbone": "small_cnn"},
-        "algorithm": {"name": "mutexmatch", **alg},
+        "algorithm": {"name": algorithm, **alg},
         "train": {"iterations": 8, "eval_interval": 2, "batch_size": 4, "mu": 2, "num_threads": 1,
                   "progress": False, "keep_checkpoints": 10},
         "output_dir": str(tmp_path / name),
@@ -28,12 +29,16 @@ def _cfg(tmp_path, name="run", **alg):
 def _tensors(trainer: Trainer) -> dict[str, torch.Tensor]:
     out = {f"model.{k}": v for k, v in trainer.model.state_dict().items()}
     out.update({f"ema.{k}": v for k, v in trainer.ema.state_dict().items()})
+    for key, value in trainer.algorithm.state_dict().items():   # DA history, the demo's per-sample predictions
+        out.update({f"alg.{key}.{k}": v for k, v in value.items() if torch.is_tensor(v)} if isinstance(value, dict)
+                   else {f"alg.{key}": value})
     for i, s in trainer.optimizer.state_dict()["state"].items():
         out.update({f"opt.{i}.{k}": v for k, v in s.items() if torch.is_tensor(v)})
     return out
 
 
-@pytest.mark.parametrize("alg", [{"form": "paper", "k": 3}, {"form": "official", "dist_align": True}])
+@pytest.mark.parametrize("alg", [{"form": "paper", "k": 3}, {"form": "official", "dist_align": True},
+                                 {"algorithm": "flexmatch_demo", "tau": 0.5}])   # per-sample threshold state (conftest)
 def test_stop_and_resume_is_bit_identical(tmp_path, alg):
     full = Trainer(_cfg(tmp_path, "full", **alg))
     full.fit()
@@ -48,6 +53,8 @@ def test_stop_and_resume_is_bit_identical(tmp_path, alg):
     assert a.keys() == b.keys() and len(a) > 10
     for k in a:
         assert torch.equal(a[k], b[k]), k
+    if "alg.selected" in a:   # the state is not trivial, so its equality above means it was checkpointed
+        assert (a["alg.selected"] >= 0).sum() > 8
     lines = [json.loads(x) for x in (tmp_path / "half" / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines] == [2, 4, 6, 8]
 
@@ -101,9 +108,10 @@ def test_run_folder_and_callbacks(tmp_path):
     assert summary.final_weights is not None and summary.step == 8
 
 
-def _cpa_after(trainer: Trainer, out: dict) -> float:
+def _cpa_after(trainer: Trainer, ulb: torch.Tensor, **diagnostics) -> float:
     trainer._reset_accumulators()
-    trainer._accumulate(out, out.pop("ulb"))
+    zero = torch.zeros(())
+    trainer.stats.add(StepOutput(loss=zero, terms={"sup": zero}, **diagnostics), trainer.ulb_y[ulb], step=0)
     return trainer.evaluate().metrics["train/cpa"]
 
 
@@ -114,13 +122,46 @@ def test_cpa_scores_the_complementary_labels_the_algorithm_returns(tmp_path):
     ulb = torch.tensor([0, 1])
     y0, y1 = trainer.ulb_y[ulb].tolist()
     other0, other1 = [c for c in range(10) if c != y0][:2], (y1 + 1) % 10
-    base = {"ulb": ulb, "pseudo_label": torch.tensor([y0, y1]), "mask": torch.tensor([True, True])}
+    base = {"pseudo_label": torch.tensor([y0, y1]), "mask": torch.tensor([True, True])}
     # comp labels: sample 0's is its true class (wrong), sample 1's is not (right) -> 1/2
-    assert _cpa_after(trainer, {**base, "comp_label": torch.tensor([y0, other1])}) == pytest.approx(0.5)
+    assert _cpa_after(trainer, ulb, **base, comp_label=torch.tensor([y0, other1])) == pytest.approx(0.5)
     neg = torch.zeros(2, 10)
     neg[0, [y0, *other0]] = 1.0  # 2 of 3 negative labels right
     neg[1, other1] = 1.0         # 1 of 1 right
-    assert _cpa_after(trainer, {**base, "neg_mask": neg, "comp_label": torch.tensor([y0, y1])}) == pytest.approx(0.75)
+    assert _cpa_after(trainer, ulb, **base, neg_mask=neg, comp_label=torch.tensor([y0, y1])) == pytest.approx(0.75)
+
+
+def test_best_weights_are_written_by_the_loop_not_by_evaluate(tmp_path):
+    alone = Trainer(_cfg(tmp_path, "alone"))
+    alone.evaluate()
+    assert not (tmp_path / "alone" / "best_model.pt").exists()
+
+    class CheckBest(Callback):
+        def on_start(self, trainer):
+            self.trainer, self.bests = trainer, 0
+
+        def on_eval(self, event):
+            saved = torch.load(tmp_path / "run" / "best_model.pt", weights_only=True)
+            is_best = event.metrics["test/acc"] == event.metrics["test/best_acc"]
+            if is_best:  # written before the callbacks run: the EMA weights of this evaluation
+                ema = self.trainer.ema.state_dict()
+                assert saved.keys() == ema.keys() and all(torch.equal(saved[k], ema[k]) for k in ema)
+            self.bests += is_best
+
+    check = CheckBest()
+    Trainer(_cfg(tmp_path), [check]).fit()
+    assert check.bests >= 1
+
+
+@pytest.mark.parametrize("form,ema,momentum", [("official", 0.99, 0.01), ("official", 0.999, 0.001),
+                                               ("paper", 0.99, 0.001)])
+def test_official_form_ties_wrn_batchnorm_momentum_to_the_ema(tmp_path, form, ema, momentum):
+    """The released code's WRN uses BatchNorm momentum 1 - ema (0.001 exactly at the default 0.999, so default runs
+    are unchanged); the paper form keeps 0.001."""
+    cfg = _cfg(tmp_path, form=form).model_copy(deep=True)
+    cfg.model.backbone, cfg.train.ema = "wrn28_2", ema
+    bns = [m for m in Trainer(cfg).model.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    assert len(bns) == 25 and all(bn.momentum == momentum for bn in bns)
 
 
 def test_callback_can_stop_after_a_checkpoint(tmp_path):
@@ -153,7 +194,7 @@ def test_non_finite_loss_names_step_and_term(tmp_path):
     def poisoned(model, inp):
         out = compute(model, inp)
         if inp.step == 1:
-            out["n"] = out["n"] * float("nan")
+            out.terms["n"] = out.terms["n"] * float("nan")
         return out
 
     trainer.algorithm.compute = poisoned

@@ -1,0 +1,121 @@
+"""Per-evaluation training diagnostics: a named accumulator of the algorithms' step outputs.
+
+:class:`StepAccumulator` sums every step's :class:`~mutexmatch.algorithms.StepOutput` on the training device (no
+host synchronisation per step) and is read once per evaluation by :meth:`StepAccumulator.metrics`:
+
+- ``train/<term>``: the mean weighted loss L and unweighted terms L_sup, L_sep, L_p, L_n over the steps;
+- ``train/mask_ratio``: the fraction of unlabeled samples above the confidence threshold;
+- ``train/pl_acc`` / ``train/pl_acc_all``: pseudo-label (\\hat p^w) accuracy on the confident / all samples;
+- ``train/cpa``: complementary-label precision, the fraction of complementary labels that are not the true class
+  (with several per sample, UPS negative labels: sum neg [c != y] / sum neg); ``train/tnc_cpa`` the same for the
+  TNC's argmax r^w;
+- the class-count matrices (true class x pseudo / TNC complementary label) of the paper's heat maps.
+Samples without a true label (STL-10's extra unlabeled images, label -1) are not scored.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+from torch import Tensor
+
+from mutexmatch.algorithms import StepOutput
+
+__all__ = ["TERMS", "StepAccumulator"]
+
+TERMS = ("loss", "sup", "sep", "p", "n")   # logged as train/<term>; "loss" is the weighted total
+# Counts summed over the unlabeled samples with a true label (the mask sum over all of them).
+_COUNTS = ("confident", "labeled", "pl_correct_confident", "pl_correct", "comp_correct", "tnc_comp_correct",
+           "tnc_scored", "comp_scored")
+
+
+class StepAccumulator:
+    """Sums of the step diagnostics since the last evaluation, on ``device``."""
+
+    def __init__(self, num_classes: int, device: torch.device) -> None:
+        self.num_classes = num_classes
+        self.terms = torch.zeros(len(TERMS), device=device)
+        self.first_bad = torch.full((len(TERMS),), -1, dtype=torch.long, device=device)  # step of a non-finite term
+        self.counts = torch.zeros(len(_COUNTS), device=device)
+        self.pl_counts = torch.zeros(num_classes * num_classes, dtype=torch.long, device=device)
+        self.comp_counts = torch.zeros(num_classes * num_classes, dtype=torch.long, device=device)
+        self.steps = 0
+        self.ulb_seen = 0
+        self.t_data = 0.0
+        self.t_compute = 0.0
+        self.t_start = time.perf_counter()
+
+    @torch.no_grad()
+    def add(self, out: StepOutput, y_ulb: Tensor, step: int) -> None:
+        """Add one step: ``out`` and the true labels ``y_ulb`` (muB,) of its unlabeled samples (-1: unknown)."""
+        zero = torch.zeros((), device=self.terms.device)
+        terms = torch.stack([out.loss.detach().float()] + [out.terms.get(t, zero).detach().float() for t in TERMS[1:]])
+        self.terms += terms
+        bad = ~torch.isfinite(terms) & (self.first_bad < 0)
+        self.first_bad = torch.where(bad, torch.full_like(self.first_bad, step), self.first_bad)
+        self.steps += 1
+        if not y_ulb.numel() or out.pseudo_label is None:
+            return
+        counts = self._sample_counts(out, y_ulb)
+        self.counts += torch.stack([counts[c].float() for c in _COUNTS])
+        self.ulb_seen += len(y_ulb)
+
+    def _sample_counts(self, out: StepOutput, y: Tensor) -> dict[str, Tensor]:
+        """This step's counts by name; also adds to the class-count matrices. index_add_ of 0/1 weights instead of
+        bincount over known rows: the boolean selection and CUDA's bincount (which reads its input's maximum) would
+        each make the host wait for the device every step."""
+        C, zero = self.num_classes, self.terms.new_zeros(())
+        known = y >= 0
+        yk = y.clamp_min(0)
+        mask = out.mask.float() if out.mask is not None else torch.ones_like(y, dtype=torch.float)
+        correct = (out.pseudo_label == y) & known
+        counts = {"confident": mask.sum(), "labeled": known.sum(),
+                  "pl_correct_confident": (correct.float() * mask).sum(), "pl_correct": correct.sum(),
+                  "tnc_comp_correct": zero, "tnc_scored": zero}
+        if out.neg_mask is not None:
+            neg = out.neg_mask.float() * known.unsqueeze(1)
+            not_true = torch.ones_like(neg).scatter_(1, yk.unsqueeze(1), 0.0)
+            counts.update(comp_correct=(neg * not_true).sum(), comp_scored=neg.sum())
+        elif out.comp_label is not None:
+            counts.update(comp_correct=((out.comp_label != y) & known).sum(), comp_scored=known.sum())
+        else:
+            counts.update(comp_correct=zero, comp_scored=zero)
+        self.pl_counts.index_add_(0, yk * C + out.pseudo_label, known.long())
+        if out.tnc_comp_label is not None:
+            tcl = out.tnc_comp_label
+            counts.update(tnc_comp_correct=((tcl != y) & known).sum(), tnc_scored=known.sum())
+            self.comp_counts.index_add_(0, yk * C + tcl, known.long())
+        return counts
+
+    def non_finite(self) -> list[tuple[str, int]]:
+        """(term, first step) of every term that was not finite at some step (one read of the device)."""
+        return [(t, s) for t, s in zip(TERMS, self.first_bad.tolist()) if s >= 0]
+
+    def term_means(self) -> dict[str, float]:
+        """``train/<term>``: the means over the steps (one read of the device)."""
+        return {f"train/{t}": v for t, v in zip(TERMS, (self.terms / max(1, self.steps)).tolist())}
+
+    def sample_metrics(self) -> dict[str, float]:
+        """The unlabeled-sample ratios (one read of the device); NaN without samples to score, none without
+        unlabeled samples, ``train/tnc_cpa`` only with a TNC."""
+        if not self.ulb_seen:
+            return {}
+        c = dict(zip(_COUNTS, self.counts.tolist()))
+        nan = float("nan")
+        out = {
+            "train/mask_ratio": c["confident"] / self.ulb_seen,
+            "train/pl_acc": c["pl_correct_confident"] / c["confident"] if c["confident"] else nan,
+            "train/pl_acc_all": c["pl_correct"] / c["labeled"] if c["labeled"] else nan,
+            "train/cpa": c["comp_correct"] / c["comp_scored"] if c["comp_scored"] else nan,
+        }
+        if c["tnc_scored"]:
+            out["train/tnc_cpa"] = c["tnc_comp_correct"] / c["tnc_scored"]
+        return out
+
+    def class_counts(self, with_tnc: bool) -> dict:
+        """The paper's heat-map data: (true class, pseudo label) counts and, with a TNC, (true class, argmax r^w)."""
+        C = self.num_classes
+        counts = {"pseudo_label_counts": self.pl_counts.view(C, C).cpu().numpy()}
+        if with_tnc:
+            counts["comp_label_counts"] = self.comp_counts.view(C, C).cpu().numpy()
+        return counts

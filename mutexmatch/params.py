@@ -1,0 +1,255 @@
+"""Algorithm hyper-parameters: every registered algorithm declares its parameters once, as a typed model.
+
+A parameter model (a subclass of :class:`AlgorithmParams`) holds each parameter's default, its allowed values (a
+validator whose message reads ``must be in (0, 1]``) and its description, with the paper's symbol in brackets.
+Three readers use the same declaration:
+
+- the run config: :mod:`mutexmatch.config` builds its ``algorithm`` section from the union of the models in
+  :data:`SECTION_MODELS` (so a YAML value is checked by the declaration the algorithm reads), and once the number
+  of classes C is known checks the chosen algorithm's C-dependent bounds (:class:`ClassBound`: ``k``,
+  ``comp_rank``);
+- ``python -m mutexmatch.config --doc``, which lists every registered algorithm with its parameters;
+- the algorithm itself, whose loss calls read ``self.params.<name>``.
+
+The config section stays flat (``algorithm.<name>``, the MLflow param names): a field the chosen algorithm does not
+read keeps its default and may not be set. An ablation that drops parameters of its parent fixes them with
+:meth:`AlgorithmParams.without`. Torch-free, because the config imports it.
+"""
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar, Literal, get_args, get_origin
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model
+from pydantic.fields import FieldInfo
+
+from mutexmatch.utils import at_least, in_interval, interval_text, validation_error_lines
+
+__all__ = ["AlgorithmParams", "ClassBound", "FixMatchParams", "LowConfidenceParams", "MutexMatchParams",
+           "NCEParams", "SECTION_MODELS", "resolve_k", "section_fields"]
+
+_K_PATTERN = re.compile(r"^\s*(?:(\d*\.?\d+)\s*\*?\s*)?C\s*$")
+
+
+@dataclass(frozen=True)
+class ClassBound:
+    """Field metadata: ``check(value, C)`` raises ``ValueError`` when the value does not fit C classes (known only
+    once the dataset is)."""
+
+    check: Callable[[Any, int], Any]
+
+
+def _allows(text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Mark a validator with the values it allows, as the docs show them."""
+    def mark(check: Callable[..., Any]) -> Callable[..., Any]:
+        check.allows = text  # type: ignore[attr-defined]
+        return check
+    return mark
+
+
+def _within(lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = False) -> AfterValidator:
+    """A real number in the interval (None passes: an optional parameter; NaN and an open infinite end fail)."""
+    @_allows(interval_text(lo, hi, lo_open, hi_open))
+    def check(v: float | None) -> float | None:
+        return v if v is None else in_interval(v, lo, hi, lo_open, hi_open)
+    return AfterValidator(check)
+
+
+@_allows("1..C, `C` or a fraction like `0.6C`")
+def _k_syntax(v: Any) -> int | str:
+    if isinstance(v, bool) or not isinstance(v, (int, str)):
+        raise ValueError("must be an integer, `C` or a fraction like `0.6C`")
+    if isinstance(v, int):
+        if v < 1:
+            raise ValueError("must be >= 1 (or `C`, or a fraction like `0.6C`)")
+        return v
+    m = _K_PATTERN.match(v)
+    if not m:
+        raise ValueError("must be an integer, `C` or a fraction like `0.6C`")
+    if m.group(1) is not None and not 0 < float(m.group(1)) <= 1:
+        raise ValueError("fraction of C must be in (0, 1]")
+    return v
+
+
+def resolve_k(k: int | str, num_classes: int) -> int:
+    """Turn ``algorithm.k`` (an int, ``C`` or ``0.6C``) into an integer 1..C."""
+    if isinstance(k, int):
+        if not 1 <= k <= num_classes:
+            raise ValueError(f"must be in [1, {num_classes}] (the number of classes)")
+        return k
+    m = _K_PATTERN.match(k)
+    if not m:
+        raise ValueError("must be an integer, `C` or a fraction like `0.6C`")
+    frac = float(m.group(1)) if m.group(1) is not None else 1.0
+    return max(1, min(num_classes, int(round(frac * num_classes))))
+
+
+def _rank_fits(m: int, num_classes: int) -> int:
+    if m > num_classes:
+        raise ValueError(f"must be in [1, {num_classes}] (the number of classes)")
+    return m
+
+
+@_allows("1, 2 or 3")
+def _nce_variant(v: int) -> int:
+    if v not in (1, 2, 3):
+        raise ValueError("must be 1, 2 or 3")
+    return v
+
+
+Probability = Annotated[float, _within(0.0, 1.0, lo_open=True)]
+Weight = Annotated[float, _within(0.0, math.inf, hi_open=True)]
+
+
+class AlgorithmParams(BaseModel):
+    """Base of every parameter model: strict types, unknown keys rejected, immutable once validated."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    pinned: ClassVar[dict[str, Any]] = {}   # parameters of a parent fixed by :meth:`without` (not settable)
+
+    @classmethod
+    def parse(cls, values: Mapping[str, Any], algorithm: str, num_classes: int) -> "AlgorithmParams":
+        """Validate ``values`` for ``algorithm`` with C = ``num_classes``; ``ValueError`` naming
+        ``algorithm.<param>`` on an unknown or bad one (one line per problem)."""
+        if not isinstance(values, Mapping):
+            raise ValueError(f"algorithm: parameters must be a mapping, got {type(values).__name__}")
+        unknown = sorted(set(values) - set(cls.model_fields), key=str)
+        if unknown:
+            raise ValueError(f"algorithm.{unknown[0]}: not a parameter of algorithm {algorithm!r} "
+                             f"(accepted: {', '.join(cls.model_fields) or 'none'})")
+        try:
+            params = cls.model_validate(dict(values))
+        except ValidationError as err:
+            raise ValueError("\n".join(validation_error_lines(err, where=lambda loc: f"algorithm.{loc[0]}"))) from None
+        errors = params.class_bound_errors(num_classes)
+        if errors:
+            raise ValueError("\n".join(errors))
+        return params
+
+    def class_bound_errors(self, num_classes: int) -> list[str]:
+        """``algorithm.<param>=value: ...`` for every parameter whose :class:`ClassBound` rejects C classes."""
+        errors = []
+        for name, field in type(self).model_fields.items():
+            for bound in (m for m in field.metadata if isinstance(m, ClassBound)):
+                try:
+                    bound.check(getattr(self, name), num_classes)
+                except ValueError as e:
+                    errors.append(f"algorithm.{name}={getattr(self, name)!r}: {e}")
+        return errors
+
+    @classmethod
+    def without(cls, name: str, **pinned: Any) -> type["AlgorithmParams"]:
+        """A model ``name`` with this one's parameters minus ``pinned``, which are fixed at the given values (read as
+        attributes, not accepted as input): how an ablation drops a parameter of the method it modifies."""
+        fields: dict[str, Any] = {n: (f.annotation, f) for n, f in cls.model_fields.items() if n not in pinned}
+        model = create_model(name, __base__=AlgorithmParams, __module__=cls.__module__, __doc__=cls.__doc__,
+                             **fields)
+        model.pinned = {**cls.pinned, **pinned}
+        for key, value in model.pinned.items():
+            setattr(model, key, value)
+        return model
+
+
+class PositiveConsistencyParams(AlgorithmParams):
+    """L_p's weight and distribution alignment, shared by every method with a positive consistency term."""
+
+    lambda_p: Weight = Field(1.0, description="[λ_p] weight of L_p, the TPC positive consistency loss.")
+    dist_align: bool = Field(False, description="ReMixMatch distribution alignment of p^w (fixmatch, mutexmatch).")
+
+
+class FixMatchParams(PositiveConsistencyParams):
+    """FixMatch: a confidence threshold and L_p."""
+
+    tau: Probability = Field(0.95, description="[τ] confidence threshold splitting high- and low-confidence "
+                             "samples.")
+
+
+class MutexMatchParams(FixMatchParams):
+    """MutexMatch (Algorithm 1) and its ablation knobs."""
+
+    form: Literal["paper", "official"] = Field(
+        "paper", description="MutexMatch loss form: `paper` = Algorithm 1 / Eqs. (sep), (p), (ln) as printed; "
+        "`official` = what the released code computes (L_sep over all rows, no 1/k, one λu). Use `official` to "
+        "reproduce the published numbers.")
+    k: Annotated[int | str, BeforeValidator(_k_syntax), ClassBound(resolve_k)] = Field(
+        "C", description="[k] top-k classes kept in the TNC consistency L_n: an integer 1..C, `C` (all classes) "
+        "or a fraction of C such as `0.6C` (rounded to the nearest integer, at least 1).")
+    lambda_sep: Weight = Field(1.0, description="[λ_sep] weight of L_sep, the TNC's separate training loss.")
+    lambda_n: Weight = Field(1.0, description="[λ_n] weight of L_n, the TNC negative consistency loss.")
+    sep_stop_grad: bool = Field(
+        True, description="Stop the gradient of L_sep at the features (θ̂ in Eq. sep). False lets L_sep train θ "
+        "(the SVHN-40 ablation table).")
+    tnc_consistency: Literal["low", "all"] = Field(
+        "low", description="Apply L_n to low-confidence samples only (paper) or to all samples (ablation).")
+    tnc_target: Literal["soft", "hard"] = Field(
+        "soft", description="TNC consistency target: soft r^w (paper) or hard (ablation: the top-k components of "
+        "r^w set to 1).")
+    comp_rank: Annotated[int, AfterValidator(_allows("integer >= 1")(at_least(1))), ClassBound(_rank_fits)] = Field(
+        1, description="[m] complementary label = the m-th smallest TPC class (1 = argmin, the paper's choice).")
+
+
+class LowConfidenceParams(FixMatchParams):
+    """FixMatch plus the weight of a loss on the low-confidence samples."""
+
+    lambda_ab1: Weight = Field(1.0, description="[λ_ab1] weight of the low-confidence loss in the FULL/SOFT/MSE "
+                               "ablations.")
+
+
+class NCEParams(PositiveConsistencyParams):
+    """The UPS-style negative cross-entropy baselines: two thresholds instead of τ."""
+
+    nce_variant: Annotated[int, AfterValidator(_nce_variant)] = Field(
+        1, description="UPS-style negative cross-entropy baseline variant: 1, 2 or 3.")
+    tau_p: Annotated[float | None, _within(0.0, 1.0, lo_open=True)] = Field(
+        None, description="[τ_p] positive threshold of the NCE baselines; null = the variant's default "
+        "(0.95 for F w. NCE (1) and (3), 0.7 for (2)).")
+    tau_n: Annotated[float, _within(0.0, 1.0, lo_open=True, hi_open=True)] = Field(
+        0.05, description="[τ_n] negative threshold of the NCE baselines.")
+
+
+# The models whose parameters make up the config's `algorithm` section, and the section's key order (that of every
+# config.yaml written so far; a parameter new to the section goes after these).
+SECTION_MODELS: tuple[type[AlgorithmParams], ...] = (MutexMatchParams, LowConfidenceParams, NCEParams)
+_SECTION_ORDER = ("form", "tau", "k", "lambda_sep", "lambda_p", "lambda_n", "dist_align", "sep_stop_grad",
+                  "tnc_consistency", "tnc_target", "comp_rank", "lambda_ab1", "nce_variant", "tau_p", "tau_n")
+
+
+def allowed_values(field: FieldInfo) -> str:
+    """The values a parameter allows, for the docs: its choices, or what its validator says it allows."""
+    if field.annotation is bool:
+        return "true, false"
+    if get_origin(field.annotation) is Literal:
+        return ", ".join(f"`{c}`" for c in get_args(field.annotation))
+    shown = [getattr(m.func, "allows") for m in field.metadata if hasattr(getattr(m, "func", None), "allows")]
+    text = "; ".join(shown) or str(getattr(field.annotation, "__name__", field.annotation))
+    return f"null or {text}" if field.default is None else text
+
+
+def markdown(model: type[AlgorithmParams]) -> str:
+    """One algorithm's parameters for the docs: ``name`` = default (allowed values), then what it fixes."""
+    order = {name: i for i, name in enumerate(_SECTION_ORDER)}
+    names = sorted(model.model_fields, key=lambda n: (order.get(n, len(order)), n))
+    shown = [f"`{n}` = `{model.model_fields[n].default!r}` ({allowed_values(model.model_fields[n])})" for n in names]
+    fixed = [f"`{n}` = `{v!r}`" for n, v in model.pinned.items()]
+    return "; ".join(shown) + (f"; fixed: {', '.join(fixed)}" if fixed else "") if shown or fixed else "none"
+
+
+def _declaration(f: FieldInfo) -> tuple:
+    return f.annotation, f.default, f.description, tuple(f.metadata)
+
+
+def section_fields() -> dict[str, tuple[Any, FieldInfo]]:
+    """``name -> (annotation, field)`` for ``create_model``: the union of :data:`SECTION_MODELS`' parameters, each
+    declared once (a name declared by two models must be the same declaration, i.e. inherited)."""
+    union: dict[str, FieldInfo] = {}
+    for model in SECTION_MODELS:
+        for name, field in model.model_fields.items():
+            if name in union and _declaration(union[name]) != _declaration(field):
+                raise TypeError(f"algorithm.{name}: declared differently by {model.__name__} and another model")
+            union.setdefault(name, field)
+    order = {name: i for i, name in enumerate(_SECTION_ORDER)}
+    names = sorted(union, key=lambda n: (order.get(n, len(order)), n))
+    return {n: (union[n].annotation, union[n]) for n in names}

@@ -1,0 +1,43 @@
+"""A test-only algorithm written against the public API, registered for every test in this folder (so the
+registry-parametrised tests run it too): FlexMatch-style per-class thresholds through the threshold seam."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from mutexmatch.algorithms import FixMatch, StepInputs, register_algorithm
+
+
+@register_algorithm("flexmatch_demo")
+class FlexMatchDemo(FixMatch):
+    """FlexMatch-style curriculum pseudo-labelling (Zhang et al., NeurIPS 2021, Eqs. 6-7, without warm-up).
+
+    Class c's threshold is T(c) = M(beta(c)) tau with M(x) = x / (2 - x) and beta(c) = sigma(c) / max_c sigma, where
+    sigma(c) counts the unlabeled samples whose latest prediction was c with max p^w > tau. The latest prediction of
+    each of the N unlabeled samples (-1: none yet) is the algorithm's state.
+    """
+
+    def __init__(self, params: Mapping[str, Any], num_classes: int, num_unlabeled: int = 0) -> None:
+        super().__init__(params, num_classes, num_unlabeled)
+        self.selected = torch.full((num_unlabeled,), -1, dtype=torch.long)
+
+    def confidence_mask(self, probs_w: Tensor, inp: StepInputs) -> Tensor:
+        self.selected = self.selected.to(probs_w.device)
+        conf, label = probs_w.max(dim=1)
+        sigma = torch.zeros(self.num_classes + 1, device=probs_w.device).index_add_(
+            0, self.selected + 1, torch.ones_like(self.selected, dtype=torch.float))[1:]   # slot 0: no prediction
+        beta = sigma / sigma.max().clamp_min(1.0)
+        thresholds = beta / (2.0 - beta) * self.params.tau                     # T(c) = M(beta(c)) tau
+        idx = inp.ulb_idx
+        self.selected[idx] = torch.where(conf > self.params.tau, label, self.selected[idx])
+        return (conf >= thresholds[label]).to(probs_w.dtype)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "selected": self.selected.detach().cpu().clone()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.selected = state["selected"].to(self.selected.device).clone()
