@@ -172,8 +172,8 @@ class MutexMatchParams(FixMatchParams):
 
     form: Literal["paper", "official"] = Field(
         "paper", description="MutexMatch loss form: `paper` = Algorithm 1 / Eqs. (sep), (p), (ln) as printed; "
-        "`official` = what the released code computes (L_sep over all rows, no 1/k, one λu). Use `official` to "
-        "reproduce the published numbers.")
+        "`official` = what the released code computes (L_sep over all rows, no 1/k, one λu; WRN BatchNorm "
+        "momentum 1 − `train.ema`). Use `official` to reproduce the published numbers.")
     k: Annotated[int | str, BeforeValidator(_k_syntax), ClassBound(resolve_k)] = Field(
         "C", description="[k] top-k classes kept in the TNC consistency L_n: an integer 1..C, `C` (all classes) "
         "or a fraction of C such as `0.6C` (rounded to the nearest integer, at least 1).")
