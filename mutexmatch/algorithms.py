@@ -209,6 +209,8 @@ def register_algorithm(name: str) -> Callable[[A], A]:
         if outside:
             raise ValueError(f"{cls.__qualname__}.Params: {outside} not in the config's algorithm section "
                              "(add the model that declares them to mutexmatch.params.SECTION_MODELS)")
+        if "Params" in cls.__dict__ and cls.Params.pinned:  # made by Params.without: picklable as <algorithm>.Params
+            cls.Params.__module__, cls.Params.__qualname__ = cls.__module__, f"{cls.__qualname__}.Params"
         cls.name = name
         ALGORITHMS[name] = cls
         return cls

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import math
+import pickle
 
 import pytest
 import torch
@@ -108,6 +109,7 @@ def test_every_algorithm_trains_and_round_trips_state(name: str) -> None:
     for key, value in algo.state_dict().items():
         if isinstance(value, torch.Tensor):
             assert torch.equal(fresh.state_dict()[key], value), key
+    assert pickle.loads(pickle.dumps(algo.params)) == algo.params
     if "dist_align" in cls.Params.model_fields:
         assert fresh.state_dict()["dist_align"]["count"] == 3
         assert torch.equal(fresh.state_dict()["dist_align"]["history"], algo.state_dict()["dist_align"]["history"])
