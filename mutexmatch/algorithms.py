@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from mutexmatch.losses import (complementary_label, confidence_mask, fixmatch_loss, mutexmatch_loss,
                                negative_consistency, soft_cross_entropy)
 from mutexmatch.params import (AlgorithmParams, FixMatchParams, LowConfidenceParams, MutexMatchParams, NCEParams,
-                               resolve_k, section_fields)
+                               resolve_k, section_conflicts)
 from mutexmatch.params import markdown as params_markdown
 from mutexmatch.utils import check_int
 
@@ -205,10 +205,10 @@ def register_algorithm(name: str) -> Callable[[A], A]:
             raise ValueError(f"algorithm.name={name!r}: already registered by {ALGORITHMS[name].__qualname__}")
         if not (isinstance(cls.Params, type) and issubclass(cls.Params, AlgorithmParams)):
             raise ValueError(f"{cls.__qualname__}.Params: must be a mutexmatch.params.AlgorithmParams model")
-        outside = sorted(set(cls.Params.model_fields) - set(section_fields()))
-        if outside:
-            raise ValueError(f"{cls.__qualname__}.Params: {outside} not in the config's algorithm section "
-                             "(add the model that declares them to mutexmatch.params.SECTION_MODELS)")
+        redeclared = section_conflicts(cls.Params)
+        if redeclared:
+            raise ValueError(f"{cls.__qualname__}.Params: {redeclared} declared differently from the config's "
+                             "algorithm section (inherit the shared declaration from a mutexmatch.params model)")
         if "Params" in cls.__dict__ and cls.Params.pinned:  # made by Params.without: picklable as <algorithm>.Params
             cls.Params.__module__, cls.Params.__qualname__ = cls.__module__, f"{cls.__qualname__}.Params"
         cls.name = name

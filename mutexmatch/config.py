@@ -166,6 +166,10 @@ class ModelConfig(_Section):
 
 
 class _AlgorithmSection(_Section):
+    # Keys beyond the section's fields are the parameters an algorithm declares that no built-in one does; the chosen
+    # algorithm's model validates them (and rejects every other key) in _check_algorithm.
+    model_config = ConfigDict(extra="allow")
+
     name: str = Field("mutexmatch", description="Registered algorithm: see the table below (`mutexmatch.algorithms."
                       "ALGORITHMS`).")
 
@@ -178,6 +182,7 @@ AlgorithmConfig = create_model(
 
     Each registered algorithm declares the fields it reads (its parameter model in ``mutexmatch.params``); setting a
     field the chosen algorithm does not read is an error, so a typo'd ablation can't silently run the default method.
+    Parameters only a newly registered algorithm declares are keys of this section too (resolved to their defaults).
     """)
 
 
@@ -341,20 +346,30 @@ def _num_classes(dataset: str) -> int:
 
 
 def _check_algorithm(alg: AlgorithmConfig, num_classes: int) -> list[str]:
-    """The chosen algorithm's own checks: a field it does not read may not be set, and its parameters must fit the
-    dataset's ``num_classes`` (e.g. ``k``, ``comp_rank``)."""
+    """The chosen algorithm's own checks: a field it does not read may not be set, a key no algorithm declares is
+    unknown, and its parameters (those only it declares included) must be valid for ``num_classes`` (e.g. ``k``,
+    ``comp_rank``). The parameters only it declares are resolved into the section (defaults filled in)."""
     from mutexmatch.algorithms import ALGORITHMS
 
     if alg.name not in ALGORITHMS:
         return [f"algorithm.name={alg.name!r}: unknown; registered: {', '.join(sorted(ALGORITHMS))}"]
-    model = ALGORITHMS[alg.name].Params
+    model, section, extra = ALGORITHMS[alg.name].Params, AlgorithmConfig.model_fields, alg.__pydantic_extra__
     accepted = set(model.model_fields)
+    declared = set().union(*(cls.Params.model_fields for cls in ALGORITHMS.values()))
+    errors = [f"algorithm.{f}: unknown key; allowed keys: {', '.join([*section, *sorted(accepted - set(section))])}"
+              for f in sorted(set(extra) - declared)]
     # A resolved config lists every field, so only a non-default value for an unread field is an error.
-    unused = sorted(f for f in alg.model_fields_set if f != "name" and f not in accepted
-                    and getattr(alg, f) != AlgorithmConfig.model_fields[f].default)
-    errors = [f"algorithm.{f}={getattr(alg, f)!r}: not used by algorithm {alg.name!r} (it reads: "
-              f"{', '.join(sorted(accepted)) or 'nothing'})" for f in unused]
-    return errors + model.model_construct(**{f: getattr(alg, f) for f in accepted}).class_bound_errors(num_classes)
+    unused = sorted(f for f in alg.model_fields_set | set(extra) if f != "name" and f not in accepted and f in declared
+                    and (f in extra or getattr(alg, f) != section[f].default))
+    errors += [f"algorithm.{f}={getattr(alg, f)!r}: not used by algorithm {alg.name!r} (it reads: "
+               f"{', '.join(sorted(accepted)) or 'nothing'})" for f in unused]
+    try:
+        params = model.parse({f: getattr(alg, f) for f in accepted if f in section or f in extra}, alg.name,
+                             num_classes)
+    except ValueError as e:
+        return errors + str(e).splitlines()
+    extra.update({f: getattr(params, f) for f in sorted(accepted - set(section))})
+    return errors
 
 
 def _algorithm_table() -> list[str]:

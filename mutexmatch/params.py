@@ -7,7 +7,8 @@ Three readers use the same declaration:
 - the run config: :mod:`mutexmatch.config` builds its ``algorithm`` section from the union of the models in
   :data:`SECTION_MODELS` (so a YAML value is checked by the declaration the algorithm reads), and once the number
   of classes C is known checks the chosen algorithm's C-dependent bounds (:class:`ClassBound`: ``k``,
-  ``comp_rank``);
+  ``comp_rank``); a parameter only a newly registered algorithm declares is a section key too, validated by that
+  algorithm's model when it is the chosen one (so a new algorithm is one module: its class and its model);
 - ``python -m mutexmatch.config --doc``, which lists every registered algorithm with its parameters;
 - the algorithm itself, whose loss calls read ``self.params.<name>``.
 
@@ -29,7 +30,7 @@ from pydantic.fields import FieldInfo
 from mutexmatch.utils import at_least, in_interval, interval_text, validation_error_lines
 
 __all__ = ["AlgorithmParams", "ClassBound", "FixMatchParams", "LowConfidenceParams", "MutexMatchParams",
-           "NCEParams", "SECTION_MODELS", "resolve_k", "section_fields"]
+           "NCEParams", "SECTION_MODELS", "resolve_k", "section_conflicts", "section_fields"]
 
 _K_PATTERN = re.compile(r"^\s*(?:(\d*\.?\d+)\s*\*?\s*)?C\s*$")
 
@@ -239,6 +240,14 @@ def markdown(model: type[AlgorithmParams]) -> str:
 
 def _declaration(f: FieldInfo) -> tuple:
     return f.annotation, f.default, f.description, tuple(f.metadata)
+
+
+def section_conflicts(model: type[AlgorithmParams]) -> list[str]:
+    """The parameters of ``model`` that share a name with a section field but not its declaration (a second default
+    or range for the same config key); its parameters new to the section become section keys of their own."""
+    section = section_fields()
+    return sorted(n for n, f in model.model_fields.items() if n in section and _declaration(f) != _declaration(
+        section[n][1]))
 
 
 def section_fields() -> dict[str, tuple[Any, FieldInfo]]:

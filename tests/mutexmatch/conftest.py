@@ -1,24 +1,38 @@
 """A test-only algorithm written against the public API, registered for every test in this folder (so the
-registry-parametrised tests run it too): FlexMatch-style per-class thresholds through the threshold seam."""
+registry-parametrised tests run it too): FlexMatch-style per-class thresholds through the threshold seam, with a
+parameter of its own (``algorithm.warmup``) declared only here."""
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
 import torch
+from pydantic import Field
 from torch import Tensor
 
 from mutexmatch.algorithms import FixMatch, StepInputs, register_algorithm
+from mutexmatch.params import FixMatchParams
+
+
+class FlexMatchDemoParams(FixMatchParams):
+    """FixMatch's parameters plus FlexMatch's threshold warm-up switch."""
+
+    warmup: bool = Field(False, description="Threshold warm-up: beta(c) = sigma(c) / max(max_c sigma, N - sum sigma) "
+                         "(FlexMatch's Eq. 7) instead of sigma(c) / max_c sigma.")
 
 
 @register_algorithm("flexmatch_demo")
 class FlexMatchDemo(FixMatch):
-    """FlexMatch-style curriculum pseudo-labelling (Zhang et al., NeurIPS 2021, Eqs. 6-7, without warm-up).
+    """FlexMatch-style curriculum pseudo-labelling (Zhang et al., NeurIPS 2021, Eqs. 6-7).
 
-    Class c's threshold is T(c) = M(beta(c)) tau with M(x) = x / (2 - x) and beta(c) = sigma(c) / max_c sigma, where
-    sigma(c) counts the unlabeled samples whose latest prediction was c with max p^w > tau. The latest prediction of
-    each of the N unlabeled samples (-1: none yet) is the algorithm's state.
+    Class c's threshold is T(c) = M(beta(c)) tau with M(x) = x / (2 - x) and beta(c) = sigma(c) / max_c sigma
+    (with ``warmup``: / max(max_c sigma, N - sum_c sigma)), where sigma(c) counts the unlabeled samples whose latest
+    prediction was c with max p^w > tau. The latest prediction of each of the N unlabeled samples (-1: none yet) is
+    the algorithm's state.
     """
+
+    Params = FlexMatchDemoParams
+    params: FlexMatchDemoParams
 
     def __init__(self, params: Mapping[str, Any], num_classes: int, num_unlabeled: int = 0) -> None:
         super().__init__(params, num_classes, num_unlabeled)
@@ -27,9 +41,11 @@ class FlexMatchDemo(FixMatch):
     def confidence_mask(self, probs_w: Tensor, inp: StepInputs) -> Tensor:
         self.selected = self.selected.to(probs_w.device)
         conf, label = probs_w.max(dim=1)
-        sigma = torch.zeros(self.num_classes + 1, device=probs_w.device).index_add_(
-            0, self.selected + 1, torch.ones_like(self.selected, dtype=torch.float))[1:]   # slot 0: no prediction
-        beta = sigma / sigma.max().clamp_min(1.0)
+        counts = torch.zeros(self.num_classes + 1, device=probs_w.device).index_add_(
+            0, self.selected + 1, torch.ones_like(self.selected, dtype=torch.float))   # slot 0: no prediction yet
+        sigma = counts[1:]
+        norm = torch.maximum(sigma.max(), counts[0]) if self.params.warmup else sigma.max()
+        beta = sigma / norm.clamp_min(1.0)
         thresholds = beta / (2.0 - beta) * self.params.tau                     # T(c) = M(beta(c)) tau
         idx = inp.ulb_idx
         self.selected[idx] = torch.where(conf > self.params.tau, label, self.selected[idx])

@@ -133,9 +133,9 @@ def test_register_rejects_duplicates_and_undeclared_params() -> None:
         register_algorithm("fixmatch")(type("X", (Algorithm,), {}))
     with pytest.raises(ValueError, match=r"Y\.Params: must be a mutexmatch\.params\.AlgorithmParams model"):
         register_algorithm("gamma_algo")(type("Y", (Algorithm,), {"Params": {"gamma": 1.0}}))
-    gamma = create_model("GammaParams", __base__=AlgorithmParams, gamma=(float, 1.0))
-    with pytest.raises(ValueError, match=r"Z\.Params: \['gamma'\] not in the config's algorithm section"):
-        register_algorithm("gamma_algo")(type("Z", (Algorithm,), {"Params": gamma}))
+    other_tau = create_model("OtherTau", __base__=AlgorithmParams, tau=(float, 0.7), gamma=(float, 1.0))
+    with pytest.raises(ValueError, match=r"Z\.Params: \['tau'\] declared differently from the config's algorithm "):
+        register_algorithm("gamma_algo")(type("Z", (Algorithm,), {"Params": other_tau}))
     assert "gamma_algo" not in ALGORITHMS
     with pytest.raises(ValueError, match=r"algorithm\.name='nope': must be one of"):
         build_algorithm("nope", {}, C)
@@ -456,10 +456,32 @@ def test_one_declaration_per_parameter() -> None:
         assert f"| `{name}` |" in doc, name
         for param, field in cls.Params.model_fields.items():
             assert f"`{param}` = `{field.default!r}`" in doc
-            assert AlgorithmConfig.model_fields[param].description == field.description, param
-            assert AlgorithmConfig.model_fields[param].default == field.default, param
+            if param != "warmup":   # the conftest algorithm's own parameter: a section key only when chosen
+                assert AlgorithmConfig.model_fields[param].description == field.description, param
+                assert AlgorithmConfig.model_fields[param].default == field.default, param
     assert "`k` = `'C'` (1..C, `C` or a fraction like `0.6C`)" in doc and "`tau` = `0.95` ((0, 1])" in doc
     assert "fixed: `k` = `'C'`, `tnc_target` = `'soft'`" in doc
+
+
+def test_a_parameter_only_a_new_algorithm_declares_is_a_config_key() -> None:
+    """The conftest algorithm's ``warmup``: resolved into the section (so config.yaml, the hash and the MLflow param
+    algorithm.warmup carry it), validated by its model, refused for other algorithms and unknown keys."""
+    from mutexmatch.config import ConfigError, config_hash, parse_config
+
+    cfg = parse_config({"algorithm": {"name": "flexmatch_demo"}})
+    resolved = cfg.to_dict()["algorithm"]
+    assert resolved["warmup"] is False and list(resolved)[-1] == "warmup"
+    on = parse_config({"algorithm": {"name": "flexmatch_demo", "warmup": True}})
+    assert on.algorithm.warmup is True and config_hash(on) != config_hash(cfg)
+    again = parse_config(on.to_dict())
+    assert again.to_dict()["algorithm"] == on.to_dict()["algorithm"] and config_hash(again) == config_hash(on)
+    assert "warmup" not in parse_config({"algorithm": {"name": "fixmatch"}}).to_dict()["algorithm"]
+    for raw, match in [({"name": "flexmatch_demo", "warmup": 1}, r"algorithm\.warmup=1: Input should be a valid bool"),
+                       ({"name": "fixmatch", "warmup": True}, r"algorithm\.warmup=True: not used by algorithm "),
+                       ({"name": "flexmatch_demo", "warmpu": True}, r"algorithm\.warmpu: unknown key; allowed keys: "
+                        r"name, form, .*, tau_n, warmup$")]:
+        with pytest.raises(ConfigError, match=match):
+            parse_config({"algorithm": raw})
 
 
 # ---------------------------------------------------------------------------------------------------------------------
