@@ -17,13 +17,15 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Annotated, Any, Literal, Sequence
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator,
+                      model_validator)
 
 from mutexmatch import params as algorithm_params
 from mutexmatch.params import resolve_k
+from mutexmatch.utils import at_least, in_interval, validation_error_lines
 
 __all__ = [
     "ConfigError",
@@ -54,21 +56,6 @@ class ConfigError(ValueError):
     """A configuration problem; the message has one ``field=value: what is allowed`` line per problem."""
 
 
-def _interval(name: str, value: float, lo: float | None, hi: float | None, lo_open: bool, hi_open: bool) -> float:
-    ok = True
-    if lo is not None:
-        ok &= value > lo if lo_open else value >= lo
-    if hi is not None:
-        ok &= value < hi if hi_open else value <= hi
-    if not ok:
-        left = "(" if lo_open else "["
-        right = ")" if hi_open else "]"
-        lo_s = "-inf" if lo is None else f"{lo:g}"
-        hi_s = "inf" if hi is None else f"{hi:g}"
-        raise ValueError(f"must be in {left}{lo_s}, {hi_s}{right}")
-    return value
-
-
 # ------------------------------------------------------------------------------------------------ field roles
 # What each field means outside the trainer is declared once, on the field (``json_schema_extra=roles(...)``); the
 # config hash, ``--resume`` and the sweep spec derive their lists from it, so those lists cannot disagree (issue 17).
@@ -86,6 +73,12 @@ def roles(*names: str, owned: str | None = None) -> dict[str, Any]:
     if owned:
         extra["owned_by"] = owned
     return extra
+
+
+# Bounds declared on the field; the messages ("must be >= 1") are utils.at_least's, the field and value are added by
+# the error formatter.
+_AtLeast0 = Annotated[int, AfterValidator(at_least(0))]
+_AtLeast1 = Annotated[int, AfterValidator(at_least(1))]
 
 
 class _Section(BaseModel):
@@ -107,12 +100,12 @@ class DataConfig(_Section):
     download: bool = Field(False, description="Fetch the dataset with torchvision's downloader if it is missing.",
                            json_schema_extra=roles(NO_RESULT))
     num_labels: int = Field(20, description="Total labeled images; must be divisible by the number of classes.")
-    fold: int = Field(0, description="Labeled fold: 0-4 (the paper's five folds; seeds 1-5 under `official`).",
-                      json_schema_extra=roles(owned="set per trial by orchestration from `folds`"))
+    fold: _AtLeast0 = Field(0, description="Labeled fold: 0-4 (the paper's five folds; seeds 1-5 under `official`).",
+                            json_schema_extra=roles(owned="set per trial by orchestration from `folds`"))
     split_rule: Literal["official", "balanced"] = Field(
         "official", description="`official`: the released code's np.random.seed + per-class choice draw; "
         "`balanced`: our own numpy Generator per fold.")
-    val_per_class: int = Field(
+    val_per_class: _AtLeast0 = Field(
         0, description="Images per class held out of the training set for validation (hyper-parameter search "
         "uses these, never the test set). 0 = no validation split.")
     unlabeled_includes_labeled: bool = Field(
@@ -140,13 +133,6 @@ class DataConfig(_Section):
     def _positive_labels(cls, v: int) -> int:
         if v < 1:
             raise ValueError("must be a positive integer")
-        return v
-
-    @field_validator("fold", "val_per_class")
-    @classmethod
-    def _non_negative(cls, v: int) -> int:
-        if v < 0:
-            raise ValueError("must be >= 0")
         return v
 
     @field_validator("image_size")
@@ -200,37 +186,38 @@ class OptimConfig(_Section):
     @field_validator("lr")
     @classmethod
     def _lr(cls, v: float) -> float:
-        return _interval("", v, 0.0, 10.0, True, False)
+        return in_interval(v, 0.0, 10.0, True, False)
 
     @field_validator("momentum")
     @classmethod
     def _momentum(cls, v: float) -> float:
-        return _interval("", v, 0.0, 1.0, False, True)
+        return in_interval(v, 0.0, 1.0, False, True)
 
     @field_validator("weight_decay")
     @classmethod
     def _wd(cls, v: float) -> float:
-        return _interval("", v, 0.0, 1.0, False, True)
+        return in_interval(v, 0.0, 1.0, False, True)
 
     @field_validator("cosine_factor")
     @classmethod
     def _cf(cls, v: float) -> float:
-        return _interval("", v, 0.0, 0.5, False, False)
+        return in_interval(v, 0.0, 0.5, False, False)
 
 
 class TrainConfig(_Section):
     """The loop: batch sizes, length, evaluation, EMA, checkpoints, device and precision."""
 
-    iterations: int = Field(2**20, description="[T] training steps (the paper: 2^20 = 1024 epochs × 1024).")
-    batch_size: int = Field(64, description="[B] labeled images per step.")
-    mu: int = Field(7, description="[μ] unlabeled-to-labeled ratio: μB weak and μB strong images per step.")
-    eval_interval: int = Field(1024, description="Steps between evaluations of the EMA (and raw) model.")
-    eval_batch_size: int = Field(1024, description="Batch size for evaluation.")
+    iterations: _AtLeast1 = Field(2**20, description="[T] training steps (the paper: 2^20 = 1024 epochs × 1024).")
+    batch_size: _AtLeast1 = Field(64, description="[B] labeled images per step.")
+    mu: _AtLeast1 = Field(7, description="[μ] unlabeled-to-labeled ratio: μB weak and μB strong images per step.")
+    eval_interval: _AtLeast1 = Field(1024, description="Steps between evaluations of the EMA (and raw) model.")
+    eval_batch_size: _AtLeast1 = Field(1024, description="Batch size for evaluation.")
     ema: float = Field(0.999, description="EMA decay of the parameters (BN buffers are copied). 0 disables EMA.")
-    median_window: int = Field(20, description="Evaluations in the `median` accuracy (FixMatch: last 20).")
-    checkpoint_every: int = Field(1, description="Write a checkpoint every N evaluations (and always at the end).")
-    keep_checkpoints: int = Field(2, description="Checkpoints kept on disk (older ones are deleted).")
-    seed: int = Field(0, description="Seed of every RNG of the run (model init, sampling, augmentation).")
+    median_window: _AtLeast1 = Field(20, description="Evaluations in the `median` accuracy (FixMatch: last 20).")
+    checkpoint_every: _AtLeast1 = Field(1, description="Write a checkpoint every N evaluations (and always at the "
+                                        "end).")
+    keep_checkpoints: _AtLeast1 = Field(2, description="Checkpoints kept on disk (older ones are deleted).")
+    seed: _AtLeast0 = Field(0, description="Seed of every RNG of the run (model init, sampling, augmentation).")
     device: str = Field("auto", description="`auto` (CUDA if available), `cpu`, `cuda` or `cuda:N`.",
                         json_schema_extra=roles(NO_RESULT, RESUMABLE, owned="set per trial by orchestration from "
                                                 "`resources.gpu` (cuda if gpu > 0, else cpu)"))
@@ -239,8 +226,8 @@ class TrainConfig(_Section):
         "and losses run in fp32 on its features cast to fp32, and BatchNorm keeps fp32 statistics. Whether bf16 "
         "keeps the accuracy of fp32 is not measured yet (issue 13).")
     compile: bool = Field(False, description="Wrap the model in torch.compile.")
-    num_threads: int = Field(0, description="torch CPU threads; 0 keeps torch's default.",
-                             json_schema_extra=roles(NO_RESULT, RESUMABLE))
+    num_threads: _AtLeast0 = Field(0, description="torch CPU threads; 0 keeps torch's default.",
+                                   json_schema_extra=roles(NO_RESULT, RESUMABLE))
     keep_freed_memory: bool = Field(True, description="CPU runs on glibc: keep freed host memory in the process "
                                     "instead of returning each ~100 MB activation block to the kernel and "
                                     "page-faulting it back the next step (mutexmatch/allocator.py; ~20% of a "
@@ -255,25 +242,10 @@ class TrainConfig(_Section):
                                 json_schema_extra=roles(NO_RESULT))
     progress: bool = Field(True, description="Show a tqdm progress bar.", json_schema_extra=roles(NO_RESULT, RESUMABLE))
 
-    @field_validator("iterations", "batch_size", "mu", "eval_interval", "eval_batch_size", "median_window",
-                     "checkpoint_every", "keep_checkpoints")
-    @classmethod
-    def _positive(cls, v: int) -> int:
-        if v < 1:
-            raise ValueError("must be >= 1")
-        return v
-
-    @field_validator("seed", "num_threads")
-    @classmethod
-    def _nonneg(cls, v: int) -> int:
-        if v < 0:
-            raise ValueError("must be >= 0")
-        return v
-
     @field_validator("ema")
     @classmethod
     def _ema(cls, v: float) -> float:
-        return _interval("", v, 0.0, 1.0, False, True)
+        return in_interval(v, 0.0, 1.0, False, True)
 
     @field_validator("device")
     @classmethod
@@ -422,26 +394,13 @@ def _check_backbone(name: str, image_size: int) -> list[str]:
     return []
 
 
-def _format_validation_error(err: ValidationError, raw: dict[str, Any]) -> str:
-    lines = []
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"])
-        msg = e["msg"]
-        if e["type"] == "extra_forbidden":
-            parent = _model_at(RunConfig, e["loc"][:-1])
-            allowed = ", ".join(parent.model_fields) if parent is not None else "?"
-            lines.append(f"{loc}: unknown key; allowed keys: {allowed}")
-            continue
-        if e["type"] == "value_error" and msg.startswith("Value error, "):
-            msg = msg[len("Value error, "):]
-        if e["type"] == "assertion_error" or "\n" in msg and e["type"] == "value_error":
-            lines.append(msg)  # a cross-field check already formatted its lines
-            continue
-        if loc:
-            lines.append(f"{loc}={e.get('input')!r}: {msg}")
-        else:
-            lines.append(msg)
-    return "\n".join(lines)
+def _format_validation_error(err: ValidationError) -> str:
+    return "\n".join(validation_error_lines(err, allowed_keys=_allowed_keys))
+
+
+def _allowed_keys(loc: Sequence[Any]) -> list[str]:
+    parent = _model_at(RunConfig, loc)
+    return list(parent.model_fields) if parent is not None else ["?"]
 
 
 def _model_at(model: type[BaseModel], loc: Sequence[Any]) -> type[BaseModel] | None:
@@ -461,7 +420,7 @@ def parse_config(raw: dict[str, Any] | None) -> RunConfig:
     try:
         return RunConfig.model_validate(raw)
     except ValidationError as err:
-        raise ConfigError(_format_validation_error(err, raw)) from None
+        raise ConfigError(_format_validation_error(err)) from None
 
 
 def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from mutexmatch.utils import check_int
+
 __all__ = [
     "BACKBONES",
     "Backbone",
@@ -92,12 +94,6 @@ def register_backbone(
     return decorator
 
 
-def _check_positive_int(field: str, value: object, minimum: int) -> None:
-    # bool is an int subclass: True would silently mean 1 class/channel.
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{field}={value!r}: must be an integer >= {minimum}")
-
-
 def build_backbone(name: str, *, num_classes: int, in_channels: int = 3, image_size: int = 32) -> Backbone:
     """Build the registered backbone ``name`` with a ``num_classes``-way head.
 
@@ -111,8 +107,8 @@ def build_backbone(name: str, *, num_classes: int, in_channels: int = 3, image_s
     if name not in BACKBONES:
         raise ValueError(f"model.backbone={name!r}: unknown backbone; registered: {', '.join(sorted(BACKBONES))}")
     spec = BACKBONES[name]
-    _check_positive_int("num_classes", num_classes, 2)
-    _check_positive_int("in_channels", in_channels, 1)
+    check_int("num_classes", num_classes, low=2)
+    check_int("in_channels", in_channels, low=1)
     if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < spec.min_image_size:
         raise ValueError(
             f"image_size={image_size!r}: backbone {name!r} needs square inputs of at least "
@@ -131,7 +127,7 @@ class MutexNet(nn.Module):
 
     def __init__(self, backbone: Backbone, num_classes: int, with_tnc: bool = True) -> None:
         super().__init__()
-        _check_positive_int("num_classes", num_classes, 2)
+        check_int("num_classes", num_classes, low=2)
         if backbone.classifier.out_features != num_classes:
             raise ValueError(
                 f"num_classes={num_classes}: the backbone's classifier has "
