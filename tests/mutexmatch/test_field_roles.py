@@ -62,3 +62,12 @@ def test_resume_accepts_only_resumable_overrides(run_dir):
     with pytest.raises(SystemExit, match=r"--set 'train.seed=1': only train.device, train.num_threads, "
                                          r"train.progress can change on --resume"):
         _load_run_dir(run_dir, ["train.seed=1"])
+
+
+def test_the_reference_docs_show_each_fields_roles():
+    doc = C.config_markdown()
+    line = next(ln for ln in doc.splitlines() if ln.startswith("| `train.keep_freed_memory` |"))
+    assert "*Role: does not change results (left out of the config hash; not searchable).*" in line
+    line = next(ln for ln in doc.splitlines() if ln.startswith("| `data.fold` |"))
+    assert "owned by a sweep: set per trial by orchestration from `folds`" in line
+    assert "Role" not in next(ln for ln in doc.splitlines() if ln.startswith("| `train.seed` |"))
