@@ -25,7 +25,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationEr
 
 from mutexmatch import params as algorithm_params
 from mutexmatch.params import resolve_k
-from mutexmatch.utils import at_least, in_interval, validation_error_lines
+from mutexmatch.utils import at_least, validation_error_lines, within
 
 __all__ = [
     "ConfigError",
@@ -75,10 +75,11 @@ def roles(*names: str, owned: str | None = None) -> dict[str, Any]:
     return extra
 
 
-# Bounds declared on the field; the messages ("must be >= 1") are utils.at_least's, the field and value are added by
-# the error formatter.
+# Bounds declared on the field; the messages ("must be >= 1", "must be in [0, 1)") are utils.at_least's and
+# utils.within's, the field and value are added by the error formatter.
 _AtLeast0 = Annotated[int, AfterValidator(at_least(0))]
 _AtLeast1 = Annotated[int, AfterValidator(at_least(1))]
+_UnitOpen = Annotated[float, AfterValidator(within(0.0, 1.0, high_open=True))]   # [0, 1)
 
 
 class _Section(BaseModel):
@@ -175,33 +176,16 @@ AlgorithmConfig = create_model(
 class OptimConfig(_Section):
     """SGD with Nesterov momentum and the FixMatch cosine schedule."""
 
-    lr: float = Field(0.03, description="Base learning rate.")
-    momentum: float = Field(0.9, description="SGD momentum.")
+    lr: Annotated[float, AfterValidator(within(0.0, 10.0, low_open=True))] = Field(
+        0.03, description="Base learning rate.")
+    momentum: _UnitOpen = Field(0.9, description="SGD momentum.")
     nesterov: bool = Field(True, description="Nesterov momentum.")
-    weight_decay: float = Field(5e-4, description="Weight decay (coupled, as SGD's); BatchNorm parameters get none.")
+    weight_decay: _UnitOpen = Field(5e-4, description="Weight decay (coupled, as SGD's); BatchNorm parameters get "
+                                    "none.")
     schedule: Literal["cosine", "constant"] = Field(
         "cosine", description="`cosine`: LR factor cos(c·π·t/T) per step (T = train.iterations); `constant`: none.")
-    cosine_factor: float = Field(7 / 16, description="[c] in cos(c·π·t/T); FixMatch and MutexMatch use 7/16.")
-
-    @field_validator("lr")
-    @classmethod
-    def _lr(cls, v: float) -> float:
-        return in_interval(v, 0.0, 10.0, True, False)
-
-    @field_validator("momentum")
-    @classmethod
-    def _momentum(cls, v: float) -> float:
-        return in_interval(v, 0.0, 1.0, False, True)
-
-    @field_validator("weight_decay")
-    @classmethod
-    def _wd(cls, v: float) -> float:
-        return in_interval(v, 0.0, 1.0, False, True)
-
-    @field_validator("cosine_factor")
-    @classmethod
-    def _cf(cls, v: float) -> float:
-        return in_interval(v, 0.0, 0.5, False, False)
+    cosine_factor: Annotated[float, AfterValidator(within(0.0, 0.5))] = Field(
+        7 / 16, description="[c] in cos(c·π·t/T); FixMatch and MutexMatch use 7/16.")
 
 
 class TrainConfig(_Section):
@@ -212,7 +196,7 @@ class TrainConfig(_Section):
     mu: _AtLeast1 = Field(7, description="[μ] unlabeled-to-labeled ratio: μB weak and μB strong images per step.")
     eval_interval: _AtLeast1 = Field(1024, description="Steps between evaluations of the EMA (and raw) model.")
     eval_batch_size: _AtLeast1 = Field(1024, description="Batch size for evaluation.")
-    ema: float = Field(0.999, description="EMA decay of the parameters (BN buffers are copied). 0 disables EMA.")
+    ema: _UnitOpen = Field(0.999, description="EMA decay of the parameters (BN buffers are copied). 0 disables EMA.")
     median_window: _AtLeast1 = Field(20, description="Evaluations in the `median` accuracy (FixMatch: last 20).")
     checkpoint_every: _AtLeast1 = Field(1, description="Write a checkpoint every N evaluations (and always at the "
                                         "end).")
@@ -241,11 +225,6 @@ class TrainConfig(_Section):
                                 "CPU runs are deterministic without it. Process-wide; not part of the config hash.",
                                 json_schema_extra=roles(NO_RESULT))
     progress: bool = Field(True, description="Show a tqdm progress bar.", json_schema_extra=roles(NO_RESULT, RESUMABLE))
-
-    @field_validator("ema")
-    @classmethod
-    def _ema(cls, v: float) -> float:
-        return in_interval(v, 0.0, 1.0, False, True)
 
     @field_validator("device")
     @classmethod

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from pydantic import ValidationError
 
 __all__ = ["atomic_write", "deep_merge", "set_dotted", "flatten_dotted", "validation_error_lines", "interval_text",
-           "in_interval", "at_least", "check_int"]
+           "in_interval", "within", "at_least", "check_int"]
 
 
 # ------------------------------------------------------------------------------------------------ files
@@ -133,6 +133,12 @@ def in_interval(value: float, low: float | None, high: float | None, low_open: b
     if not ok:
         raise ValueError(f"must be in {interval_text(low, high, low_open, high_open)}")
     return value
+
+
+def within(low: float | None, high: float | None, *, low_open: bool = False,
+           high_open: bool = False) -> Callable[[Any], Any]:
+    """:func:`in_interval` as a check for a pydantic ``AfterValidator``: the bound is declared on the field."""
+    return lambda value: in_interval(value, low, high, low_open, high_open)
 
 
 def at_least(low: float, *, strict: bool = False, or_none: bool = False) -> Callable[[Any], Any]:

@@ -9,7 +9,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from mutexmatch.utils import (at_least, atomic_write, check_int, deep_merge, flatten_dotted, in_interval, interval_text,
-                              set_dotted, validation_error_lines)
+                              set_dotted, validation_error_lines, within)
 
 
 def test_atomic_write_bytes_or_a_writer_with_the_asked_permissions(tmp_path):
@@ -68,7 +68,9 @@ def test_validation_error_lines():
 
 def test_intervals_and_integers():
     assert interval_text(0, None, False, True) == "[0, inf)" and interval_text(0, 0.5) == "[0, 0.5]"
-    assert in_interval(1.0, 0.0, 1.0, True, False) == 1.0
+    assert in_interval(1.0, 0.0, 1.0, True, False) == 1.0 == within(0.0, 1.0, low_open=True)(1.0)
+    with pytest.raises(ValueError, match=r"^must be in \[0, 1\)$"):
+        within(0.0, 1.0, high_open=True)(1.0)
     for bad in (0.0, math.nan):
         with pytest.raises(ValueError, match=r"^must be in \(0, 1\]$"):
             in_interval(bad, 0.0, 1.0, True, False)
