@@ -26,7 +26,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, Mapping, Union
+from typing import Annotated, Any, ClassVar, Literal, Mapping, Union
 
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -101,38 +101,39 @@ class Resources(_Strict):
         return v
 
 
-class FloatParam(_Strict):
-    """A float in [low, high], log-uniform when ``log``. On ``algorithm.k`` it is a fraction of C (k = value·C)."""
+class _RangeParam(_Strict):
+    """What the float and int distributions share: bounds, log scale and their check (``_SHOW`` formats a bound in
+    messages)."""
 
-    type: Literal["float"]
+    _SHOW: ClassVar[str] = ""
+    type: str
     low: float
     high: float
     log: bool = False
 
     @model_validator(mode="after")
-    def _bounds(self) -> "FloatParam":
+    def _bounds(self) -> "_RangeParam":
+        low, high = format(self.low, self._SHOW), format(self.high, self._SHOW)
         if not self.low < self.high:
-            raise ValueError(f"low={self.low:g}, high={self.high:g}: need low < high")
+            raise ValueError(f"low={low}, high={high}: need low < high")
         if self.log and self.low <= 0:
-            raise ValueError(f"low={self.low:g}: must be > 0 when log is true")
+            raise ValueError(f"low={low}: must be > 0 when log is true")
         return self
 
 
-class IntParam(_Strict):
+class FloatParam(_RangeParam):
+    """A float in [low, high], log-uniform when ``log``. On ``algorithm.k`` it is a fraction of C (k = value·C)."""
+
+    _SHOW: ClassVar[str] = "g"
+    type: Literal["float"]
+
+
+class IntParam(_RangeParam):
     """An integer in [low, high] (both inclusive), log-uniform when ``log``."""
 
     type: Literal["int"]
     low: int
     high: int
-    log: bool = False
-
-    @model_validator(mode="after")
-    def _bounds(self) -> "IntParam":
-        if not self.low < self.high:
-            raise ValueError(f"low={self.low}, high={self.high}: need low < high")
-        if self.log and self.low <= 0:
-            raise ValueError(f"low={self.low}: must be > 0 when log is true")
-        return self
 
 
 class CategoricalParam(_Strict):
