@@ -6,9 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow   # a fresh interpreter importing torch and torchvision: ~3-7 s on 2 cores
 def test_importing_every_mutexmatch_module_pulls_in_neither_ray_nor_mlflow():
     code = ("import importlib, pkgutil, sys\n"
             "import mutexmatch\n"
