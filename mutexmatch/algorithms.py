@@ -31,7 +31,7 @@ from mutexmatch.losses import (complementary_label, confidence_mask, fixmatch_lo
 from mutexmatch.params import (AlgorithmParams, FixMatchParams, LowConfidenceParams, MutexMatchParams, NCEParams,
                                resolve_k, section_conflicts)
 from mutexmatch.params import markdown as params_markdown
-from mutexmatch.utils import check_int
+from mutexmatch.checks import check_int
 
 
 @dataclass

@@ -52,7 +52,7 @@ import torch.nn.functional as nnf
 import torchvision.transforms.v2.functional as tvf
 
 from mutexmatch.prefetch import to_device
-from mutexmatch.utils import check_int
+from mutexmatch.checks import check_int
 
 STRONG_OPS: tuple[str, ...] = (
     "AutoContrast", "Brightness", "Color", "Contrast", "Equalize", "Identity", "Posterize",

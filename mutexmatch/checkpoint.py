@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from mutexmatch.utils import atomic_write
+from mutexmatch.atomic import atomic_write
 
 __all__ = ["atomic_write_bytes", "save_checkpoint", "load_checkpoint", "latest_checkpoint", "list_checkpoints",
            "CheckpointError", "prune_checkpoints", "sha256_file"]
@@ -29,7 +29,7 @@ class CheckpointError(RuntimeError):
     pass
 
 
-atomic_write_bytes = atomic_write  # the name the trainer imports; one implementation (mutexmatch.utils)
+atomic_write_bytes = atomic_write  # the name the trainer imports; one implementation (mutexmatch.atomic)
 
 
 def sha256_file(path: Path) -> str:

@@ -25,7 +25,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationEr
 
 from mutexmatch import params as algorithm_params
 from mutexmatch.params import resolve_k
-from mutexmatch.utils import at_least, validation_error_lines, within
+from mutexmatch.checks import at_least, validation_error_lines, within
 
 __all__ = [
     "ConfigError",
@@ -75,8 +75,8 @@ def roles(*names: str, owned: str | None = None) -> dict[str, Any]:
     return extra
 
 
-# Bounds declared on the field; the messages ("must be >= 1", "must be in [0, 1)") are utils.at_least's and
-# utils.within's, the field and value are added by the error formatter.
+# Bounds declared on the field; the messages ("must be >= 1", "must be in [0, 1)") are checks.at_least's and
+# checks.within's, the field and value are added by the error formatter.
 _AtLeast0 = Annotated[int, AfterValidator(at_least(0))]
 _AtLeast1 = Annotated[int, AfterValidator(at_least(1))]
 _UnitOpen = Annotated[float, AfterValidator(within(0.0, 1.0, high_open=True))]   # [0, 1)

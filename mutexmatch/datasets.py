@@ -45,7 +45,7 @@ from torchvision.transforms import InterpolationMode
 from torchvision.transforms import functional as TF
 
 from mutexmatch import imagefolder
-from mutexmatch.utils import atomic_write
+from mutexmatch.atomic import atomic_write
 
 CACHE_DIRNAME = ".mutexmatch_cache"
 # Bump when the meaning of cached tensors changes (e.g. a different resize), so stale caches are re-decoded.

@@ -27,7 +27,7 @@ from typing import Annotated, Any, ClassVar, Literal, get_args, get_origin
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model
 from pydantic.fields import FieldInfo
 
-from mutexmatch.utils import at_least, in_interval, interval_text, validation_error_lines
+from mutexmatch.checks import at_least, in_interval, interval_text, validation_error_lines
 
 __all__ = ["AlgorithmParams", "ClassBound", "FixMatchParams", "LowConfidenceParams", "MutexMatchParams",
            "NCEParams", "SECTION_MODELS", "resolve_k", "section_conflicts", "section_fields"]

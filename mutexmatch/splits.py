@@ -22,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mutexmatch.utils import atomic_write, check_int
+from mutexmatch.atomic import atomic_write
+from mutexmatch.checks import check_int
 
 NUM_OFFICIAL_FOLDS = 5
 # The validation draw gets its own seed stream, far from the labeled-draw seeds 1..5.

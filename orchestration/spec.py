@@ -33,7 +33,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from mutexmatch.config import (ConfigError, RunConfig, has_validation, owned_fields, parse_config,
                                unsearchable_fields)
-from mutexmatch.utils import at_least, deep_merge, set_dotted, validation_error_lines  # noqa: F401  (re-exported)
+from mutexmatch.checks import at_least, validation_error_lines  # noqa: F401  (re-exported)
+from mutexmatch.dotted import deep_merge, set_dotted  # noqa: F401  (re-exported)
 
 from orchestration.contract import VALIDATION_METRICS, cell_id
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from mutexmatch.utils import flatten_dotted
+from mutexmatch.dotted import flatten_dotted
 
 from orchestration import contract as C
 from orchestration.env import apply_closed_network_env

@@ -47,7 +47,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
-from mutexmatch.utils import flatten_dotted, validation_error_lines
+from mutexmatch.checks import validation_error_lines
+from mutexmatch.dotted import flatten_dotted
 
 from orchestration import contract
 

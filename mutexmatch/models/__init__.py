@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from mutexmatch.utils import check_int
+from mutexmatch.checks import check_int
 
 __all__ = [
     "BACKBONES",

@@ -1,90 +1,20 @@
-"""Small helpers every package shares, each defined once (issue 17): atomic file writes, nested-mapping merge and
-flatten with dotted keys, pydantic errors as ``field=value: problem`` lines, and number checkers.
-
-Standard library only (pydantic appears in annotations), so ``mutexmatch.config``, ``orchestration`` and ``reports``
-can all import it without torch start-up cost; ``mutexmatch`` never imports the other packages, so this is the one
-place all of them can reach.
-"""
+"""The project's value checks and their messages (``field=value: must be in [0, 1)``): interval and integer checks,
+bounds usable as pydantic validators, and pydantic errors as one such line each. Standard library only (pydantic
+appears in annotations), so config, orchestration and reports import it without torch start-up cost."""
 
 from __future__ import annotations
 
-import copy
 import math
 import numbers
-import os
-import tempfile
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
-__all__ = ["atomic_write", "deep_merge", "set_dotted", "flatten_dotted", "validation_error_lines", "interval_text",
-           "in_interval", "within", "at_least", "check_int"]
+__all__ = ["validation_error_lines", "interval_text", "in_interval", "within", "at_least", "check_int"]
 
 
-# ------------------------------------------------------------------------------------------------ files
-def atomic_write(path: str | Path, data: bytes | Callable[[IO[bytes]], Any], *, mode: int | None = None) -> None:
-    """Write ``path`` so that readers see the old file or the complete new one, never a partial one.
-
-    ``data`` is the bytes, or a function that writes them to the open binary file (``torch.save`` streams large
-    payloads without a copy in memory). A temporary file beside ``path`` is written, fsynced and renamed over it
-    (``os.replace`` is atomic within a file system); on any error it is removed. ``mode`` sets the permissions:
-    the temporary file is created 0600, which suits checkpoints; shared caches pass ``0o644``.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            if callable(data):
-                data(f)
-            else:
-                f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-# ------------------------------------------------------------------------------------------------ mappings
-def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
-    """``override`` on top of ``base``: mappings merge recursively, anything else is replaced (both are copied)."""
-    out = copy.deepcopy(dict(base))
-    for key, value in override.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = deep_merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
-def set_dotted(raw: Mapping[str, Any], path: str, value: Any) -> dict[str, Any]:
-    """A copy of ``raw`` with ``a.b`` set to ``value``."""
-    *parents, leaf = path.split(".")
-    override: dict[str, Any] = {leaf: value}
-    for p in reversed(parents):
-        override = {p: override}
-    return deep_merge(raw, override)
-
-
-def flatten_dotted(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"a": {"b": 1}}`` → ``{"a.b": 1}``: every leaf under its dotted path (an empty mapping has no leaf)."""
-    out: dict[str, Any] = {}
-    for key, value in d.items():
-        if isinstance(value, Mapping):
-            out.update(flatten_dotted(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
-# ------------------------------------------------------------------------------------------------ errors
 def _dotted(loc: Sequence[Any]) -> str:
     return ".".join(str(p) for p in loc)
 
@@ -114,7 +44,6 @@ def validation_error_lines(err: "ValidationError", *, where: Callable[[Sequence[
     return lines
 
 
-# ------------------------------------------------------------------------------------------------ numbers
 def interval_text(low: float | None, high: float | None, low_open: bool = False, high_open: bool = False) -> str:
     """``(0, 1]``, ``[0, inf)``: an interval as messages show it (a missing bound is infinite, hence open)."""
     left = "(" if low_open or low is None or low == -math.inf else "["

@@ -1,4 +1,4 @@
-"""mutexmatch.utils: the one atomic write, merge/flatten with dotted keys, pydantic error lines and number checks."""
+"""mutexmatch.atomic, .dotted and .checks: the one atomic write, merge/flatten with dotted keys, pydantic error lines and number checks."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import stat
 import pytest
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from mutexmatch.utils import (at_least, atomic_write, check_int, deep_merge, flatten_dotted, in_interval, interval_text,
-                              set_dotted, validation_error_lines, within)
+from mutexmatch.atomic import atomic_write
+from mutexmatch.checks import at_least, check_int, in_interval, interval_text, validation_error_lines, within
+from mutexmatch.dotted import deep_merge, flatten_dotted, set_dotted
 
 
 def test_atomic_write_bytes_or_a_writer_with_the_asked_permissions(tmp_path):
