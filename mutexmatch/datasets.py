@@ -273,8 +273,19 @@ def load_dataset(name: str, root: str | Path, *, download: bool = False, svhn_ex
     if size != info.image_size:
         info = dataclasses.replace(info, image_size=size, pad=_scaled_pad(name, size))
 
-    extra: ImageData | None = None
-    folds: list[np.ndarray] | None = None
+    train, test, extra, folds = _read_builtin(info, root, ddir, download=download, svhn_extra=svhn_extra)
+    for split, data in (("train", train), ("test", test)):
+        _check_decoded(info, split, data)
+    if extra is not None and tuple(extra.x.shape[1:]) != tuple(train.x.shape[1:]):
+        raise ValueError(f"{name} unlabeled: images are {tuple(extra.x.shape[1:])}, train images are "
+                         f"{tuple(train.x.shape[1:])}")
+    return DatasetBundle(info=info, train=train, test=test, extra_unlabeled=extra, predefined_folds=folds)
+
+
+def _read_builtin(info: DatasetInfo, root: Path, ddir: Path, *, download: bool, svhn_extra: bool
+                  ) -> tuple[ImageData, ImageData, ImageData | None, list[np.ndarray] | None]:
+    """Train, test, extra unlabeled images and predefined folds of a built-in dataset, through its reader."""
+    name, size = info.name, info.image_size
     if name in ("cifar10", "cifar100"):
         train, test = (_load_cifar(info, root, ddir, train=t, download=download) for t in (True, False))
     elif name == "svhn":
@@ -283,20 +294,14 @@ def load_dataset(name: str, root: str | Path, *, download: bool = False, svhn_ex
         if more:
             train = ImageData(torch.cat([train.x, more[0].x]), torch.cat([train.y, more[0].y]))
     elif name == "stl10":
-        train, test, extra, folds = _load_stl10(info, root, ddir, download)
+        return _load_stl10(info, root, ddir, download)
     elif name == "miniimagenet":
         train, test = _load_miniimagenet(info, root, ddir, size)
     elif name == "tinyimagenet":
         train, test = _load_tinyimagenet(info, root, ddir)
     else:
         train, test = _load_digits(info, ddir, size)
-
-    for split, data in (("train", train), ("test", test)):
-        _check_decoded(info, split, data)
-    if extra is not None and tuple(extra.x.shape[1:]) != tuple(train.x.shape[1:]):
-        raise ValueError(f"{name} unlabeled: images are {tuple(extra.x.shape[1:])}, train images are "
-                         f"{tuple(train.x.shape[1:])}")
-    return DatasetBundle(info=info, train=train, test=test, extra_unlabeled=extra, predefined_folds=folds)
+    return train, test, None, None
 
 
 def cache_paths(name: str, root: str | Path, *, image_size: int | None = None, svhn_extra: bool = False
