@@ -277,7 +277,7 @@ def _prepare_target(to: Path, overwrite: bool, source: Path | None) -> None:
 
 
 _SPLITS = (*imagefolder.LABELED_SPLITS, imagefolder.UNLABELED_SPLIT)
-_CHUNK = 512  # images per thread task
+_CHUNK = imagefolder.THREAD_CHUNK
 
 
 def _png(x: torch.Tensor) -> Image.Image:

@@ -51,8 +51,9 @@ NAME = "imagefolder"
 LABELED_SPLITS = ("train", "test", "val")
 UNLABELED_SPLIT = "unlabeled"
 REQUIRED_SPLITS = ("train", "test")
-# Decoded images are written in chunks so that a progress of many thousand files needs one task per chunk.
-_CHUNK = 512
+# Images per thread task when decoding or writing a folder: large enough that task overhead is negligible, small
+# enough that every core gets work on a folder of a few thousand images.
+THREAD_CHUNK = 512
 
 
 class ImageFolderError(ValueError):
@@ -211,7 +212,7 @@ def _decode_chunk(paths: Sequence[Path], size: int) -> np.ndarray:
 def decode_images(paths: Sequence[Path], size: int, workers: int | None = None) -> torch.Tensor:
     """Decode ``paths`` into one uint8 ``(N, 3, size, size)`` tensor, in parallel threads."""
     workers = workers or len(os.sched_getaffinity(0))
-    chunks = [paths[i:i + _CHUNK] for i in range(0, len(paths), _CHUNK)]
+    chunks = [paths[i:i + THREAD_CHUNK] for i in range(0, len(paths), THREAD_CHUNK)]
     with ThreadPoolExecutor(max_workers=workers) as pool:
         parts = list(pool.map(lambda c: _decode_chunk(c, size), chunks))
     hwc = np.concatenate(parts) if parts else np.empty((0, size, size, 3), dtype=np.uint8)
