@@ -1,0 +1,43 @@
+"""Ctrl+C and SIGTERM during a sweep: the first one stops Tune gracefully and marks the launch interrupted.
+
+The flags are process-wide because the signal handler cannot reach the phase that is running; the phase runner
+(:mod:`orchestration.phases`) reads :data:`INTERRUPTED` to tell an interrupted phase from a finished one.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+__all__ = ["INTERRUPTED", "IN_FIT", "on_interrupt", "handle_interrupts"]
+
+# Set by the CLI's SIGINT/SIGTERM handler; IN_FIT while Tuner.fit runs (Tune then stops gracefully on SIGUSR1).
+INTERRUPTED = threading.Event()
+IN_FIT = threading.Event()
+
+
+def on_interrupt(signum: int, frame: Any) -> None:
+    """First Ctrl+C/SIGTERM: ask Tune to stop gracefully (its SIGUSR1 handler saves the experiment state and stops
+    the trials) and remember that the launch was interrupted. A second one, or one outside ``fit``, aborts."""
+    first = not INTERRUPTED.is_set()
+    INTERRUPTED.set()
+    tune_listens = hasattr(signal, "SIGUSR1") and signal.getsignal(signal.SIGUSR1) not in (
+        signal.SIG_DFL, signal.SIG_IGN, None)
+    if first and IN_FIT.is_set() and tune_listens:
+        print("\n[sweep] interrupted: stopping the trials and saving the state (interrupt again to abort at once)",
+              file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGUSR1)
+        return
+    raise KeyboardInterrupt
+
+
+def handle_interrupts() -> None:
+    """Route SIGINT and SIGTERM (``kill``, a scheduler's preemption) through :func:`on_interrupt`. Called again
+    after ``ray.init``, which installs its own aborting SIGTERM handler."""
+    if threading.current_thread() is threading.main_thread():
+        os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"  # Tune's own SIGINT handler would hide the interrupt
+        signal.signal(signal.SIGINT, on_interrupt)
+        signal.signal(signal.SIGTERM, on_interrupt)

@@ -1,0 +1,119 @@
+"""What one launch of a sweep is: its options and outcome, where Tune stores it, the command that repeats it, which
+trials it runs (finished ones are skipped) and the launch plan saved to the parent run so ``--resume`` runs exactly
+the same trials."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestration import contract as C
+from orchestration import tracking
+from orchestration.plan import SweepPlan
+
+__all__ = ["SweepError", "SweepOptions", "SweepOutcome", "resolve_storage", "command_line", "select",
+           "save_launch_plan", "load_launch_plan"]
+
+
+class SweepError(RuntimeError):
+    """A sweep that cannot start (nothing to resume, resources the cluster cannot provide, …)."""
+
+
+@dataclass
+class SweepOptions:
+    spec_path: Path
+    tracking_uri: str | None = None
+    storage: str | None = None
+    resume: bool = False
+    force: bool = False
+    dry_run: bool = False
+    smoke: bool = False
+    n_trials: int | None = None
+    max_concurrent: int | None = None
+    gpu_policy: str = "error"
+    max_failures: int = 2
+    experiment_name: str | None = None
+    project_dir: Path | None = None
+    reuse_actors: bool = True
+    verbose: int = 0
+    handle_signals: bool = False      # the CLI: Ctrl+C and SIGTERM end the launch gracefully (see _on_interrupt)
+
+
+@dataclass
+class SweepOutcome:
+    status: str                       # finished | failed | interrupted | dry-run | nothing-to-do
+    experiment_id: str | None = None
+    parent_run_id: str | None = None
+    launch_id: str | None = None
+    finished: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    not_finished: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    best: dict[str, dict[str, str]] = field(default_factory=dict)
+    resume_command: str | None = None
+    summary: str = ""
+
+
+def resolve_storage(storage: str | None, project_dir: Path) -> str:
+    """Ray Tune's storage: default ``<project>/ray_results``; relative paths made absolute (trials run elsewhere);
+    URIs (``s3://``, ``gs://``, ``file://``) passed through — a multi-node cluster needs shared storage."""
+    if storage is None:
+        return str(Path(project_dir).resolve() / "ray_results")
+    if "://" in storage:
+        return storage
+    p = Path(storage)
+    return str(p if p.is_absolute() else (Path(project_dir) / p).resolve())
+
+
+def command_line(opts: SweepOptions, uri: str, storage: str, *, resume: bool) -> str:
+    """The exact command that repeats (``resume=True``: resumes) this launch."""
+    parts = ["python", "-m", "orchestration.sweep", str(Path(opts.spec_path)), "--tracking-uri", uri,
+             "--storage", storage]
+    if opts.smoke:
+        parts.append("--smoke")
+    if opts.n_trials is not None:
+        parts += ["--n-trials", str(opts.n_trials)]
+    if opts.max_concurrent is not None:
+        parts += ["--max-concurrent", str(opts.max_concurrent)]
+    if opts.gpu_policy != "error":
+        parts += ["--gpu-policy", opts.gpu_policy]
+    if opts.max_failures != SweepOptions.max_failures:
+        parts += ["--max-failures", str(opts.max_failures)]
+    if opts.experiment_name:
+        parts += ["--experiment-name", opts.experiment_name]
+    if resume:
+        parts.append("--resume")
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+def select(plan: SweepPlan, client: Any, experiment_id: str, force: bool) -> tuple[list[str], list[str],
+                                                                                    list[str]]:
+    """Grid keys and search phases to run, and what is skipped as already FINISHED with the same config."""
+    if force or plan.smoke:  # smoke runs check the machinery: they always run
+        return [t.key for t in plan.grid], [s.phase for s in plan.searches], []
+    done = tracking.finished_grid_hashes(client, experiment_id)
+    grid, skipped = [], []
+    for t in plan.grid:
+        (skipped if t.config_hash in done.get(t.key, set()) else grid).append(t.key)
+    phases = []
+    for s in plan.searches:
+        n_done = len(tracking.finished_search_runs(client, experiment_id, s.search_hash))
+        if n_done >= s.n_trials:
+            skipped.append(f"search {s.key} ({n_done} trials)")
+        else:
+            phases.append(s.phase)
+    return grid, phases, skipped
+
+
+def save_launch_plan(client: Any, run_id: str, data: dict[str, Any]) -> None:
+    client.log_text(run_id, json.dumps(data, indent=2), C.LAUNCH_PLAN_ARTIFACT)
+
+
+def load_launch_plan(client: Any, run_id: str) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = client.download_artifacts(run_id, C.LAUNCH_PLAN_ARTIFACT, tmp)
+        return json.loads(Path(path).read_text())

@@ -1,0 +1,73 @@
+"""An Optuna (TPE) study on Ray Tune: the search space, the searcher and ASHA scheduler, and the best parameters
+logged to the parent run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestration import contract as C
+from orchestration.plan import SearchStudy, SweepPlan
+from orchestration.spec import CategoricalParam, FloatParam, IntParam
+from orchestration.summary import best_search_trial
+
+__all__ = ["optuna_space", "search_config", "log_best"]
+
+
+def optuna_space(study: SearchStudy) -> dict[str, Any]:
+    import optuna
+
+    space = {}
+    for path, p in study.search.space.items():
+        if isinstance(p, FloatParam):
+            space[path] = optuna.distributions.FloatDistribution(p.low, p.high, log=p.log)
+        elif isinstance(p, IntParam):
+            space[path] = optuna.distributions.IntDistribution(p.low, p.high, log=p.log)
+        elif isinstance(p, CategoricalParam):
+            space[path] = optuna.distributions.CategoricalDistribution(p.choices)
+    return space
+
+
+def search_config(study: SearchStudy) -> dict[str, Any]:
+    import optuna
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+    from ray.tune.search import ConcurrencyLimiter
+    from ray.tune.search.optuna import OptunaSearch
+
+    s = study.search
+    # TPE needs a few random trials before it models anything; in small searches give it half of them.
+    sampler = optuna.samplers.TPESampler(seed=study.index, n_startup_trials=min(10, max(2, study.n_trials // 2)))
+    searcher: Any = OptunaSearch(space=optuna_space(study), metric=s.metric, mode=s.mode, sampler=sampler)
+    if study.max_concurrent:
+        searcher = ConcurrencyLimiter(searcher, max_concurrent=study.max_concurrent)
+    if s.scheduler.type == "asha":
+        scheduler: Any = ASHAScheduler(time_attr="training_iteration", metric=s.metric, mode=s.mode,
+                                       max_t=study.evaluations, grace_period=s.scheduler.grace_period,
+                                       reduction_factor=s.scheduler.reduction_factor)
+    else:
+        scheduler = FIFOScheduler()
+    return {"search_alg": searcher, "scheduler": scheduler, "num_samples": study.n_trials}
+
+
+def log_best(plan: SweepPlan, client: Any, experiment_id: str, parent_run_id: str) -> dict[str, dict[str, str]]:
+    """Best parameters of every search study → printed, and logged to the parent run as params and tags
+    ``best.<param>`` (prefixed with the cell and fold when the sweep has several studies)."""
+    from mlflow.exceptions import MlflowException
+
+    best: dict[str, dict[str, str]] = {}
+    for study in plan.searches:
+        found = best_search_trial(client, experiment_id, study)
+        if found is None:
+            continue
+        params, value, run = found
+        best[study.key] = {**params, study.search.metric: f"{value:.6g}"}
+        prefix = C.best_param_prefix(study.cell.id, study.fold) if len(plan.searches) > 1 else C.BEST_PREFIX
+        entries = {f"{prefix}{k}": v for k, v in params.items()}
+        entries[f"{prefix}run_id"] = run.info.run_id
+        for k, v in entries.items():
+            client.set_tag(parent_run_id, k, v)
+            try:
+                client.log_param(parent_run_id, k, v)
+            except MlflowException:  # a resumed launch that logged another best earlier: the tag holds the latest
+                pass
+        client.log_metric(parent_run_id, f"{prefix}{study.search.metric}", value)
+    return best
