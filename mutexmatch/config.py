@@ -26,6 +26,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationEr
 from mutexmatch import params as algorithm_params
 from mutexmatch.params import resolve_k
 from mutexmatch.checks import at_least, validation_error_lines, within
+from mutexmatch.yamlfile import YamlFileError, read_yaml_mapping
 
 __all__ = [
     "ConfigError",
@@ -36,6 +37,10 @@ __all__ = [
     "TrainConfig",
     "RunConfig",
     "load_config",
+    "read_config_file",
+    "SEED_MAX",
+    "TRAIN_COMMAND",
+    "SWEEP_COMMAND",
     "parse_config",
     "apply_overrides",
     "resolve_k",
@@ -50,6 +55,15 @@ __all__ = [
 ]
 
 DATASET_NAMES = ("digits", "cifar10", "cifar100", "svhn", "stl10", "miniimagenet", "tinyimagenet", "imagefolder")
+# The largest train.seed: the run seeds numpy's legacy RNG with it (the `official` split rule does too), which takes
+# 32-bit seeds only. A sweep's fold k trains with train.seed + k, so orchestration checks that sum against it.
+SEED_MAX = 2**32 - 1
+# The two commands that read YAML files, named when one is given the other's file (mutexmatch cannot import
+# orchestration, so the sweep's command is declared here with the trainer's).
+TRAIN_COMMAND = "python -m mutexmatch.train"
+SWEEP_COMMAND = "python -m orchestration.sweep"
+# Every sweep YAML has this key and no run config has it: how a sweep YAML given to the trainer is recognised.
+SWEEP_ONLY_KEY = "axes"
 
 
 class ConfigError(ValueError):
@@ -80,6 +94,15 @@ def roles(*names: str, owned: str | None = None) -> dict[str, Any]:
 _AtLeast0 = Annotated[int, AfterValidator(at_least(0))]
 _AtLeast1 = Annotated[int, AfterValidator(at_least(1))]
 _UnitOpen = Annotated[float, AfterValidator(within(0.0, 1.0, high_open=True))]   # [0, 1)
+
+
+def _seed_bound(v: int) -> int:
+    if v > SEED_MAX:  # within() would print the bound as 4.29497e+09
+        raise ValueError(f"must be <= {SEED_MAX} (2^32 - 1, numpy's largest seed)")
+    return v
+
+
+_Seed = Annotated[int, AfterValidator(at_least(0)), AfterValidator(_seed_bound)]
 
 
 class _Section(BaseModel):
@@ -201,7 +224,7 @@ class TrainConfig(_Section):
     checkpoint_every: _AtLeast1 = Field(1, description="Write a checkpoint every N evaluations (and always at the "
                                         "end).")
     keep_checkpoints: _AtLeast1 = Field(2, description="Checkpoints kept on disk (older ones are deleted).")
-    seed: _AtLeast0 = Field(0, description="Seed of every RNG of the run (model init, sampling, augmentation).")
+    seed: _Seed = Field(0, description="Seed of every RNG of the run (model init, sampling, augmentation).")
     device: str = Field("auto", description="`auto` (CUDA if available), `cpu`, `cuda` or `cuda:N`.",
                         json_schema_extra=roles(NO_RESULT, RESUMABLE, owned="set per trial by orchestration from "
                                                 "`resources.gpu` (cuda if gpu > 0, else cpu)"))
@@ -280,6 +303,7 @@ class RunConfig(_Section):
         if d.dataset != "digits" and not d.download and not Path(d.root).is_dir():
             errors.append(f"data.root={d.root!r}: folder does not exist (create it with the dataset inside, or set "
                           "`data.download: true`)")
+        errors += _per_class_errors(d, num_classes)
         errors += _check_algorithm(self.algorithm, num_classes)
         errors += _check_backbone(self.model.backbone, image_size)
         if errors:
@@ -294,6 +318,25 @@ def _num_classes(dataset: str) -> int:
     from mutexmatch.datasets import DATASETS  # lazy: keeps config importable without torch start-up cost
 
     return DATASETS[dataset].num_classes
+
+
+def _per_class_errors(d: DataConfig, num_classes: int) -> list[str]:
+    """Labeled plus validation images per class beyond the dataset's smallest class: known without loading it."""
+    from mutexmatch.datasets import DATASETS
+
+    info = DATASETS.get(d.dataset)
+    most = None if info is None or (d.svhn_extra and d.dataset == "svhn") else info.train_per_class_min
+    if most is None or d.num_labels % num_classes:
+        return []
+    per_class = d.num_labels // num_classes
+    if per_class > most:
+        return [f"data.num_labels={d.num_labels}: needs {per_class} labeled images of each class, but the smallest "
+                f"class of {d.dataset} has {most} train images; at most {most * num_classes}"]
+    if per_class + d.val_per_class > most:
+        return [f"data.val_per_class={d.val_per_class}: the smallest class of {d.dataset} has {most} train images "
+                f"and {per_class} of each class are labeled (data.num_labels={d.num_labels}); at most "
+                f"{most - per_class}"]
+    return []
 
 
 def _check_algorithm(alg: AlgorithmConfig, num_classes: int) -> list[str]:
@@ -416,20 +459,38 @@ def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, 
             if not isinstance(nxt, dict):
                 raise ConfigError(f"--set {item!r}: {p} is not a section")
             node = nxt
-        node[parts[-1]] = yaml.safe_load(value) if value.strip() else None
+        node[parts[-1]] = _override_value(item, value)
     return out
+
+
+def _override_value(item: str, value: str) -> Any:
+    """An override's value as YAML reads a scalar (``true``, ``0.5``, ``[1, 2]``); empty is null."""
+    if not value.strip():
+        return None
+    try:
+        return yaml.safe_load(value)
+    except yaml.YAMLError as e:
+        problem = " ".join(str(getattr(e, "problem", None) or e).split())
+        raise ConfigError(f"--set {item!r}: the value is not valid YAML ({problem}); quote it or fix it") from None
+
+
+def read_config_file(path: str | Path, what: str = "--config") -> dict[str, Any]:
+    """The raw mapping of a run config YAML (``--config``, or a run folder's ``config.yaml`` on ``--resume``); raise
+    :class:`ConfigError` with one line naming the file for anything that is not a YAML mapping with unique keys, and
+    for a sweep YAML (naming the sweep command)."""
+    try:
+        raw = read_yaml_mapping(path, what, expected=f"a mapping of sections ({', '.join(RunConfig.model_fields)})")
+    except YamlFileError as e:
+        raise ConfigError(str(e)) from None
+    if SWEEP_ONLY_KEY in raw:
+        raise ConfigError(f"{what} {str(path)!r}: is a sweep YAML (it has `{SWEEP_ONLY_KEY}:`), not a run config; "
+                          f"run it with `{SWEEP_COMMAND} {path}`")
+    return raw
 
 
 def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> RunConfig:
     """Load a YAML run config (or the defaults when ``path`` is None), apply overrides, validate once."""
-    raw: dict[str, Any] = {}
-    if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"--config {str(path)!r}: file not found")
-        raw = yaml.safe_load(p.read_text()) or {}
-        if not isinstance(raw, dict):
-            raise ConfigError(f"{path}: must be a YAML mapping of sections")
+    raw = {} if path is None else read_config_file(path)
     return parse_config(apply_overrides(raw, overrides))
 
 

@@ -90,6 +90,9 @@ class DatasetInfo:
     # 255 a second time, as it does: the published numbers for those datasets were produced that way.
     released_mean: tuple[float, ...] | None = None
     released_std: tuple[float, ...] | None = None
+    # The fewest train images of any class in the real dataset (SVHN: without `extra`), so that a config asking for
+    # more labeled + validation images per class is refused before any data is loaded; None: unknown.
+    train_per_class_min: int | None = None
 
     def __post_init__(self) -> None:
         stats = [self.mean, self.std] + [v for v in (self.released_mean, self.released_std) if v is not None]
@@ -107,7 +110,7 @@ DATASETS: dict[str, DatasetInfo] = {
         DatasetInfo(
             name="cifar10", num_classes=10, channels=3, image_size=32,
             mean=_CIFAR10_MEAN, std=_CIFAR10_STD, released_mean=_CIFAR10_MEAN, released_std=_CIFAR10_STD,
-            flip=True, pad=4, pad_mode="constant", has_unlabeled_split=False,
+            flip=True, pad=4, pad_mode="constant", has_unlabeled_split=False, train_per_class_min=5000,
             download_hint="Set `data.download: true` to let torchvision download CIFAR-10 (about 170 MB) into "
             "<root>/cifar10/, or extract cifar-10-python.tar.gz there so that <root>/cifar10/cifar-10-batches-py/ "
             "exists.",
@@ -115,7 +118,7 @@ DATASETS: dict[str, DatasetInfo] = {
         DatasetInfo(
             name="cifar100", num_classes=100, channels=3, image_size=32,
             mean=_CIFAR100_MEAN, std=_CIFAR100_STD, released_mean=_CIFAR100_MEAN, released_std=_CIFAR100_STD,
-            flip=True, pad=4, pad_mode="constant", has_unlabeled_split=False,
+            flip=True, pad=4, pad_mode="constant", has_unlabeled_split=False, train_per_class_min=500,
             download_hint="Set `data.download: true` to let torchvision download CIFAR-100 (about 170 MB) into "
             "<root>/cifar100/, or extract cifar-100-python.tar.gz there so that <root>/cifar100/cifar-100-python/ "
             "exists.",
@@ -130,6 +133,7 @@ DATASETS: dict[str, DatasetInfo] = {
             released_mean=_twice_divided((0.4380, 0.4440, 0.4730)),
             released_std=_twice_divided((0.1751, 0.1771, 0.1744)),
             flip=False, pad=4, pad_mode="constant", has_unlabeled_split=False,
+            train_per_class_min=4659,  # digit 9 of the 73,257 train images
             download_hint="Set `data.download: true` to let torchvision download SVHN into <root>/svhn/, or put "
             "train_32x32.mat and test_32x32.mat (plus extra_32x32.mat when svhn_extra is on) there.",
         ),
@@ -141,7 +145,7 @@ DATASETS: dict[str, DatasetInfo] = {
             mean=(0.4467, 0.4398, 0.4066), std=(0.2603, 0.2566, 0.2713),
             released_mean=_twice_divided((0.4409, 0.4279, 0.3868)),
             released_std=_twice_divided((0.2309, 0.2262, 0.2237)),
-            flip=True, pad=4, pad_mode="constant", has_unlabeled_split=True,
+            flip=True, pad=4, pad_mode="constant", has_unlabeled_split=True, train_per_class_min=500,
             download_hint="Set `data.download: true` to let torchvision download STL-10 (about 2.6 GB) into "
             "<root>/stl10/, or extract stl10_binary.tar.gz there so that <root>/stl10/stl10_binary/ exists.",
         ),
@@ -152,7 +156,7 @@ DATASETS: dict[str, DatasetInfo] = {
             name="miniimagenet", num_classes=100, channels=3, image_size=80,
             mean=(0.4779, 0.4497, 0.4018), std=(0.2229, 0.2181, 0.2175),
             released_mean=(0.4779, 0.4497, 0.4018), released_std=(0.2229, 0.2181, 0.2175),
-            flip=True, pad=10, pad_mode="reflect", has_unlabeled_split=False,
+            flip=True, pad=10, pad_mode="reflect", has_unlabeled_split=False, train_per_class_min=500,
             download_hint="mini-ImageNet has no downloader (data.download does not apply): put train.csv and "
             "test.csv (columns filename,label; 500 train and 100 test images for each of 100 classes) and the "
             "images/ folder holding the listed files into <root>/miniimagenet/.",
@@ -163,7 +167,7 @@ DATASETS: dict[str, DatasetInfo] = {
             name="tinyimagenet", num_classes=200, channels=3, image_size=64,
             mean=_IMAGENET_MEAN, std=_IMAGENET_STD,
             released_mean=_twice_divided(_IMAGENET_MEAN), released_std=_twice_divided(_IMAGENET_STD),
-            flip=False, pad=4, pad_mode="constant", has_unlabeled_split=False,
+            flip=False, pad=4, pad_mode="constant", has_unlabeled_split=False, train_per_class_min=500,
             download_hint="Tiny-ImageNet has no downloader here (data.download does not apply): extract "
             "tiny-imagenet-200.zip (http://cs231n.stanford.edu/tiny-imagenet-200.zip) into <root>/ so that "
             "<root>/tiny-imagenet-200/train/<wnid>/images/*.JPEG, val/images/*.JPEG and val/val_annotations.txt "
@@ -176,6 +180,7 @@ DATASETS: dict[str, DatasetInfo] = {
             name="digits", num_classes=10, channels=1, image_size=16,
             mean=(0.3053,), std=(0.3759,),
             flip=False, pad=2, pad_mode="constant", has_unlabeled_split=False,
+            train_per_class_min=126,  # digit 8 of the 1,300-image train split
             download_hint="digits ships inside scikit-learn (sklearn.datasets.load_digits); nothing to download.",
         ),
     ]

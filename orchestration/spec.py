@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Mapping, Union
 
-import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from mutexmatch.config import (ConfigError, RunConfig, has_validation, owned_fields, parse_config,
-                               unsearchable_fields)
+from mutexmatch.config import (SEED_MAX, SWEEP_ONLY_KEY, TRAIN_COMMAND, ConfigError, RunConfig, has_validation,
+                               owned_fields, parse_config, unsearchable_fields)
+from mutexmatch.yamlfile import YamlFileError, read_yaml_mapping
 from mutexmatch.checks import at_least, validation_error_lines  # noqa: F401  (re-exported)
 from mutexmatch.dotted import deep_merge, set_dotted  # noqa: F401  (re-exported)
 
@@ -187,6 +187,14 @@ class SearchSpec(_Strict):
     @classmethod
     def _none_base(cls, v: Any) -> Any:
         return _none_to_dict(v)
+
+    @field_validator("cells")
+    @classmethod
+    def _cells(cls, v: list[dict[str, str]]) -> list[dict[str, str]]:
+        if not v:  # an empty list would silently search nothing
+            raise ValueError("needs at least one partial cell (`{}` searches every cell); to search nothing, remove "
+                             "the `search:` section")
+        return v
 
     @field_validator("metric")
     @classmethod
@@ -409,6 +417,9 @@ def validate_spec(spec: SweepSpec, project_dir: Path) -> None:
         errors += _partial_cell_errors("search.cells", spec.search.cells, spec, cells)
     if errors:  # configs built from a broken structure would only repeat these problems
         raise SpecError("\n".join(errors))
+    errors = _seed_errors(spec, cells, project_dir)
+    if errors:  # every later fold's config would repeat it as a bare "train.seed=... must be <=" line
+        raise SpecError("\n".join(errors))
 
     for cell in cells:
         by_problem: dict[str, list[int]] = {}
@@ -425,6 +436,26 @@ def validate_spec(spec: SweepSpec, project_dir: Path) -> None:
         errors += _search_errors(spec, project_dir)
     if errors:
         raise SpecError("\n".join(dict.fromkeys(errors)))
+
+
+def _seed_errors(spec: SweepSpec, cells: list[Cell], project_dir: Path) -> list[str]:
+    """With ``seed_per_fold``, fold k trains with ``train.seed`` + k: that sum must stay a valid seed for the last
+    fold of the grid and of the search (a seed that is itself too large is the config check's to name)."""
+    if not spec.seed_per_fold:
+        return []
+    searched = set(search_cells(spec))
+    by_problem: dict[str, list[str]] = {}
+    for cell in cells:
+        runs = [(False, spec.folds)] + ([(True, spec.search.folds or spec.folds[:1])] if cell in searched else [])
+        for search, folds in runs:
+            seed = trial_config(spec, cell, 0, project_dir=project_dir, search=search)["train"]["seed"]
+            last = max(folds)
+            if isinstance(seed, int) and not isinstance(seed, bool) and seed <= SEED_MAX < seed + last:
+                problem = (f"train.seed={seed}: fold {last} trains with train.seed + {last} = {seed + last} "
+                           f"(seed_per_fold), above the largest seed {SEED_MAX}; use train.seed <= {SEED_MAX - last}")
+                by_problem.setdefault(problem, []).append(f"{'search ' if search else ''}cell {cell.id}")
+    return [f"{'every cell' if len(where) >= len(cells) > 1 else ', '.join(where)}: {problem}"
+            for problem, where in by_problem.items()]
 
 
 def _partial_cell_errors(field: str, partials: list[dict[str, str]], spec: SweepSpec, cells: list[Cell]
@@ -516,14 +547,15 @@ def parse_spec(raw: Any, project_dir: str | Path = ".") -> SweepSpec:
 
 
 def load_spec(path: str | Path, project_dir: str | Path = ".") -> SweepSpec:
-    """Read ``path`` with ``yaml.safe_load`` and :func:`parse_spec` it."""
-    p = Path(path)
-    if not p.is_file():
-        raise SpecError(f"spec {str(path)!r}: file not found")
+    """Read ``path`` with the project's YAML reader (duplicate keys refused) and :func:`parse_spec` it; a run config
+    given instead is refused naming the trainer's command."""
     try:
-        raw = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as e:
-        raise SpecError(f"spec {str(path)!r}: not valid YAML: {e}") from None
+        raw = read_yaml_mapping(path, "spec", expected="a sweep YAML mapping (name, axes, ...; see the README)")
+    except YamlFileError as e:
+        raise SpecError(str(e)) from None
+    if SWEEP_ONLY_KEY not in raw and set(raw) <= set(RunConfig.model_fields):
+        raise SpecError(f"spec {str(path)!r}: is a run config (sections {', '.join(raw)}), not a sweep YAML; train "
+                        f"it with `{TRAIN_COMMAND} --config {path}`")
     return parse_spec(raw, project_dir)
 
 

@@ -141,3 +141,74 @@ def test_missing_config_file():
 def test_bad_override_syntax():
     with pytest.raises(ConfigError, match="KEY=VALUE"):
         load_config(None, ["algorithm.tau"])
+
+
+# ------------------------------------------------------------------------------------------------ the YAML reader
+_BAD_FILES = [
+    # (file content, or None for a folder; what the one-line error says)
+    (b"data:\n  dataset: digits\n  dataset: cifar10\n",
+     r"line 3, column 3: duplicate key 'dataset' \(first at line 2, again at line 3\)"),
+    (b"train: {seed: 1}\ntrain: {seed: 2}\n", r"duplicate key 'train' \(first at line 1, again at line 2\)"),
+    (b"data: [unclosed\n", r"not valid YAML at line 2, column 1"),
+    (b"data:\n\tdataset: x\n", r"not valid YAML at line 2, column 1: found character '\\t'"),
+    (b"", r"is empty, expected a mapping of sections \(data, model"),
+    (b"# only a comment\n", r"is empty"),
+    (b"- data\n- train\n", r"top level is a list, expected a mapping of sections"),
+    (b"digits\n", r"top level is the str 'digits'"),
+    (b"\x89PNG\r\n\x1a\n\x00\x00", r"is a binary file \(byte 8 is NUL\)"),
+    (b"data: {root: caf\xe9}\n", r"is not UTF-8 text \(byte 16 is 0xe9\)"),
+    (b"a: 1\n---\nb: 2\n", r"not valid YAML at line 2, column 1: but found another document"),
+    (b"x: !!python/object:os.system ls\n", r"could not determine a constructor"),
+    (None, r"is a directory, expected a YAML file"),
+]
+
+
+@pytest.mark.parametrize("content, expected", _BAD_FILES, ids=[e[:30] for _, e in _BAD_FILES])
+def test_a_bad_run_yaml_is_one_line_naming_the_file(tmp_path, content, expected):
+    path = tmp_path / "run.yaml"
+    if content is None:
+        path.mkdir()
+    else:
+        path.write_bytes(content)
+    with pytest.raises(ConfigError, match=expected) as info:
+        load_config(path)
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(f"--config {str(path)!r}: ")
+
+
+def test_merge_keys_may_be_overridden_but_not_repeated(tmp_path):
+    from mutexmatch.yamlfile import YamlFileError, read_yaml_mapping
+
+    path = tmp_path / "merge.yaml"
+    path.write_text("common: &c {tau: 0.9, k: 3}\nalgorithm:\n  <<: *c\n  k: 5\n")
+    assert read_yaml_mapping(path)["algorithm"] == {"tau": 0.9, "k": 5}
+    path.write_text("algorithm:\n  <<: {k: 3}\n  k: 5\n  k: 6\n")
+    with pytest.raises(YamlFileError, match="duplicate key 'k' .first at line 3, again at line 4"):
+        read_yaml_mapping(path, "sweep YAML")
+
+
+def test_a_sweep_yaml_given_to_the_trainer_names_the_sweep_command(tmp_path):
+    path = tmp_path / "sweep.yaml"
+    path.write_text("name: x\naxes: {method: {fixmatch: {algorithm: {name: fixmatch}}}}\n")
+    with pytest.raises(ConfigError, match=r"is a sweep YAML \(it has `axes:`\), not a run config; run it with "
+                                          r"`python -m orchestration.sweep .*sweep.yaml`"):
+        load_config(path)
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    (["train.seed=4294967296"], r"train.seed=4294967296: must be <= 4294967295"),
+    (["data.num_labels=1270"], r"data.num_labels=1270: needs 127 labeled images of each class, but the smallest "
+                               r"class of digits has 126 train images; at most 1260"),
+    (["data.num_labels=100", "data.val_per_class=117"], r"data.val_per_class=117: .* at most 116"),
+    (["data.dataset=cifar100", "data.download=true", "data.num_labels=50100"],
+     r"data.num_labels=50100: needs 501 .* cifar100 has 500 train images"),
+    (["algorithm.tau=[0.9,"], r"--set 'algorithm.tau=\[0.9,': the value is not valid YAML"),
+])
+def test_values_the_dataset_or_numpy_cannot_take_are_refused_up_front(overrides, expected):
+    with pytest.raises(ConfigError, match=expected):
+        load_config(None, overrides)
+
+
+def test_the_largest_seed_and_class_share_are_accepted():
+    cfg = load_config(None, ["train.seed=4294967295", "data.num_labels=1000", "data.val_per_class=26"])
+    assert cfg.train.seed == 2**32 - 1

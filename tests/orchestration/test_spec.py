@@ -196,5 +196,56 @@ def test_missing_file_and_bad_yaml(tmp_path):
     with pytest.raises(SpecError, match="not valid YAML"):
         load_spec(bad)
     bad.write_text("- a list")
-    with pytest.raises(SpecError, match="must be a YAML mapping"):
+    with pytest.raises(SpecError, match="top level is a list, expected a sweep YAML mapping"):
         load_spec(bad)
+
+
+@pytest.mark.parametrize("edit, expected", [
+    (_set("base/train/seed", 2**32 - 1),
+     "every cell: train.seed=4294967295: fold 1 trains with train.seed + 1 = 4294967296 (seed_per_fold), above the "
+     "largest seed 4294967295; use train.seed <= 4294967294"),
+    (_set("search/folds", [3]), None),  # a search fold beyond the grid's: only the searched cells' seed is checked
+    (_set("search/base", {"data": {"val_per_class": 200}}),
+     "search cell method=mutexmatch,labels=l20 fold 0: data.val_per_class=200: the smallest class of digits has 126 "
+     "train images and 2 of each class are labeled (data.num_labels=20); at most 124"),
+    (_set("search/cells", []), "search.cells=[]: needs at least one partial cell"),
+])
+def test_seed_plus_fold_class_sizes_and_empty_search_are_refused_at_launch(edit, expected, tmp_path):
+    raw = copy.deepcopy(BASE)
+    edit(raw)
+    if expected is None:
+        raw["base"]["train"]["seed"] = 2**32 - 3  # grid folds 0-1 fit, search fold 3 does not
+        with pytest.raises(SpecError) as info:
+            parse_spec(raw, tmp_path)
+        assert str(info.value).splitlines() == [
+            "search cell method=mutexmatch,labels=l20, search cell method=mutexmatch,labels=l40: train.seed=4294967293: "
+            "fold 3 trains with train.seed + 3 = 4294967296 (seed_per_fold), above the largest seed 4294967295; use "
+            "train.seed <= 4294967292"]
+        return
+    with pytest.raises(SpecError) as info:
+        parse_spec(raw, tmp_path)
+    assert any(line.startswith(expected) for line in str(info.value).splitlines()), str(info.value)
+
+
+def test_without_seed_per_fold_the_largest_seed_is_fine(tmp_path):
+    raw = copy.deepcopy(BASE)
+    raw["base"]["train"]["seed"] = 2**32 - 1
+    raw["seed_per_fold"] = False
+    assert parse_spec(raw, tmp_path).base["train"]["seed"] == 2**32 - 1
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("name: x\naxes:\n  method:\n    fixmatch: {algorithm: {name: fixmatch}}\n    fixmatch: {algorithm: {name: "
+     "mutexmatch}}\n", "duplicate key 'fixmatch' (first at line 4, again at line 5)"),
+    ("name: x\naxes:\n  method: {a: {}}\naxes:\n  labels: {b: {}}\n", "duplicate key 'axes' (first at line 2, again "
+     "at line 4)"),
+    ("data: {dataset: digits}\ntrain: {iterations: 10}\n", "is a run config (sections data, train), not a sweep "
+     "YAML; train it with `python -m mutexmatch.train --config "),
+    ("", "is empty, expected a sweep YAML mapping"),
+])
+def test_duplicate_keys_and_a_run_config_are_refused_by_the_loader(text, expected, tmp_path):
+    path = tmp_path / "sweep.yaml"
+    path.write_text(text)
+    with pytest.raises(SpecError) as info:
+        load_spec(path, tmp_path)
+    assert expected in str(info.value) and "\n" not in str(info.value)
