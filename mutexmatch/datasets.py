@@ -3,11 +3,12 @@
 Every dataset is read through its canonical reader (torchvision's ``CIFAR10``/``CIFAR100``/``SVHN``/``STL10`` and
 ``ImageFolder``, PIL for the CSV-listed mini-ImageNet images, scikit-learn for digits), converted to one uint8
 ``(N, C, H, W)`` tensor plus int64 labels per split, and cached with ``torch.save`` under
-``<dataset dir>/.mutexmatch_cache/<split>_<size>px.pt``. Later loads memory-map that file
-(``torch.load(..., weights_only=True, mmap=True)``), so even STL-10's 100k unlabeled images (2.8 GB) load in well
-under a second and several processes on one machine share one copy in the page cache. The cache is written to a
-temporary file and moved into place with ``os.replace``, so concurrent trials that decode at the same time never see
-a half-written file. Delete the ``.mutexmatch_cache`` folder to force a re-decode.
+``<dataset dir>/.mutexmatch_cache/<split>_<size>px.pt``, with the sha256 of its bytes beside it (``.pt.sha256``).
+Later loads check that sha256 (about 0.5 s per GB on one core: a flipped bit in a cached image is decoded again with
+a warning, never trained on) and memory-map the file (``torch.load(..., weights_only=True, mmap=True)``), so several
+processes on one machine share one copy in the page cache. The cache is written to a temporary file and moved into
+place with ``os.replace``, so concurrent trials that decode at the same time never see a half-written file. Delete
+the ``.mutexmatch_cache`` folder to force a re-decode.
 
 Dataset directories under the data root ``<root>``:
 
@@ -41,11 +42,13 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 from torchvision.datasets import CIFAR10, CIFAR100, STL10, SVHN, ImageFolder
+from torchvision.datasets.utils import check_integrity
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms import functional as TF
 
 from mutexmatch import imagefolder
 from mutexmatch.atomic import atomic_write
+from mutexmatch.checkpoint import sha256_file
 
 CACHE_DIRNAME = ".mutexmatch_cache"
 # Bump when the meaning of cached tensors changes (e.g. a different resize), so stale caches are re-decoded.
@@ -58,6 +61,13 @@ _CIFAR10_STD = tuple(v / 255 for v in (63.0, 62.1, 66.7))
 _CIFAR100_MEAN = tuple(v / 255 for v in (129.3, 124.1, 112.4))
 _CIFAR100_STD = tuple(v / 255 for v in (68.2, 65.4, 70.4))
 NORMALIZATIONS = ("correct", "released")
+# Beside every cache file: the sha256 of its bytes, checked on load (torch.load does not notice a flipped pixel).
+CHECKSUM_SUFFIX = ".sha256"
+
+
+class DatasetError(ValueError):
+    """Dataset files that exist but cannot be used (corrupted, not the dataset) or cannot be fetched; one line
+    naming the file or folder and what to do."""
 
 
 def _twice_divided(stats: tuple[float, ...]) -> tuple[float, ...]:
@@ -390,11 +400,32 @@ def _missing_error(info: DatasetInfo, root: Path, ddir: Path, missing: Sequence[
                              f"{shown}. {info.download_hint}")
 
 
-def _open_torchvision(info: DatasetInfo, root: Path, ddir: Path, required: Sequence[str], factory: Callable):
-    """Construct a torchvision dataset, turning its generic RuntimeError into a precise error.
+def torchvision_files(name: str, svhn_extra: bool = False) -> list[tuple[str, str | None]]:
+    """(path relative to the dataset folder, published md5 or None) of every file torchvision reads for ``name``
+    (CIFAR-10/100, SVHN, STL-10), as its classes declare them."""
+    if name in ("cifar10", "cifar100"):
+        cls = CIFAR10 if name == "cifar10" else CIFAR100
+        pairs = [*cls.train_list, *cls.test_list, (cls.meta["filename"], cls.meta["md5"])]
+        return [(f"{cls.base_folder}/{f}", md5) for f, md5 in pairs]
+    if name == "svhn":
+        return [(SVHN.split_list[s][1], SVHN.split_list[s][2]) for s in svhn_splits(svhn_extra)]
+    if name == "stl10":
+        pairs = [*STL10.train_list, *STL10.test_list, (STL10.class_names_file, None), (STL10.folds_list_file, None)]
+        return [(f"{STL10.base_folder}/{f}", md5) for f, md5 in pairs]
+    raise ValueError(f"{name}: not a torchvision dataset (torchvision_files covers cifar10, cifar100, svhn, stl10)")
+
+
+def svhn_splits(svhn_extra: bool) -> list[str]:
+    return ["train", "test"] + (["extra"] if svhn_extra else [])
+
+
+def _open_torchvision(info: DatasetInfo, root: Path, ddir: Path, required: Sequence[str], factory: Callable, *,
+                      download: bool, svhn_extra: bool = False):
+    """Construct a torchvision dataset, turning its generic errors into one precise line.
 
     torchvision raises ``RuntimeError("Dataset not found or corrupted")`` both for missing files and for files
-    that fail the md5 check; we tell the two apart so the user gets either the download hint or a corruption note.
+    that fail the md5 check; we tell the two apart so the user gets either the download hint or the corrupted file.
+    A download that cannot reach the network says to fetch the files elsewhere and where to put them.
     """
     try:
         return factory()
@@ -402,9 +433,22 @@ def _open_torchvision(info: DatasetInfo, root: Path, ddir: Path, required: Seque
         missing = [ddir / p for p in required if not (ddir / p).is_file()]
         if missing:
             raise _missing_error(info, root, ddir, missing) from err
-        raise RuntimeError(f"{info.name}: torchvision rejected the files under {ddir} ({err}); they are probably "
-                           f"corrupted or a partial download: delete them and load again with data.download: true"
-                           ) from err
+        bad = [(rel, md5) for rel, md5 in torchvision_files(info.name, svhn_extra)
+               if md5 is not None and (ddir / rel).is_file() and not check_integrity(str(ddir / rel), md5)]
+        what = (f"{ddir / bad[0][0]} does not match its published md5 {bad[0][1]}" if bad else
+                f"torchvision rejected the files under {ddir} ({' '.join(str(err).split())})")
+        more = f" (and {len(bad) - 1} more file(s))" if len(bad) > 1 else ""
+        raise DatasetError(f"{info.name}: {what}{more}: a corrupted or partial download; delete it and load again "
+                           "with data.download: true") from None
+    except OSError as err:  # URLError, a refused connection, a DNS failure: only a download reaches the network
+        if not download:
+            raise
+        reason = " ".join(str(getattr(err, "reason", None) or err).split())
+        layout = sorted({rel.split("/")[0] + ("/" if "/" in rel else "") for rel, _ in
+                         torchvision_files(info.name, svhn_extra)})
+        raise DatasetError(f"{info.name}: data.download=true could not fetch the files ({reason}); without network "
+                           f"access, download them on a machine that has it (`python -m mutexmatch.datasets download "
+                           f"{info.name} --root DIR`) and copy {', '.join(layout)} into {ddir}") from None
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -418,11 +462,13 @@ def _cache_path(ddir: Path, split: str, size: int) -> Path:
 def _cached(path: Path, decode: Callable[[], dict], check: Callable[[dict], None]) -> dict:
     """Return the payload cached at ``path``, or decode it, cache it and return it.
 
-    A cache that cannot be read or fails ``check`` is re-decoded (with a warning) instead of failing the run; a
-    cache that cannot be written (read-only data root) only costs a warning.
+    A cache that cannot be read, differs from the checksum written beside it or fails ``check`` is re-decoded
+    (with a warning) instead of failing the run; a cache that cannot be written (read-only data root) only costs a
+    warning.
     """
     if path.is_file():
         try:
+            _verify_checksum(path)
             payload = torch.load(path, weights_only=True, mmap=True)
             if not isinstance(payload, dict) or payload.get("format") != _CACHE_FORMAT:
                 raise ValueError(f"not a format-{_CACHE_FORMAT} dataset cache")
@@ -442,8 +488,29 @@ def _cached(path: Path, decode: Callable[[], dict], check: Callable[[dict], None
 
 
 def _atomic_save(payload: dict, path: Path) -> None:
-    # 0644: the cache is meant to be shared by every user of the data
+    # 0644: the cache is meant to be shared by every user of the data. The checksum is written after the cache, so a
+    # kill in between leaves a cache without one, which the next load decodes again.
     atomic_write(path, lambda f: torch.save(payload, f), mode=0o644)
+    atomic_write(checksum_path(path), sha256_file(path).encode(), mode=0o644)
+
+
+def checksum_path(cache: Path) -> Path:
+    """The file beside a cache holding the sha256 of its bytes (hex, as beside a checkpoint)."""
+    return cache.with_name(cache.name + CHECKSUM_SUFFIX)
+
+
+def _verify_checksum(cache: Path) -> None:
+    """Raise ``ValueError`` unless the cache's bytes still have the sha256 recorded beside it (bit-rot, a partial
+    copy or an edit change it; a cache without one predates the checksums or lost its writer mid-way)."""
+    side = checksum_path(cache)
+    try:
+        recorded = side.read_text().split()[0]
+    except (OSError, IndexError, UnicodeDecodeError):
+        raise ValueError(f"no readable checksum {side.name} beside it") from None
+    actual = sha256_file(cache)
+    if actual != recorded:
+        raise ValueError(f"its sha256 {actual[:16]}... differs from the {recorded[:16]}... recorded in {side.name}: "
+                         "the file changed on disk")
 
 
 def _check_images(payload: dict) -> None:
@@ -476,7 +543,8 @@ def _load_cifar(info: DatasetInfo, root: Path, ddir: Path, *, train: bool, downl
     required.append(f"{cls.base_folder}/{cls.meta['filename']}")
 
     def decode() -> ImageData:
-        ds = _open_torchvision(info, root, ddir, required, lambda: cls(str(ddir), train=train, download=download))
+        ds = _open_torchvision(info, root, ddir, required, lambda: cls(str(ddir), train=train, download=download),
+                               download=download)
         # torchvision keeps CIFAR as HWC (N, 32, 32, 3); its labels are a list of ints.
         return ImageData(_to_nchw(ds.data, channels_last=True), torch.as_tensor(ds.targets, dtype=torch.int64))
 
@@ -487,7 +555,8 @@ def _load_svhn(info: DatasetInfo, root: Path, ddir: Path, split: str, needed: Se
                ) -> ImageData:
     def decode() -> ImageData:
         required = [SVHN.split_list[s][1] for s in needed]  # so a missing-files error lists all of them at once
-        ds = _open_torchvision(info, root, ddir, required, lambda: SVHN(str(ddir), split=split, download=download))
+        ds = _open_torchvision(info, root, ddir, required, lambda: SVHN(str(ddir), split=split, download=download),
+                               download=download, svhn_extra="extra" in needed)
         # torchvision already maps SVHN's label 10 to digit 0 and transposes X (32, 32, 3, N) to (N, 3, 32, 32).
         return ImageData(_to_nchw(ds.data, channels_last=False), torch.from_numpy(ds.labels.astype(np.int64)))
 
@@ -501,7 +570,7 @@ def _load_stl10(info: DatasetInfo, root: Path, ddir: Path, download: bool
     def decoder(split: str) -> Callable[[], ImageData]:
         def decode() -> ImageData:
             ds = _open_torchvision(info, root, ddir, required,
-                                   lambda: STL10(str(ddir), split=split, download=download))
+                                   lambda: STL10(str(ddir), split=split, download=download), download=download)
             x = _to_nchw(ds.data, channels_last=False)
             if split == "unlabeled":
                 y = torch.full((len(x),), -1, dtype=torch.int64)
@@ -717,8 +786,9 @@ def _load_imagefolder(root: Path, image_size: int | None) -> DatasetBundle:
 
         payload = _cached(path, decode, _check_images)
         for stale in path.parent.glob(f"{split}_{size}px_*.pt"):
-            if stale != path:
-                stale.unlink(missing_ok=True)  # superseded by an edit of the folder
+            if stale != path:  # superseded by an edit of the folder
+                stale.unlink(missing_ok=True)
+                checksum_path(stale).unlink(missing_ok=True)
         data[split] = payload
     train = data["train"]
     info = DatasetInfo(

@@ -30,7 +30,8 @@ from torchvision.datasets.utils import check_integrity
 
 from mutexmatch import imagefolder
 from mutexmatch.config import DATASET_NAMES
-from mutexmatch.datasets import DATASETS, DatasetBundle, ImageData, cache_paths, dataset_dir, load_dataset
+from mutexmatch.datasets import (DATASETS, DatasetBundle, ImageData, cache_paths, dataset_dir, load_dataset, svhn_splits,
+                                 torchvision_files)
 
 PROG = "python -m mutexmatch.datasets"
 # The datasets torchvision can download, by the class that knows their URLs and md5s.
@@ -68,28 +69,12 @@ class _Parser(argparse.ArgumentParser):
 # download
 
 
-def _torchvision_files(name: str, svhn_extra: bool) -> list[tuple[str, str | None]]:
-    """(path relative to the dataset folder, published md5 or None) of every file torchvision fetches."""
-    if name in ("cifar10", "cifar100"):
-        cls = DOWNLOADABLE[name]
-        pairs = [*cls.train_list, *cls.test_list, (cls.meta["filename"], cls.meta["md5"])]
-        return [(f"{cls.base_folder}/{f}", md5) for f, md5 in pairs]
-    if name == "svhn":
-        return [(SVHN.split_list[s][1], SVHN.split_list[s][2]) for s in _svhn_splits(svhn_extra)]
-    pairs = [*STL10.train_list, *STL10.test_list, (STL10.class_names_file, None), (STL10.folds_list_file, None)]
-    return [(f"{STL10.base_folder}/{f}", md5) for f, md5 in pairs]
-
-
-def _svhn_splits(svhn_extra: bool) -> list[str]:
-    return ["train", "test"] + (["extra"] if svhn_extra else [])
-
-
 def _fetch(name: str, ddir: Path, svhn_extra: bool) -> None:
     """Let torchvision's class download (or find already present and md5-verified) the dataset's files."""
     cls = DOWNLOADABLE[name]
     # Each constructor also reads its split; the smallest one that triggers the whole download is used.
     if name == "svhn":
-        for split in _svhn_splits(svhn_extra):  # one .mat file per split
+        for split in svhn_splits(svhn_extra):  # one .mat file per split
             cls(str(ddir), split=split, download=True)
     elif name == "stl10":
         cls(str(ddir), split="test", download=True)
@@ -113,7 +98,7 @@ def run_download(args: argparse.Namespace) -> int:
                        f"{_one_line(err)}") from None
     print(f"{name}: files in {ddir}")
     bad = []
-    for rel, md5 in _torchvision_files(name, args.svhn_extra):
+    for rel, md5 in torchvision_files(name, args.svhn_extra):
         path = ddir / rel
         if md5 is None:
             state = "present (no published md5)" if path.is_file() else "MISSING"
@@ -165,7 +150,7 @@ def _layout_lines(args: argparse.Namespace) -> list[str]:
     ddir = dataset_dir(args.name, args.root)
     lines = [f"folder   {ddir}"]
     if args.name in DOWNLOADABLE:
-        files = _torchvision_files(args.name, args.svhn_extra)
+        files = torchvision_files(args.name, args.svhn_extra)
         missing = [rel for rel, _ in files if not (ddir / rel).is_file()]
         lines.append(f"layout   {len(files) - len(missing)} of {len(files)} torchvision files present"
                      + (f"; missing: {', '.join(missing)}" if missing else "")

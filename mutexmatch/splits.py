@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -157,6 +158,24 @@ class Split:
             raise ValueError(f"{path}: split digest mismatch (file says {stored}, its contents give {actual}); the "
                              f"file was edited or corrupted")
         return split
+
+    def check_file(self, path: str | Path) -> None:
+        """On resume, where the split is drawn again: ``path`` must hold this split. A missing, unreadable or
+        corrupt file (a kill while copying the folder, bit-rot, an edit) is rewritten with a warning, since the
+        split itself is known; a valid file holding another split raises ``ValueError``: the run's labels changed."""
+        path = Path(path)
+        try:
+            saved = Split.load(path)
+        except (OSError, ValueError) as err:
+            problem = "missing" if isinstance(err, FileNotFoundError) else " ".join(str(err).split())
+            warnings.warn(f"{path}: {problem}; rewritten from the run's split (digest {self.digest()[:16]}...)",
+                          stacklevel=2)
+            self.save(path)
+            return
+        if saved.digest() != self.digest():
+            raise ValueError(f"{path}: holds another labeled split (digest {saved.digest()[:16]}...) than this run "
+                             f"draws now ({self.digest()[:16]}...): the dataset or its labels changed since the run "
+                             "started; start a new run")
 
 
 def _draw_val(labels: np.ndarray, val_per_class: int, num_classes: int, fold: int) -> np.ndarray:

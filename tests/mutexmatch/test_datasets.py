@@ -19,7 +19,7 @@ import torchvision.datasets.stl10
 import torchvision.datasets.svhn
 from PIL import Image
 
-from mutexmatch.datasets import CACHE_DIRNAME, DATASETS, load_dataset
+from mutexmatch.datasets import CACHE_DIRNAME, DATASETS, DatasetError, checksum_path, load_dataset
 
 torch.set_num_threads(1)
 
@@ -49,7 +49,8 @@ def _assert_cache_hit(root, name: str, raw, first) -> None:
     """Move the raw files away: a second load can then only succeed from the cache."""
     cache = root / (name if name != "tinyimagenet" else "tiny-imagenet-200") / CACHE_DIRNAME
     files = list(cache.iterdir())
-    assert files and all(p.suffix == ".pt" for p in files)  # no temp files left behind
+    assert files and all(p.suffix in (".pt", ".sha256") for p in files)  # no temp files left behind
+    assert {p.name for p in files if p.suffix == ".sha256"} == {p.name + ".sha256" for p in files if p.suffix == ".pt"}
     for p in raw:
         p.rename(p.with_name(p.name + ".moved"))
     second = load_dataset(name, root)
@@ -371,6 +372,24 @@ def test_digits_offline_split_and_stats(tmp_path, monkeypatch):
     assert torch.equal(again.train.x, train.x) and torch.equal(again.test.y, test.y)
 
 
+def test_bit_rot_in_a_cache_is_detected_and_decoded_again(tmp_path):
+    first = load_dataset("digits", tmp_path)
+    cache = tmp_path / "digits" / CACHE_DIRNAME / "train_16px.pt"
+    data = bytearray(cache.read_bytes())
+    pixel = data.index(first.train.x[0].numpy().tobytes())  # the first image's bytes inside the zip's tensor record
+    data[pixel + 20] ^= 0x01  # one flipped bit: torch.load alone would return the image with it
+    cache.write_bytes(bytes(data))
+    with pytest.warns(UserWarning, match=r"train_16px.pt \(its sha256 .* differs from the .* recorded in "
+                                         r"train_16px.pt.sha256"):
+        again = load_dataset("digits", tmp_path)
+    assert torch.equal(again.train.x, first.train.x)
+    assert torch.equal(torch.load(cache, weights_only=True)["x"], first.train.x)  # rewritten with a new checksum
+    checksum_path(cache).unlink()
+    with pytest.warns(UserWarning, match="no readable checksum train_16px.pt.sha256"):
+        load_dataset("digits", tmp_path)
+    assert checksum_path(cache).is_file()
+
+
 def test_corrupt_cache_is_rebuilt(tmp_path):
     first = load_dataset("digits", tmp_path)
     cache = tmp_path / "digits" / CACHE_DIRNAME / "train_16px.pt"
@@ -407,8 +426,35 @@ def test_corrupted_files_are_not_reported_missing(tmp_path):
     (tmp_path / "svhn").mkdir()
     for split in ("train", "test"):
         (tmp_path / "svhn" / f"{split}_32x32.mat").write_bytes(b"partial download")
-    with pytest.raises(RuntimeError, match="corrupted"):
+    with pytest.raises(DatasetError, match=r"svhn: .*train_32x32.mat does not match its published md5 \w+ \(and 1 "
+                                           r"more file\(s\)\): a corrupted or partial download"):
         load_dataset("svhn", tmp_path)
+
+
+def test_junk_cifar_files_name_the_first_bad_file(tmp_path):
+    folder = tmp_path / "cifar10" / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+    for name in [*(f"data_batch_{i}" for i in range(1, 6)), "test_batch", "batches.meta"]:
+        (folder / name).write_bytes(b"\x80junk" * 10)
+    with pytest.raises(DatasetError) as err:
+        load_dataset("cifar10", tmp_path)
+    assert str(err.value).startswith(f"cifar10: {folder / 'data_batch_1'} does not match its published md5 "
+                                     "c99cafc152244af753f735de768cd75f (and 6 more file(s))")
+
+
+def test_download_without_network_says_where_to_put_the_files(tmp_path, monkeypatch):
+    import urllib.error
+
+    def offline(*args, **kwargs):
+        raise urllib.error.URLError(socket.gaierror(-3, "Temporary failure in name resolution"))
+
+    monkeypatch.setattr(torchvision.datasets.cifar, "download_and_extract_archive", offline)
+    with pytest.raises(DatasetError) as err:
+        load_dataset("cifar10", tmp_path, download=True)
+    assert str(err.value) == (
+        "cifar10: data.download=true could not fetch the files ([Errno -3] Temporary failure in name resolution); "
+        "without network access, download them on a machine that has it (`python -m mutexmatch.datasets download "
+        f"cifar10 --root DIR`) and copy cifar-10-batches-py/ into {tmp_path / 'cifar10'}")
 
 
 def test_argument_errors(tmp_path):
@@ -434,6 +480,11 @@ def test_registry_facts():
     }
     assert DATASETS["stl10"].has_unlabeled_split and sum(i.has_unlabeled_split for i in DATASETS.values()) == 1
     assert DATASETS["cifar10"].mean[0] == pytest.approx(125.3 / 255)
+
+
+def test_the_smallest_class_declared_for_digits_is_the_real_one(tmp_path):
+    train = load_dataset("digits", tmp_path).train
+    assert int(torch.bincount(train.y).min()) == DATASETS["digits"].train_per_class_min
 
 
 # ---------------------------------------------------------------------------------------------------------------

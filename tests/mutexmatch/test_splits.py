@@ -2,6 +2,7 @@
 and the saved split's digest."""
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -155,6 +156,35 @@ def test_digest_survives_save_load_and_detects_changes(tmp_path):
     path.write_text(json.dumps(doc))
     with pytest.raises(ValueError, match="digest mismatch"):
         Split.load(path)
+
+
+@pytest.mark.parametrize("damage, problem", [
+    (lambda p: p.unlink(), "missing"),
+    (lambda p: p.write_bytes(p.read_bytes()[:100]), "not a valid split file"),  # a kill while copying it
+    (lambda p: p.write_bytes(b"\xff\xfe\x00junk"), "not a valid split file"),
+    (lambda p: p.write_text(p.read_text().replace('"labeled":[', '"labeled":[7,', 1)), "split digest mismatch"),
+])
+def test_a_damaged_split_file_is_rewritten_on_resume(tmp_path, damage, problem):
+    split = make_split(_labels(), dataset="cifar10", num_labels=40, num_classes=10, fold=1)
+    path = tmp_path / "split.json"
+    split.save(path)
+    damage(path)
+    with pytest.warns(UserWarning, match=f"split.json: {problem}.*; rewritten from the run's split"):
+        split.check_file(path)
+    assert Split.load(path).digest() == split.digest()
+
+
+def test_a_valid_split_file_of_another_split_is_refused_on_resume(tmp_path):
+    path = tmp_path / "split.json"
+    make_split(_labels(), dataset="cifar10", num_labels=40, num_classes=10, fold=2).save(path)
+    split = make_split(_labels(), dataset="cifar10", num_labels=40, num_classes=10, fold=1)
+    with pytest.raises(ValueError, match="split.json: holds another labeled split .* the dataset or its labels "
+                                         "changed since the run started"):
+        split.check_file(path)
+    split.save(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        split.check_file(path)  # the run's own file passes silently
 
 
 def test_split_rejects_validation_overlap():
