@@ -3,235 +3,226 @@
 ::
 
     python -m reports.build experiments/quickstart.yaml [--tracking-uri URI] [--out DIR]
-        [--protocol best|final|median20] [--format md,tex,png] [--experiment-name NAME]
+        [--protocol best|final|median20] [--format md,tex,pdf,png] [--experiment-name NAME]
 
-Reads the YAML itself (its ``name``, ``axes``, ``folds``, ``tables`` and ``figures``; no orchestration, no Ray),
-reads the experiment's FINISHED grid trial runs from MLflow (the newest per cell and fold), and writes to ``--out``
-(default ``reports/out/<name>``):
+Reads the YAML itself (its ``name``, ``axes``, ``folds``, ``exclude``, ``tables`` and ``figures``; no
+orchestration, no Ray), reads the experiment's FINISHED grid trial runs from MLflow (the newest per cell and fold),
+and writes to ``--out`` (default ``reports/out/<name>``):
 
-- ``<table>.md`` / ``<table>.tex``: the table (caption, marks, published numbers and Δ, paired comparison);
+- ``<table>.md`` / ``<table>.tex``: the table (caption, note line, marks, published numbers and Δ, paired comparison);
 - ``<table>_folds.md`` / ``<table>_folds.tex``: the per-fold appendix table;
-- ``report.tex``: a standalone document inputting every LaTeX table and figure (``pdflatex report.tex``);
-- ``<figure>.png``: learning curves, class-distribution heat maps, sensitivity plots;
-- ``index.md``: links to all of the above and the MLflow run ids behind every cell.
+- ``report.tex``: a standalone document with every LaTeX table and figure; ``report.pdf`` with ``--format pdf``
+  (pdflatex, run as often as it asks);
+- ``<figure>.png`` / ``.pdf`` / ``.svg``: learning curves, class-distribution heat maps, sensitivity plots;
+- ``index.md``: links to all of the above, the cells with no finished run and the MLflow run ids behind every cell.
+
+Refuses, with one line and exit code 2, before writing anything: a YAML that is broken, has a duplicate key or a bad
+layout; a store that is missing, not a database or a server that does not answer; an experiment with no finished
+run of the YAML's cells; a table or figure metric no run logged; an ``--out`` below a file.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-import numpy as np
 import pandas as pd
-import yaml
 
-from reports.layout import (PROTOCOLS, CurvesFigure, HeatmapFigure, ReportLayout, SensitivityFigure, TableLayout,
-                            cell_id, sensitivity_param, sensitivity_x, validate_report)
-from reports.runs import RunSource, open_run_source, resolve_tracking_uri, select_trials, sum_class_counts, summarise
-from reports.tables import (PROTOCOL_TEXT, TableData, build_table_data, latex_escape, render_folds_latex,
+from mutexmatch.atomic import atomic_write
+from reports.drawing import DrawnFigure, all_cells, draw_figure, level_labels
+from reports.latex import TEX_INSTALL, compile_pdf, latex_document, pdflatex
+from reports.layout import PROTOCOLS, CurvesFigure, ReportLayout, SensitivityFigure, cell_id, validate_report
+from reports.runs import MetricCache, RunSource, open_run_source, resolve_tracking_uri, select_trials
+from reports.specfile import load_spec
+from reports.tables import (PROTOCOL_TEXT, TableData, build_table_data, caption, render_folds_latex,
                             render_folds_markdown, render_latex, render_markdown)
 
-__all__ = ["FORMATS", "BuildResult", "build_report", "load_spec", "main"]
+__all__ = ["FORMATS", "DEFAULT_FORMATS", "BuildResult", "build_report", "load_spec", "main"]
 
-FORMATS = ("md", "tex", "png")
+FORMATS = ("md", "tex", "pdf", "png")
+DEFAULT_FORMATS = ("md", "tex", "png")
+"""``png`` draws each figure as PNG, PDF and SVG; ``pdf`` compiles report.tex (and so writes the LaTeX too)."""
 
 
 @dataclass
 class BuildResult:
-    """What a build wrote: the output folder, ``index.md``, the resolved tables, and written/skipped files."""
+    """What a build wrote: the output folder, ``index.md``, the resolved tables, the drawn and skipped figures,
+    the table positions with no finished run, and every file written."""
 
     out_dir: Path
     index: Path
     tables: dict[str, TableData] = field(default_factory=dict)
-    files: list[Path] = field(default_factory=list)
+    figures: dict[str, DrawnFigure] = field(default_factory=dict)
     skipped_figures: dict[str, str] = field(default_factory=dict)
-
-
-def load_spec(path: str | Path) -> dict[str, Any]:
-    """Read an experiment YAML with ``yaml.safe_load``; raise ``ValueError`` if missing or not a mapping."""
-    p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"spec {str(path)!r}: file not found")
-    spec = yaml.safe_load(p.read_text())
-    if not isinstance(spec, dict):
-        raise ValueError(f"spec {str(path)!r}: must be a YAML mapping (see the sweep format in the README)")
-    return spec
-
-
-class _Metrics:
-    """Metric histories of the used runs, read once per (metric, run) and shared by tables and figures."""
-
-    def __init__(self, source: RunSource):
-        self.source = source
-        # metric → frames, one per read, with the run ids each holds; run id → its frame's index (-1: never logged)
-        self._chunks: dict[str, list[tuple[pd.DataFrame, set[str]]]] = {}
-        self._chunk_of: dict[str, dict[str, int]] = {}
-
-    def histories(self, metric: str, run_ids: Sequence[str]) -> pd.DataFrame:
-        """Histories (``run_id``, ``step``, ``value``) of ``metric`` for ``run_ids``, reading only uncached runs."""
-        chunks = self._chunks.setdefault(metric, [])
-        chunk_of = self._chunk_of.setdefault(metric, {})
-        wanted = set(run_ids)
-        missing = sorted(wanted - chunk_of.keys())
-        if missing:
-            new = self.source.histories(missing, metric)
-            logged = set(new["run_id"])
-            chunks.append((new, logged))
-            chunk_of.update({r: len(chunks) - 1 if r in logged else -1 for r in missing})
-        needed = sorted({chunk_of[r] for r in wanted} - {-1})
-        if len(needed) == 1 and chunks[needed[0]][1] <= wanted:
-            return chunks[needed[0]][0]       # exactly one read's runs (a table's): no pass over ~1M rows
-        if not needed:
-            return self.source.histories([], metric)
-        frame = pd.concat([chunks[i][0] for i in needed], ignore_index=True)
-        return frame[frame["run_id"].isin(wanted)].reset_index(drop=True)
-
-    def values(self, metric: str, protocol: str, runs: pd.DataFrame) -> pd.DataFrame:
-        """``runs`` plus a ``value`` column: the metric under ``protocol`` ×100 (NaN when never logged)."""
-        hist = self.histories(metric, list(runs["run_id"]))
-        per_run = summarise(hist, protocol) * 100.0
-        out = runs.copy()
-        out["value"] = out["run_id"].map(per_run).astype(float)
-        return out
-
-
-def _cells_matching(runs: pd.DataFrame, partial: dict[str, str]) -> pd.DataFrame:
-    mask = np.ones(len(runs), dtype=bool)
-    for axis, level in partial.items():
-        mask &= (runs[f"axis.{axis}"] == level).to_numpy()
-    return runs[mask]
-
-
-def _level_labels(layout: ReportLayout) -> dict[str, dict[str, str]]:
-    """Display names per axis and level, collected from the tables' labels (figures reuse them)."""
-    labels: dict[str, dict[str, str]] = {a: {} for a in layout.axes}
-    for t in layout.tables:
-        labels[t.rows].update(t.row_labels)
-        labels[t.columns].update(t.column_labels)
-        if t.row_groups:
-            labels[t.row_groups].update(t.row_group_labels)
-    return labels
-
-
-def _cell_title(cell: dict[str, str], layout: ReportLayout, labels: dict[str, dict[str, str]]) -> str:
-    varying = [a for a in layout.axes if len(layout.axes[a]) > 1] or list(layout.axes)
-    return ", ".join(labels[a].get(cell[a], cell[a]) for a in varying if a in cell)
+    missing: dict[str, list[str]] = field(default_factory=dict)     # table id → "row, column" of each empty cell
+    files: list[Path] = field(default_factory=list)
+    pdf: Path | None = None
 
 
 def _write(path: Path, text: str, result: BuildResult) -> None:
-    path.write_text(text, encoding="utf-8")
+    atomic_write(path, text.encode("utf-8"), mode=0o644)
     result.files.append(path)
 
 
-def _curves(fig: CurvesFigure, layout: ReportLayout, metrics: _Metrics, runs: pd.DataFrame,
-            labels: dict[str, dict[str, str]], path: Path) -> None:
-    from reports import figures as figs  # matplotlib only when PNGs are asked for
+def _check_out(out: Path) -> None:
+    """``ValueError`` when ``out`` or a folder above it exists as something other than a folder."""
+    for p in (out, *out.parents):
+        if p.exists():
+            if not p.is_dir():
+                raise ValueError(f"--out {str(out)!r}: {str(p)!r} is a file, not a folder; give a folder")
+            if not os.access(p, os.W_OK):
+                raise ValueError(f"--out {str(out)!r}: {str(p)!r} is not writable")
+            return
 
-    partials = fig.cells or [{}]
-    panels = []
-    # Panels in YAML order of the cells (axis by axis), each cell once even when several partials match it.
-    for cell in _all_cells(layout):
-        if not any(all(cell[a] == lvl for a, lvl in p.items()) for p in partials):
+
+def _check_formats(formats: Sequence[str]) -> list[str]:
+    formats = list(dict.fromkeys(formats))
+    bad = [f for f in formats if f not in FORMATS]
+    if bad or not formats:
+        raise ValueError(f"--format {','.join(formats)!r}: must be a comma-separated subset of {','.join(FORMATS)}")
+    if "pdf" in formats:
+        pdflatex()                          # missing pdflatex: said before any work
+        if "tex" not in formats:
+            formats.insert(formats.index("pdf"), "tex")
+    return formats
+
+
+def build_report(spec_path: str | Path, tracking_uri: str | None = None, out_dir: str | Path | None = None,
+                 protocol: str | None = None, formats: Sequence[str] = DEFAULT_FORMATS,
+                 experiment_name: str | None = None) -> BuildResult:
+    """Build every table and figure the YAML lays out; see the module docstring for the files written.
+
+    ``protocol`` overrides every table's and sensitivity figure's protocol; ``formats`` is any of md, tex, pdf, png.
+    Raises ``ValueError`` (one line per problem) for a bad YAML, layout, argument, store, experiment or metric.
+    """
+    if protocol is not None and protocol not in PROTOCOLS:
+        raise ValueError(f"--protocol {protocol!r}: must be one of {', '.join(PROTOCOLS)}")
+    formats = _check_formats(formats)
+    layout = validate_report(load_spec(spec_path))
+    uri = resolve_tracking_uri(tracking_uri)
+    out = Path(out_dir) if out_dir is not None else Path("reports") / "out" / layout.name
+    _check_out(out)
+    with open_run_source(uri) as source:
+        return _build(layout, source, uri, out, protocol, formats, experiment_name)
+
+
+def _require_runs(layout: ReportLayout, source: RunSource, name: str, trials: pd.DataFrame,
+                  used: pd.DataFrame) -> None:
+    """``ValueError`` naming the experiment, the store and what is there when no finished run belongs to a cell of
+    the YAML: a report of "—" only would look like a result."""
+    cells = {cell_id(c, layout.axes) for c in all_cells(layout)}
+    if not used.empty and used["cell"].isin(cells).any():
+        return
+    folds = ", ".join(map(str, layout.folds))
+    if trials.empty:
+        found = "no grid trial run"
+    else:
+        found = ", ".join(f"{n} {status}" for status, n in trials["status"].value_counts().sort_index().items())
+        found = f"grid trial runs: {found}"
+        if not used.empty:
+            found += f"; the FINISHED ones are of other cells ({', '.join(sorted(set(used['cell']))[:3])} …)"
+    raise ValueError(f"experiment {name!r} at {source.tracking_uri}: no FINISHED grid trial run of this YAML's cells "
+                     f"and folds {folds} ({found}); experiments there: {', '.join(source.experiment_names())}")
+
+
+def _check_metrics(layout: ReportLayout, logged: set[str], name: str) -> None:
+    """``ValueError``, one line per table or figure whose metric no used run logged (a typo would give a table
+    of "—" only)."""
+    wanted = [(f"tables[{i}]({t.id}).metric", t.metric) for i, t in enumerate(layout.tables)]
+    for f in layout.figures:
+        if isinstance(f, CurvesFigure):
+            wanted += [(f"figures({f.id}).metrics", m) for m in f.metrics]
+        elif isinstance(f, SensitivityFigure):
+            wanted.append((f"figures({f.id}).metric", f.metric))
+    errors = []
+    for where, metric in wanted:
+        if metric not in logged:
+            close = difflib.get_close_matches(metric, sorted(logged), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            errors.append(f"{where}={metric!r}: no finished run of experiment {name!r} logged it; {hint}"
+                          f"logged: {', '.join(sorted(logged))}")
+    if errors:
+        raise ValueError("\n".join(errors))
+
+
+def _missing_cells(data: TableData, layout: ReportLayout) -> list[str]:
+    """The empty positions of a table in words ("row, column"); "(excluded)" for cells the sweep leaves out."""
+    lay = data.layout
+    out = []
+    for g, r, c in data.missing():
+        cell = lay.cell(layout.axes, g, r, c)
+        excluded = any(all(cell.get(a) == lv for a, lv in ex.items()) for ex in layout.exclude)
+        words = ", ".join(x for x in (lay.group_label(g), lay.row_label(r), lay.column_label(c)) if x)
+        out.append(words + (" (excluded by the YAML)" if excluded else ""))
+    return out
+
+
+def _tables(layout: ReportLayout, metrics: MetricCache, used: pd.DataFrame, protocol: str | None,
+            formats: Sequence[str], out: Path, result: BuildResult) -> None:
+    for t in layout.tables:
+        proto = protocol or t.protocol
+        table_cells = {cell_id(t.cell(layout.axes, g, r, c), layout.axes) for g in t.group_keys(layout.axes)
+                       for r in t.row_keys(layout.axes) for c in t.column_keys(layout.axes)}
+        runs = used[used["cell"].isin(table_cells)]
+        valued = metrics.values(t.metric, proto, runs) if not runs.empty else runs.assign(value=pd.Series(dtype=float))
+        data = build_table_data(t, layout.axes, layout.folds, valued, proto)
+        result.tables[t.id] = data
+        result.missing[t.id] = _missing_cells(data, layout)
+        if "md" in formats:
+            _write(out / f"{t.id}.md", render_markdown(data), result)
+            _write(out / f"{t.id}_folds.md", render_folds_markdown(data), result)
+        if "tex" in formats:
+            _write(out / f"{t.id}.tex", render_latex(data), result)
+            _write(out / f"{t.id}_folds.tex", render_folds_latex(data), result)
+
+
+def _figures(layout: ReportLayout, metrics: MetricCache, used: pd.DataFrame, uri: str, protocol: str | None,
+             out: Path, result: BuildResult) -> None:
+    for fig in layout.figures:
+        try:
+            drawn = draw_figure(fig, layout, metrics, used, uri, protocol, out)
+        except ValueError as e:
+            # Missing runs or artifacts are a state of the sweep, not a bad request: report the rest.
+            result.skipped_figures[str(fig.id)] = str(e)
+            print(f"reports.build: figure {fig.id} skipped: {e}", file=sys.stderr)
             continue
-        ids = list(runs.loc[runs["cell"] == cell_id(cell, layout.axes), "run_id"])
-        if not ids:
-            continue
-        panels.append(figs.CurvePanel(_cell_title(cell, layout, labels), len(ids),
-                                      {m: metrics.histories(m, ids) for m in fig.metrics}))
-    figs.plot_curves(panels, fig.metrics, path, fig.title or "Learning curves: mean over folds ± std")
+        result.figures[str(fig.id)] = drawn
+        result.files += drawn.files
 
 
-def _all_cells(layout: ReportLayout) -> list[dict[str, str]]:
-    cells: list[dict[str, str]] = [{}]
-    for axis, levels in layout.axes.items():
-        cells = [{**c, axis: lvl} for c in cells for lvl in levels]
-    return cells
+def _build(layout: ReportLayout, source: RunSource, uri: str, out: Path, protocol: str | None,
+           formats: Sequence[str], experiment_name: str | None) -> BuildResult:
+    name = experiment_name or layout.name
+    experiment_id = source.experiment_id(name)
+    trials = source.trials(experiment_id, list(layout.axes))
+    used, duplicates, unfinished = select_trials(trials, layout.folds)
+    _require_runs(layout, source, name, trials, used)
+    _check_metrics(layout, source.metric_keys(used["run_id"]), name)
+    out.mkdir(parents=True, exist_ok=True)
+    result = BuildResult(out_dir=out, index=out / "index.md")
+    metrics = MetricCache(source)
+    _tables(layout, metrics, used, protocol, formats, out, result)
+    if "png" in formats or "pdf" in formats:
+        _figures(layout, metrics, used, uri, protocol, out, result)
+    if "tex" in formats:
+        figures = [(fid, f.caption) for fid, f in result.figures.items()]
+        _write(out / "report.tex", latex_document(f"Report: {layout.name}", [t.id for t in layout.tables], figures),
+               result)
+    if "pdf" in formats:
+        result.pdf = compile_pdf(out / "report.tex")
+        result.files.append(result.pdf)
+    _write(result.index, _index(layout, result, formats, uri, experiment_id, used, duplicates, unfinished, protocol),
+           result)
+    return result
 
 
-def _heatmap(fig: HeatmapFigure, layout: ReportLayout, tracking_uri: str, runs: pd.DataFrame,
-             labels: dict[str, dict[str, str]], path: Path) -> None:
-    from reports import figures as figs  # matplotlib only when PNGs are asked for
-
-    cell_runs = runs[runs["cell"] == cell_id(fig.cell, layout.axes)]
-    if fig.fold is not None:
-        cell_runs = cell_runs[cell_runs["fold"] == fig.fold]
-    if cell_runs.empty:
-        raise ValueError(f"cell {cell_id(fig.cell, layout.axes)}" + (f" fold {fig.fold}" if fig.fold is not None
-                                                                       else "") + ": no finished run")
-    pseudo, comp, steps = sum_class_counts(list(cell_runs["artifact_uri"]), fig.step, tracking_uri)
-    step_text = f"step {steps[0]}" if len(set(steps)) == 1 else f"steps {min(steps)}–{max(steps)}"
-    folds = ", ".join(str(f) for f in sorted(cell_runs["fold"]))
-    title = fig.title or (f"{_cell_title(fig.cell, layout, labels)}: class distribution per true class "
-                          f"({step_text}; fold{'s' if len(cell_runs) > 1 else ''} {folds} summed)")
-    figs.plot_heatmaps(pseudo, comp, path, title)
-
-
-def _sensitivity(fig: SensitivityFigure, layout: ReportLayout, metrics: _Metrics, runs: pd.DataFrame,
-                 protocol: str, labels: dict[str, dict[str, str]], path: Path) -> None:
-    from reports import figures as figs  # matplotlib only when PNGs are asked for
-
-    xs = sensitivity_x(fig, layout.axes)
-    series_levels: list[str | None] = list(layout.axes[fig.series]) if fig.series else [None]
-    fixed = {a: next(iter(lv)) for a, lv in layout.axes.items() if len(lv) == 1}
-    fixed.update(fig.where)
-    selected = _cells_matching(runs, fig.where)
-    valued = metrics.values(fig.metric, protocol, selected)
-    series: dict[str, pd.DataFrame] = {}
-    for s in series_levels:
-        rows = []
-        for lvl, x in xs.items():
-            cell = {**fixed, fig.axis: lvl, **({fig.series: s} if fig.series else {})}
-            vals = valued.loc[valued["cell"] == cell_id(cell, layout.axes), "value"].dropna()
-            rows.append({"x": x, "mean": vals.mean() if len(vals) else np.nan,
-                         "std": vals.std(ddof=1) if len(vals) > 1 else np.nan, "n": len(vals)})
-        label = "" if s is None else labels[fig.series].get(s, s)
-        series[label] = pd.DataFrame(rows)
-    xlabel = sensitivity_param(fig, layout.axes)
-    figs.plot_sensitivity(series, path, fig.title or f"Sensitivity to {xlabel}: mean ± std over folds",
-                          xlabel=xlabel, ylabel=f"{fig.metric} (%, {protocol})")
-
-
-def _latex_document(layout: ReportLayout, tables: list[TableLayout], figure_files: list[tuple[str, str]]) -> str:
-    # lmodern when installed: T1 text in vector fonts (without it pdflatex falls back to bitmap EC fonts).
-    lines = [r"\documentclass[10pt]{article}", r"\usepackage[T1]{fontenc}", r"\usepackage[utf8]{inputenc}",
-             r"\IfFileExists{lmodern.sty}{\usepackage{lmodern}}{}",
-             r"\usepackage[margin=2cm]{geometry}", r"\usepackage{booktabs}", r"\usepackage{longtable}",
-             r"\usepackage{graphicx}", r"\begin{document}",
-             rf"\section*{{Report: {latex_escape(layout.name)}}}"]
-    lines += [rf"\input{{{t.id}.tex}}" for t in tables]
-    for name, caption in figure_files:
-        lines += [r"\begin{figure}[htbp]", r"\centering", rf"\includegraphics[width=\linewidth]{{{name}}}",
-                  rf"\caption{{{latex_escape(caption)}}}", r"\end{figure}"]
-    if tables:
-        lines += [r"\clearpage", r"\appendix", r"\section*{Appendix: per-fold values}"]
-        lines += [rf"\input{{{t.id}_folds.tex}}" for t in tables]
-    lines.append(r"\end{document}")
-    return "\n".join(lines) + "\n"
-
-
-def _figure_caption(fig: CurvesFigure | HeatmapFigure | SensitivityFigure) -> str:
-    if fig.title:
-        return fig.title
-    return {"curves": "Learning curves per cell: mean over folds with a ±std band.",
-            "heatmap": "Row-normalised TPC pseudo-label and TNC complementary-label class distribution per true "
-                       "class.",
-            "sensitivity": "Accuracy (mean ± std over folds) against the swept hyper-parameter."}[fig.type]
-
-
-def _index(layout: ReportLayout, result: BuildResult, formats: Sequence[str], tracking_uri: str, experiment_id: str,
-           used: pd.DataFrame, duplicates: pd.DataFrame, unfinished: pd.DataFrame, figure_files: list[tuple[str, str]],
-           protocol_override: str | None) -> str:
-    lines = [f"# Report: {layout.name}", "",
-             f"MLflow experiment `{layout.name}` (id {experiment_id}) at `{tracking_uri}`. "
-             f"Grid trial runs used: {len(used)} FINISHED, the newest per cell and fold of folds "
-             f"{', '.join(map(str, layout.folds))}."]
-    if protocol_override:
-        lines.append(f"Protocol for every table and figure: {PROTOCOL_TEXT[protocol_override]} (--protocol).")
-    lines += ["", "## Tables", ""]
+def _files_section(layout: ReportLayout, result: BuildResult, formats: Sequence[str]) -> list[str]:
+    lines = ["## Files", ""]
     if not layout.tables:
         lines.append("The YAML defines no table.")
     for t in layout.tables:
@@ -240,23 +231,44 @@ def _index(layout: ReportLayout, result: BuildResult, formats: Sequence[str], tr
             links += [f"[Markdown]({t.id}.md)", f"[per fold]({t.id}_folds.md)"]
         if "tex" in formats:
             links += [f"[LaTeX]({t.id}.tex)", f"[per fold, LaTeX]({t.id}_folds.tex)"]
-        cap = f" — {t.caption}" if t.caption else ""
-        lines.append(f"- **{t.id}**{cap}: " + " · ".join(links))
-    if "tex" in formats and layout.tables:
-        lines += ["", "All LaTeX tables (and figures) in one document: [report.tex](report.tex) — "
-                  "`pdflatex report.tex` (packages: booktabs, longtable, graphicx, geometry)."]
-    if "png" in formats:
-        lines += ["", "## Figures", ""]
-        for name, caption in figure_files:
-            lines += [f"### {Path(name).stem}", "", caption, "", f"![{Path(name).stem}]({name})", ""]
-        for fid, why in result.skipped_figures.items():
-            lines += [f"- **{fid}**: not drawn — {why}"]
-        if not figure_files and not result.skipped_figures:
-            lines.append("No figure.")
-    lines += ["", "## Runs behind each cell", ""]
+        lines.append(f"- {caption(result.tables[t.id])}: " + " · ".join(links))
+    if "tex" in formats:
+        doc = "[report.tex](report.tex)" + (" → [report.pdf](report.pdf)" if result.pdf else "")
+        lines += ["", f"Every LaTeX table and figure in one document: {doc}."
+                  + ("" if result.pdf else " `--format pdf` compiles it (pdflatex, run as often as it asks: the "
+                     f"per-fold longtables need two runs; install: {TEX_INSTALL}).")]
+    return lines
+
+
+def _missing_section(layout: ReportLayout, result: BuildResult) -> list[str]:
+    lines = ["## Cells with no finished run", ""]
+    empty = {t.id: result.missing[t.id] for t in layout.tables if result.missing[t.id]}
+    if not empty:
+        return lines + ["None: every table cell has at least one finished run."]
+    for t in layout.tables:
+        if t.id in empty:
+            lines.append(f"- {caption(result.tables[t.id])} ({t.id}): " + "; ".join(empty[t.id]))
+    return lines
+
+
+def _figures_section(result: BuildResult) -> list[str]:
+    lines = ["## Figures", ""]
+    for fid, drawn in result.figures.items():
+        links = " · ".join(f"[{p.suffix[1:].upper()}]({p.name})" for p in drawn.files if p.suffix != ".png")
+        lines += [f"### {fid}", "", drawn.caption, "", f"![{fid}]({fid}.png)", "", links, ""]
+    for fid, why in result.skipped_figures.items():
+        lines.append(f"- **{fid}**: not drawn — {why}")
+    if not result.figures and not result.skipped_figures:
+        lines.append("No figure.")
+    return lines
+
+
+def _runs_section(layout: ReportLayout, result: BuildResult, duplicates: pd.DataFrame,
+                  unfinished: pd.DataFrame) -> list[str]:
+    lines = ["## Runs behind each cell", ""]
     for t in layout.tables:
         data = result.tables[t.id]
-        lines += [f"### Table {t.id}", "", "| Cell | n | Run ids (fold: run id) |", "| :--- | ---: | :--- |"]
+        lines += [f"### {t.id}", "", "| Cell | n | Run ids (fold: run id) |", "| :--- | ---: | :--- |"]
         for key, cid in data.cell_ids.items():
             stats = data.cells[key]
             ids = ", ".join(f"{f}: `{r}`" for f, r in stats.run_ids.items()) or "—"
@@ -269,81 +281,34 @@ def _index(layout: ReportLayout, result: BuildResult, formats: Sequence[str], tr
                          "cell and fold")
         for _, r in unfinished.iterrows():
             lines.append(f"- `{r['run_id']}` ({r['cell']}, fold {r['fold']}): {r['status']}")
-        lines.append("")
+    return lines
+
+
+def _index(layout: ReportLayout, result: BuildResult, formats: Sequence[str], tracking_uri: str, experiment_id: str,
+           used: pd.DataFrame, duplicates: pd.DataFrame, unfinished: pd.DataFrame,
+           protocol_override: str | None) -> str:
+    lines = [f"# Report: {layout.name}", "",
+             f"MLflow experiment `{layout.name}` (id {experiment_id}) at `{tracking_uri}`. "
+             f"Grid trial runs used: {len(used)} FINISHED, the newest per cell and fold of folds "
+             f"{', '.join(map(str, layout.folds))}."]
+    if protocol_override:
+        lines.append(f"Protocol for every table and figure: {PROTOCOL_TEXT[protocol_override]} (--protocol).")
+    lines += ["", *_files_section(layout, result, formats), "", *_missing_section(layout, result), ""]
+    if "png" in formats or "pdf" in formats:
+        lines += [*_figures_section(result), ""]
+    lines += _runs_section(layout, result, duplicates, unfinished)
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def build_report(spec_path: str | Path, tracking_uri: str | None = None, out_dir: str | Path | None = None,
-                 protocol: str | None = None, formats: Sequence[str] = FORMATS,
-                 experiment_name: str | None = None) -> BuildResult:
-    """Build every table and figure the YAML lays out; see the module docstring for the files written.
-
-    ``protocol`` overrides every table's and sensitivity figure's protocol; ``formats`` is any of md, tex, png.
-    Raises ``ValueError`` for a bad YAML layout, argument, missing store or experiment.
-    """
-    if protocol is not None and protocol not in PROTOCOLS:
-        raise ValueError(f"--protocol {protocol!r}: must be one of {', '.join(PROTOCOLS)}")
-    formats = list(dict.fromkeys(formats))
-    bad = [f for f in formats if f not in FORMATS]
-    if bad or not formats:
-        raise ValueError(f"--format {','.join(formats)!r}: must be a comma-separated subset of {','.join(FORMATS)}")
-    layout = validate_report(load_spec(spec_path))
-    uri = resolve_tracking_uri(tracking_uri)
-    out = Path(out_dir) if out_dir is not None else Path("reports") / "out" / layout.name
-    with open_run_source(uri) as source:
-        return _build(layout, source, uri, out, protocol, formats, experiment_name)
-
-
-def _build(layout: ReportLayout, source: RunSource, uri: str, out: Path, protocol: str | None,
-           formats: Sequence[str], experiment_name: str | None) -> BuildResult:
-    experiment_id = source.experiment_id(experiment_name or layout.name)
-    trials = source.trials(experiment_id, list(layout.axes))
-    used, duplicates, unfinished = select_trials(trials, layout.folds)
-    out.mkdir(parents=True, exist_ok=True)
-    result = BuildResult(out_dir=out, index=out / "index.md")
-    metrics = _Metrics(source)
-    labels = _level_labels(layout)
-
-    for t in layout.tables:
-        proto = protocol or t.protocol
-        table_cells = {cell_id(t.cell(layout.axes, g, r, c), layout.axes) for g in t.group_keys(layout.axes)
-                       for r in t.row_keys(layout.axes) for c in t.column_keys(layout.axes)}
-        runs = used[used["cell"].isin(table_cells)] if not used.empty else used
-        valued = metrics.values(t.metric, proto, runs) if not runs.empty else runs.assign(value=pd.Series(dtype=float))
-        data = build_table_data(t, layout.axes, layout.folds, valued, proto)
-        result.tables[t.id] = data
-        if "md" in formats:
-            _write(out / f"{t.id}.md", render_markdown(data), result)
-            _write(out / f"{t.id}_folds.md", render_folds_markdown(data), result)
-        if "tex" in formats:
-            _write(out / f"{t.id}.tex", render_latex(data), result)
-            _write(out / f"{t.id}_folds.tex", render_folds_latex(data), result)
-
-    figure_files: list[tuple[str, str]] = []
-    if "png" in formats:
-        for fig in layout.figures:
-            path = out / f"{fig.id}.png"
-            try:
-                if used.empty:
-                    raise ValueError("no finished run in the experiment")
-                if isinstance(fig, CurvesFigure):
-                    _curves(fig, layout, metrics, used, labels, path)
-                elif isinstance(fig, HeatmapFigure):
-                    _heatmap(fig, layout, uri, used, labels, path)
-                else:
-                    _sensitivity(fig, layout, metrics, used, protocol or fig.protocol, labels, path)
-            except ValueError as e:
-                # Missing runs or artifacts are a state of the sweep, not a bad request: report the rest.
-                result.skipped_figures[fig.id] = str(e)
-                print(f"reports.build: figure {fig.id} skipped: {e}", file=sys.stderr)
-                continue
-            result.files.append(path)
-            figure_files.append((path.name, _figure_caption(fig)))
-    if "tex" in formats:
-        _write(out / "report.tex", _latex_document(layout, layout.tables, figure_files), result)
-    _write(result.index, _index(layout, result, formats, uri, experiment_id, used, duplicates, unfinished,
-                                figure_files, protocol), result)
-    return result
+def _summary(result: BuildResult) -> str:
+    """What main prints: files written and, when some table cells have no finished run, which."""
+    lines = [f"wrote {len(result.files)} files to {result.out_dir} (index: {result.index})"]
+    empty = [f"{tid}: {'; '.join(cells)}" for tid, cells in result.missing.items() if cells]
+    if empty:
+        lines.append(f"cells with no finished run (shown as —): {' | '.join(empty)}")
+    if result.skipped_figures:
+        lines.append(f"figures not drawn: {', '.join(result.skipped_figures)} (why: index.md)")
+    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -357,7 +322,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--protocol", default=None, choices=PROTOCOLS,
                         help="override every table's protocol: best = max over evaluations, final = last, "
                              "median20 = median of the last 20 evaluations")
-    parser.add_argument("--format", default=",".join(FORMATS), help="comma-separated subset of md,tex,png")
+    parser.add_argument("--format", default=",".join(DEFAULT_FORMATS),
+                        help="comma-separated subset of md,tex,pdf,png (png: every figure as PNG, PDF and SVG; "
+                             "pdf: report.pdf, needs pdflatex)")
     parser.add_argument("--experiment-name", default=None, help="MLflow experiment (default: the YAML's name)")
     args = parser.parse_args(argv)
     # One artifact download per heat-map fold: tqdm bars would bury the build's own output.
@@ -369,7 +336,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(f"wrote {len(result.files)} files to {result.out_dir} (index: {result.index})")
+    except OSError as e:        # a full disk or a folder removed while writing: one line, not a traceback
+        print(f"error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    print(_summary(result))
     return 0
 
 

@@ -1,4 +1,8 @@
-"""The report's figures as PNG (matplotlib's object API on the Agg canvas: no pyplot state, no display needed).
+"""The report's figures as PNG, PDF and SVG (matplotlib's object API: no pyplot state, no display needed).
+
+Each figure is written three times: PNG for Markdown, PDF for LaTeX (vector, TrueType fonts: venues reject the Type 3
+fonts matplotlib embeds by default) and SVG for the web. Figures carry no title: the caption (in report.tex and
+index.md) says what is plotted.
 
 - Learning curves: per cell, each metric's mean over folds against the training step with a ±std band (×100).
 - Class-distribution heat maps, the paper's Fig. "dis": for each true class (row), the share (%) of each class
@@ -13,25 +17,36 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter
 
-__all__ = ["CurvePanel", "curve_band", "is_fraction_metric", "row_normalise", "plot_curves", "plot_heatmaps",
-           "plot_sensitivity"]
+from mutexmatch.atomic import atomic_write
+from reports.layout import metric_name
 
-_DPI = 120
-_METRIC_NAMES = {"test/acc": "test accuracy (EMA)", "train/pl_acc": "pseudo-label accuracy", "train/loss": "loss",
-                 "test/acc_raw": "test accuracy (raw)", "val/acc": "validation accuracy",
-                 "train/cpa": "complementary-label accuracy", "train/mask_ratio": "mask ratio"}
+__all__ = ["FIGURE_FORMATS", "CurvePanel", "PanelDrawn", "curve_band", "is_fraction_metric", "row_normalise",
+           "plot_curves", "plot_heatmaps", "plot_sensitivity"]
+
+FIGURE_FORMATS = ("png", "pdf", "svg")
+_DPI = 150
+# TrueType (42) instead of Type 3 glyphs in PDFs; SVG text as paths looks the same everywhere.
+_VECTOR_RC = {"pdf.fonttype": 42, "ps.fonttype": 42, "svg.fonttype": "path"}
 
 
-def _save(fig: Figure, path: Path) -> None:
+def _save(fig: Figure, stem: Path) -> list[Path]:
+    """Write ``stem``.png/.pdf/.svg; the files written. Dates left out of the PDF/SVG so rebuilds are identical."""
     FigureCanvasAgg(fig)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=_DPI)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    paths = [stem.with_name(f"{stem.name}.{ext}") for ext in FIGURE_FORMATS]
+    with matplotlib.rc_context(_VECTOR_RC):
+        for path, ext in zip(paths, FIGURE_FORMATS):
+            metadata = {"CreationDate": None} if ext == "pdf" else {"Date": None} if ext == "svg" else None
+            atomic_write(path, lambda f, ext=ext, md=metadata: fig.savefig(f, format=ext, dpi=_DPI, metadata=md),
+                         mode=0o644)
+    return paths
 
 
 def curve_band(histories: pd.DataFrame, scale: float = 100.0) -> pd.DataFrame:
@@ -50,63 +65,79 @@ class CurvePanel:
     histories: dict[str, pd.DataFrame]
 
 
+@dataclass(frozen=True)
+class PanelDrawn:
+    """What a curves panel shows: its title, the y-range and the points of each line (one per evaluation)."""
+
+    title: str
+    ylim: tuple[float, float]
+    points: dict[str, int]
+
+
 def is_fraction_metric(metric: str) -> bool:
     """Accuracies, complementary-label accuracies and the mask ratio are logged in [0, 1] and shown in %."""
     name = metric.rsplit("/", 1)[-1]
     return "acc" in name or "cpa" in name or name == "mask_ratio"
 
 
-def plot_curves(panels: list[CurvePanel], metrics: list[str], path: Path, title: str) -> None:
-    """A grid of panels (four per line), one line + ±std band per metric, shared legend.
+def plot_curves(panels: list[CurvePanel], metrics: list[str], stem: Path, sharey: bool = True
+                ) -> tuple[list[Path], list[PanelDrawn]]:
+    """A grid of panels (four per line), one line + ±std band per metric from every evaluation, shared legend;
+    with ``sharey`` every panel has the same y-range. Returns the files and what each panel shows.
 
     Fraction metrics (:func:`is_fraction_metric`) are drawn ×100 on the left axis with the band clipped to
     [0, 100] (a mean + std above 100 % is not a reachable accuracy); any other metric (a loss, the learning rate)
     is drawn as logged on a right-hand axis.
     """
     if not panels:
-        raise ValueError(f"{path.name}: no cell with a finished run to plot")
+        raise ValueError(f"{stem.name}: no cell with a finished run to plot")
     ncols = min(4, len(panels))
     nrows = -(-len(panels) // ncols)
-    fig = Figure(figsize=(3.6 * ncols, 2.8 * nrows + 0.6), layout="constrained")
-    axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
-    colors = [f"C{i}" for i in range(len(metrics))]
-    handles = {}
-    for ax, panel in zip(axes, panels):
-        right = None
-        for metric, color in zip(metrics, colors):
-            fraction = is_fraction_metric(metric)
-            band = curve_band(panel.histories.get(metric, pd.DataFrame(columns=["step", "value"])),
-                              scale=100.0 if fraction else 1.0)
-            if band.empty:
-                continue
-            target = ax
-            if not fraction:
-                right = right or ax.twinx()
-                target = right
-            (line,) = target.plot(band["step"], band["mean"], color=color, lw=1.4)
-            std = band["std"].fillna(0.0)
-            low, high = band["mean"] - std, band["mean"] + std
-            if fraction:
-                low, high = low.clip(0.0, 100.0), high.clip(0.0, 100.0)
-            target.fill_between(band["step"], low, high, color=color, alpha=0.2, lw=0)
-            handles[metric] = line
-        ax.set_title(f"{panel.title} (n={panel.n_runs})", fontsize=8)
-        ax.set_xlabel("step", fontsize=8)
-        ax.xaxis.set_major_formatter(EngFormatter(sep=""))        # 200k, 1M: the paper trains for 2^20 steps
-        ax.set_ylabel("%", fontsize=8)
-        ax.tick_params(labelsize=7)
-        ax.grid(alpha=0.3)
-        if right is not None:
-            right.tick_params(labelsize=7)
+    fig = Figure(figsize=(3.6 * ncols, 2.8 * nrows + 0.4), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False, sharey=sharey)).ravel()
+    handles: dict[str, Any] = {}
+    points = [_draw_panel(ax, panel, metrics, handles) for ax, panel in zip(axes, panels)]
     for ax in axes[len(panels):]:
         ax.set_visible(False)
-    fig.suptitle(title, fontsize=10)
     if handles:
         fig.legend(list(handles.values()),
-                   [f"{_METRIC_NAMES.get(m, m)} ({m}{'' if is_fraction_metric(m) else ', right axis'})"
-                    for m in handles], loc="outside lower center", ncols=min(len(handles), 3), fontsize=8,
-                   frameon=False)
-    _save(fig, path)
+                   [f"{metric_name(m)} ({m}{'' if is_fraction_metric(m) else ', right axis'})" for m in handles],
+                   loc="outside lower center", ncols=min(len(handles), 3), fontsize=8, frameon=False)
+    drawn = [PanelDrawn(p.title, tuple(float(v) for v in ax.get_ylim()), n) for p, ax, n in zip(panels, axes, points)]
+    return _save(fig, stem), drawn
+
+
+def _draw_panel(ax: Any, panel: CurvePanel, metrics: list[str], handles: dict[str, Any]) -> dict[str, int]:
+    """One cell's lines and bands on ``ax``; the number of points per metric drawn."""
+    right = None
+    points: dict[str, int] = {}
+    for i, metric in enumerate(metrics):
+        fraction = is_fraction_metric(metric)
+        band = curve_band(panel.histories.get(metric, pd.DataFrame(columns=["step", "value"])),
+                          scale=100.0 if fraction else 1.0)
+        if band.empty:
+            continue
+        target = ax
+        if not fraction:
+            right = right or ax.twinx()
+            target = right
+        (line,) = target.plot(band["step"], band["mean"], color=f"C{i}", lw=1.2)
+        std = band["std"].fillna(0.0)
+        low, high = band["mean"] - std, band["mean"] + std
+        if fraction:
+            low, high = low.clip(0.0, 100.0), high.clip(0.0, 100.0)
+        target.fill_between(band["step"], low, high, color=f"C{i}", alpha=0.2, lw=0)
+        handles[metric] = line
+        points[metric] = len(band)
+    ax.set_title(f"{panel.title} (n={panel.n_runs})", fontsize=8)
+    ax.set_xlabel("step", fontsize=8)
+    ax.xaxis.set_major_formatter(EngFormatter(sep=""))        # 200k, 1M: the paper trains for 2^20 steps
+    ax.set_ylabel("%", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.grid(alpha=0.3)
+    if right is not None:
+        right.tick_params(labelsize=7)
+    return points
 
 
 def row_normalise(counts: np.ndarray) -> np.ndarray:
@@ -119,8 +150,8 @@ def row_normalise(counts: np.ndarray) -> np.ndarray:
         return np.where(totals > 0, 100.0 * counts / totals, np.nan)
 
 
-def plot_heatmaps(pseudo_counts: np.ndarray, comp_counts: np.ndarray | None, path: Path, title: str,
-                  class_names: list[str] | None = None) -> None:
+def plot_heatmaps(pseudo_counts: np.ndarray, comp_counts: np.ndarray | None, stem: Path,
+                  class_names: list[str] | None = None) -> list[Path]:
     """Side by side: TPC pseudo-labels and TNC complementary labels per true class, row-normalised (%).
 
     ``comp_counts`` None (an algorithm without a TNC, e.g. FixMatch) draws the TPC map alone.
@@ -132,6 +163,8 @@ def plot_heatmaps(pseudo_counts: np.ndarray, comp_counts: np.ndarray | None, pat
         if maps[1][2].shape != (c, c):
             raise ValueError(f"class counts: pseudo-label matrix is {c}×{c} but complementary-label matrix is "
                              f"{maps[1][2].shape[0]}×{maps[1][2].shape[1]}")
+    if class_names is not None and len(class_names) != c:
+        raise ValueError(f"class_names: {len(class_names)} names given, but the class counts have {c} classes")
     names = class_names or [str(i) for i in range(c)]
     side = min(5.5, 2.0 + 0.35 * c)
     fig = Figure(figsize=(len(maps) * side + 1.2, side + 0.6), layout="constrained")
@@ -143,7 +176,8 @@ def plot_heatmaps(pseudo_counts: np.ndarray, comp_counts: np.ndarray | None, pat
         ax.set_xlabel(f"{predicted} (class)", fontsize=9)
         ax.set_ylabel("true class", fontsize=9)
         ticks = np.arange(c) if c <= 20 else np.arange(0, c, max(1, c // 10))
-        ax.set_xticks(ticks, [names[i] for i in ticks], fontsize=7)
+        ax.set_xticks(ticks, [names[i] for i in ticks], fontsize=7, rotation=45 if class_names else 0,
+                      ha="right" if class_names else "center")
         ax.set_yticks(ticks, [names[i] for i in ticks], fontsize=7)
         if c <= 12:
             size = 9 if c <= 5 else 7 if c <= 8 else 6
@@ -153,11 +187,10 @@ def plot_heatmaps(pseudo_counts: np.ndarray, comp_counts: np.ndarray | None, pat
                         ax.text(j, i, f"{rates[i, j]:.0f}", ha="center", va="center", fontsize=size,
                                 color="white" if rates[i, j] > 55 else "black")
     fig.colorbar(image, ax=list(axes), shrink=0.8, label="% of the row's labels")
-    fig.suptitle(title, fontsize=10)
-    _save(fig, path)
+    return _save(fig, stem)
 
 
-def plot_sensitivity(series: dict[str, pd.DataFrame], path: Path, title: str, xlabel: str, ylabel: str) -> None:
+def plot_sensitivity(series: dict[str, pd.DataFrame], stem: Path, xlabel: str, ylabel: str) -> list[Path]:
     """One line per series: frames with columns ``x``, ``mean``, ``std``, ``n``; ``x`` numbers give a numeric axis
     (sorted), anything else a categorical axis in the given order."""
     xs_all = [x for frame in series.values() for x in frame["x"]]
@@ -184,7 +217,7 @@ def plot_sensitivity(series: dict[str, pd.DataFrame], path: Path, title: str, xl
         ax.fill_between(pos, mean - std, mean + std, color=f"C{i}", alpha=0.15, lw=0)
         plotted = True
     if not plotted:
-        raise ValueError(f"{path.name}: no level with a finished run to plot")
+        raise ValueError(f"{stem.name}: no level with a finished run to plot")
     if not numeric:
         ax.set_xticks(range(len(categories)), [str(x) for x in categories])
     elif len(categories) <= 12:
@@ -192,8 +225,7 @@ def plot_sensitivity(series: dict[str, pd.DataFrame], path: Path, title: str, xl
         ax.set_xticks(sorted(float(x) for x in categories), [f"{x:g}" for x in sorted(categories)])
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     # Outside the axes: with several series any spot inside covers a line.
     fig.legend(loc="outside right upper", fontsize=8, frameon=False)
-    _save(fig, path)
+    return _save(fig, stem)

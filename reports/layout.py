@@ -27,22 +27,26 @@ Tables::
         protocol: best                  # best | final | median20
         published: {mutexmatch: {digits-20: "93.22±2.52"}}   # with row_groups: {group: {row: {column: …}}}
         paired: {a: mutexmatch, b: fixmatch}   # or a list of such pairs (row levels)
+        paper: true                     # false hides the Paper and Δ columns (the numbers stay in the YAML)
 
 Figures (``type`` picks the kind; ``id`` defaults to ``<type><index>``)::
 
     figures:
-      - {type: curves, cells: [{method: mutexmatch}], metrics: [test/acc, train/pl_acc]}
-      - {type: heatmap, cell: {method: mutexmatch, setting: digits-20}, step: null, fold: null}
+      - {type: curves, cells: [{method: mutexmatch}], metrics: [test/acc, train/pl_acc], sharey: true}
+      - {type: heatmap, cell: {method: mutexmatch, setting: digits-20}, step: null, fold: null,
+         class_names: [airplane, automobile, ...]}
       - {type: sensitivity, axis: k, param: algorithm.k, series: method, where: {setting: c10-40},
          metric: test/acc, protocol: best}
 
-When ``figures`` is absent or empty, each table gets a learning-curve figure over its cells.
+When ``figures`` is absent or empty, each table gets a learning-curve figure over its cells. ``title`` replaces a
+figure's generated caption.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
@@ -54,6 +58,8 @@ from orchestration import contract
 
 __all__ = [
     "PROTOCOLS",
+    "METRIC_NAMES",
+    "metric_name",
     "LayoutError",
     "Axes",
     "PublishedValue",
@@ -75,6 +81,18 @@ __all__ = [
 
 PROTOCOLS = ("best", "final", "median20")
 Protocol = Literal["best", "final", "median20"]
+# What the trainer's metrics are, in words, for captions and legends (unlisted ones are shown by their key).
+METRIC_NAMES = {contract.TEST_ACC: "test accuracy (EMA model)", "test/acc_raw": "test accuracy (raw model)",
+                contract.TEST_BEST_ACC: "best test accuracy so far", contract.VAL_ACC: "validation accuracy",
+                contract.PL_ACC: "pseudo-label accuracy", contract.TRAIN_LOSS: "training loss",
+                "train/cpa": "complementary-label accuracy", "train/mask_ratio": "share of confident samples"}
+
+
+def metric_name(metric: str) -> str:
+    """``metric`` in words (:data:`METRIC_NAMES`), else the key itself."""
+    return METRIC_NAMES.get(metric, metric)
+
+
 _ID = re.compile(r"^[A-Za-z0-9_-]+$")
 _PUBLISHED = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(?:(?:±|\+-|\+/-)\s*(\d+(?:\.\d+)?))?\s*$")
 
@@ -167,6 +185,7 @@ class TableLayout(_Strict):
     protocol: Protocol = "best"
     published: dict[str, Any] = Field(default_factory=dict)
     paired: list[PairedSpec] = Field(default_factory=list)
+    paper: bool = True                  # False: no Paper/Δ columns even when `published` has numbers
 
     @field_validator("id")
     @classmethod
@@ -233,6 +252,7 @@ class CurvesFigure(_Strict):
     title: str = ""
     cells: list[dict[str, str]] = Field(default_factory=list)   # partial cells; empty = every cell
     metrics: list[str] = Field(default_factory=lambda: [contract.TEST_ACC, contract.PL_ACC])
+    sharey: bool = True                  # one y-range for every panel, so panels compare at a glance
 
 
 class HeatmapFigure(_Strict):
@@ -244,6 +264,7 @@ class HeatmapFigure(_Strict):
     cell: dict[str, str]                 # a full cell
     step: int | None = None              # None = each run's last logged step
     fold: int | None = None              # None = counts summed over the cell's finished folds
+    class_names: list[str] | None = None  # tick labels, in class-index order; default the class indices
 
 
 class SensitivityFigure(_Strict):
@@ -272,6 +293,7 @@ class ReportLayout:
     folds: list[int]
     tables: list[TableLayout]
     figures: list[CurvesFigure | HeatmapFigure | SensitivityFigure]
+    exclude: list[dict[str, str]] = dataclass_field(default_factory=list)   # the sweep's excluded partial cells
 
 
 # ---------------------------------------------------------------------------------------------------- validation --
@@ -499,6 +521,34 @@ def validate_report(spec: dict[str, Any]) -> ReportLayout:
         raise LayoutError(f"tables={raw_tables!r}: must be a list of table layouts")
     if not isinstance(raw_figures, list):
         raise LayoutError(f"figures={raw_figures!r}: must be a list of figure layouts")
+    tables, errors = _tables(raw_tables, axes)
+    figures, figure_errors = _figures(raw_figures, axes)
+    errors += figure_errors
+    ids = [t.id for t in tables] + [f.id for f in figures]
+    dupes = sorted({x for x in ids if ids.count(x) > 1})
+    if dupes:
+        errors.append(f"tables/figures id: {', '.join(dupes)} used twice (ids name the output files)")
+    if errors:
+        raise LayoutError("\n".join(errors))
+    if not raw_figures:
+        figures = [CurvesFigure(type="curves", id=f"curves-{t.id}",
+                                cells=[t.cell(axes, g, r, c) for g in t.group_keys(axes) for r in t.row_keys(axes)
+                                       for c in t.column_keys(axes)])
+                   for t in tables]
+    return ReportLayout(name=name, axes=axes, folds=list(folds), tables=tables, figures=figures,
+                        exclude=_parse_exclude(spec.get("exclude")))
+
+
+def _parse_exclude(raw: Any) -> list[dict[str, str]]:
+    """The sweep's ``exclude`` partial cells, levels as strings (orchestration validates them; a report only needs
+    to know that such a cell has no run on purpose)."""
+    if not isinstance(raw, list):
+        return []
+    return [{str(a): str(lv) for a, lv in cell.items()} for cell in raw if isinstance(cell, dict)]
+
+
+def _tables(raw_tables: list, axes: Axes) -> tuple[list[TableLayout], list[str]]:
+    """The valid table layouts and one error line per problem of the others."""
     errors: list[str] = []
     tables: list[TableLayout] = []
     for i, raw in enumerate(raw_tables):
@@ -522,6 +572,12 @@ def validate_report(spec: dict[str, Any]) -> ReportLayout:
         errors += problems
         if not problems:
             tables.append(table)
+    return tables, errors
+
+
+def _figures(raw_figures: list, axes: Axes) -> tuple[list[CurvesFigure | HeatmapFigure | SensitivityFigure], list[str]]:
+    """The valid figure layouts (ids defaulted) and one error line per problem of the others."""
+    errors: list[str] = []
     adapter: TypeAdapter = TypeAdapter(FigureLayout)
     figures: list[CurvesFigure | HeatmapFigure | SensitivityFigure] = []
     for i, raw in enumerate(raw_figures):
@@ -548,18 +604,7 @@ def validate_report(spec: dict[str, Any]) -> ReportLayout:
         errors += problems
         if not problems:
             figures.append(fig)
-    ids = [t.id for t in tables] + [f.id for f in figures]
-    dupes = sorted({x for x in ids if ids.count(x) > 1})
-    if dupes:
-        errors.append(f"tables/figures id: {', '.join(dupes)} used twice (ids name the output files)")
-    if errors:
-        raise LayoutError("\n".join(errors))
-    if not raw_figures:
-        figures = [CurvesFigure(type="curves", id=f"curves-{t.id}", title=f"Learning curves: {t.id}",
-                                cells=[t.cell(axes, g, r, c) for g in t.group_keys(axes) for r in t.row_keys(axes)
-                                       for c in t.column_keys(axes)])
-                   for t in tables]
-    return ReportLayout(name=name, axes=axes, folds=list(folds), tables=tables, figures=figures)
+    return figures, errors
 
 
 def validate_layout(spec: dict[str, Any]) -> list[TableLayout]:

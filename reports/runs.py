@@ -27,11 +27,13 @@ evaluations.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 from urllib.parse import urlparse
 from urllib.request import url2pathname
 
@@ -55,6 +57,7 @@ __all__ = [
     "summarise",
     "load_class_counts",
     "sum_class_counts",
+    "MetricCache",
 ]
 
 MEDIAN_WINDOW = 20
@@ -63,6 +66,12 @@ _PAGE = 10_000
 _CHUNK = 900                      # run ids per SQL `IN (…)`: below SQLite's historic 999-parameter limit
 # get_metric_history is one query per (run, key); threads overlap the round trips to a tracking server.
 _HISTORY_WORKERS = 8
+# The first request to a tracking server: MLflow's defaults (7 retries with exponential back-off, 120 s per
+# request) wait about four minutes in silence before a dead server's error. Three tries of 5 s with a 1 s back-off
+# answer within ~20 s; a user's own MLFLOW_HTTP_REQUEST_* settings win.
+PROBE_HTTP_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                  "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
+_SQLITE_HEADER = b"SQLite format 3\x00"
 _BASE_COLUMNS = ["run_id", "run_name", "status", "start_time", "artifact_uri", "cell", "fold", "split_digest",
                  "variant", "config_hash", "parent_run_id"]
 
@@ -156,13 +165,22 @@ class RunSource:
         return self._client
 
     def experiment_id(self, name: str) -> str:
-        """The id of the experiment ``name``; ``ValueError`` naming the experiments there when it is missing."""
-        exp = self.client.get_experiment_by_name(name)
-        if exp is None:
-            names = [e.name for e in self.client.search_experiments(max_results=50)]
-            raise ValueError(f"experiment {name!r}: not found at {self.tracking_uri}; experiments there: "
-                             f"{', '.join(names) or 'none'}")
+        """The id of the experiment ``name``; ``ValueError`` naming the experiments there when it is missing, or
+        naming the URI when the tracking server does not answer (within ~20 s, see :data:`PROBE_HTTP_ENV`)."""
+        with _bounded_http(self.tracking_uri):
+            exp = self.client.get_experiment_by_name(name)
+            if exp is None:
+                raise ValueError(f"experiment {name!r}: not found at {self.tracking_uri}; experiments there: "
+                                 f"{', '.join(self.experiment_names()) or 'none'}")
         return exp.experiment_id
+
+    def experiment_names(self, limit: int = 50) -> list[str]:
+        """Names of (up to ``limit``) active experiments in the store, for error messages."""
+        return [e.name for e in self.client.search_experiments(max_results=limit)]
+
+    def metric_keys(self, run_ids: Iterable[str]) -> set[str]:
+        """Every metric key any of ``run_ids`` logged."""
+        raise NotImplementedError
 
     def trials(self, experiment_id: str, axes: Sequence[str], kind: str = "grid") -> pd.DataFrame:
         """One row per active trial run of ``kind``, every status.
@@ -191,6 +209,13 @@ class RunSource:
 class ApiRunSource(RunSource):
     """MLflow's public client API: ``search_runs`` and one ``get_metric_history`` per run (threaded)."""
 
+    def __init__(self, tracking_uri: str):
+        super().__init__(tracking_uri)
+        self._keys: dict[str, set[str]] = {}     # run id → its metric keys, as search_runs returned them
+
+    def metric_keys(self, run_ids: Iterable[str]) -> set[str]:
+        return set().union(*(self._keys.get(r, set()) for r in run_ids))
+
     def trials(self, experiment_id: str, axes: Sequence[str], kind: str = "grid") -> pd.DataFrame:
         from mlflow.entities import ViewType
 
@@ -199,6 +224,7 @@ class ApiRunSource(RunSource):
         while True:
             page = self.client.search_runs([experiment_id], TRIAL_FILTER.format(kind=kind), ViewType.ACTIVE_ONLY,
                                            max_results=_PAGE, page_token=token)
+            self._keys.update({r.info.run_id: set(r.data.metrics) for r in page})
             records += [_trial_record(r.info.run_id, r.info.run_name, r.info.status, r.info.start_time,
                                       r.info.artifact_uri, r.data.tags, r.data.params, axes) for r in page]
             token = page.token
@@ -278,10 +304,24 @@ class SqliteRunSource(RunSource):
         return _trial_frame([_trial_record(rid, name, status, start, uri, tags[rid], params[rid], axes)
                              for rid, name, status, start, uri in runs], axes)
 
+    def experiment_names(self, limit: int = 50) -> list[str]:
+        return [r[0] for r in self._db.execute("SELECT name FROM experiments WHERE lifecycle_stage = 'active' "
+                                               "ORDER BY experiment_id LIMIT ?", (limit,))]
+
+    def metric_keys(self, run_ids: Iterable[str]) -> set[str]:
+        # latest_metrics holds one row per (run, key): no pass over every logged value
+        table = "latest_metrics" if self._db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'latest_metrics'").fetchone() else "metrics"
+        return {row[0] for row in self._chunks(f"SELECT DISTINCT key FROM {table} WHERE run_uuid IN ({{ids}})",
+                                                sorted(set(run_ids)))}
+
     def experiment_id(self, name: str) -> str:
         row = self._db.execute("SELECT experiment_id FROM experiments WHERE name = ? AND lifecycle_stage = 'active'",
                                (name,)).fetchone()
-        return str(row[0]) if row is not None else super().experiment_id(name)   # the API names what exists
+        if row is None:
+            raise ValueError(f"experiment {name!r}: not found at {self.tracking_uri}; experiments there: "
+                             f"{', '.join(self.experiment_names()) or 'none'}")
+        return str(row[0])
 
     def histories(self, run_ids: Iterable[str], key: str) -> pd.DataFrame:
         names = sorted(set(run_ids))
@@ -301,14 +341,67 @@ class SqliteRunSource(RunSource):
         return _history_frame(names, rows["code"], rows["step"], rows["ts"], rows["value"])
 
 
+@contextmanager
+def _bounded_http(tracking_uri: str) -> Iterator[None]:
+    """Within: MLflow's HTTP retries bounded by :data:`PROBE_HTTP_ENV` (unless the user set them), and a server
+    that does not answer becomes one ``ValueError`` line naming ``tracking_uri``."""
+    from mlflow.exceptions import MlflowException
+
+    saved = {k: os.environ.get(k) for k in PROBE_HTTP_ENV}
+    os.environ.update({k: v for k, v in PROBE_HTTP_ENV.items() if saved[k] is None})
+    try:
+        yield
+    except (MlflowException, OSError) as e:       # requests' connection errors are OSErrors
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"--tracking-uri {tracking_uri!r}: the tracking server does not answer ({reason[:200]}); "
+                         "start it (`mlflow server`) or pass the store's URI") from None
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+
+
+def _check_sqlite_store(tracking_uri: str, path: Path) -> None:
+    """``ValueError`` unless ``path`` is an SQLite file with MLflow's tables (MLflow would otherwise create an
+    empty store, or fail with a traceback on a file that is not a database)."""
+    if not path.is_file():
+        what = "a folder" if path.is_dir() else "no such file"
+        raise ValueError(f"--tracking-uri {tracking_uri!r}: {what} at {path}; give the SQLite file the sweep "
+                         "wrote (run the sweep first) or the store's URI")
+    try:
+        with path.open("rb") as f:
+            header = f.read(len(_SQLITE_HEADER))
+    except OSError as e:
+        raise ValueError(f"--tracking-uri {tracking_uri!r}: cannot read {path} ({e.strerror})") from None
+    if not header:
+        raise ValueError(f"--tracking-uri {tracking_uri!r}: {path} is empty, not an MLflow store; give the store the "
+                         "sweep wrote (mlflow.db)")
+    if header != _SQLITE_HEADER:
+        raise ValueError(f"--tracking-uri {tracking_uri!r}: {path} is not an SQLite database; give the MLflow "
+                         "store the sweep wrote (mlflow.db)")
+    try:
+        with sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True) as db:
+            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.Error as e:
+        raise ValueError(f"--tracking-uri {tracking_uri!r}: {path} cannot be read as SQLite ({e})") from None
+    if not {"experiments", "runs"} <= tables:
+        raise ValueError(f"--tracking-uri {tracking_uri!r}: {path} is an SQLite database but not an MLflow store "
+                         "(no experiments/runs tables)")
+
+
 def open_run_source(tracking_uri: str, bulk_sqlite: bool = True) -> RunSource:
     """The reader for ``tracking_uri``: bulk SQL for a compatible SQLite file (unless ``bulk_sqlite`` is False),
-    else the public API. A missing SQLite file raises ``ValueError`` (MLflow would silently create an empty one)."""
+    else the public API. An SQLite path that is missing, not a database or not an MLflow store raises
+    ``ValueError`` (MLflow would silently create an empty store, or fail with a traceback)."""
     path = _sqlite_path(tracking_uri)
+    if path is None and "://" not in tracking_uri and not tracking_uri.startswith("file:"):
+        # a bare path without .db (those became sqlite: URIs): an SQLite store by another name, or a mistake
+        if not Path(tracking_uri).is_file():
+            raise ValueError(f"--tracking-uri {tracking_uri!r}: not a file, an sqlite:/// URI or a server URL; "
+                             "give the store the sweep wrote (mlflow.db) or http://host:port")
+        path, tracking_uri = Path(tracking_uri), f"sqlite:///{Path(tracking_uri).resolve()}"
     if path is not None and str(path) != ":memory:":
-        if not path.is_file():
-            raise ValueError(f"--tracking-uri {tracking_uri!r}: no SQLite file at {path}; run the sweep first or "
-                             "pass the store's URI")
+        _check_sqlite_store(tracking_uri, path)
         if bulk_sqlite and SqliteRunSource.compatible(path):
             return SqliteRunSource(tracking_uri, path)
     return ApiRunSource(tracking_uri)
@@ -423,3 +516,40 @@ def sum_class_counts(artifact_uris: Iterable[str], step: int | None = None, trac
     if pseudo is None:
         raise ValueError("class counts: no run given")
     return pseudo, comp, steps
+
+
+class MetricCache:
+    """Metric histories of the used runs, read once per (metric, run) and shared by tables and figures."""
+
+    def __init__(self, source: "RunSource"):
+        self.source = source
+        # metric → frames, one per read, with the run ids each holds; run id → its frame's index (-1: never logged)
+        self._chunks: dict[str, list[tuple[pd.DataFrame, set[str]]]] = {}
+        self._chunk_of: dict[str, dict[str, int]] = {}
+
+    def histories(self, metric: str, run_ids: Sequence[str]) -> pd.DataFrame:
+        """Histories (``run_id``, ``step``, ``value``) of ``metric`` for ``run_ids``, reading only uncached runs."""
+        chunks = self._chunks.setdefault(metric, [])
+        chunk_of = self._chunk_of.setdefault(metric, {})
+        wanted = set(run_ids)
+        missing = sorted(wanted - chunk_of.keys())
+        if missing:
+            new = self.source.histories(missing, metric)
+            logged = set(new["run_id"])
+            chunks.append((new, logged))
+            chunk_of.update({r: len(chunks) - 1 if r in logged else -1 for r in missing})
+        needed = sorted({chunk_of[r] for r in wanted} - {-1})
+        if len(needed) == 1 and chunks[needed[0]][1] <= wanted:
+            return chunks[needed[0]][0]       # exactly one read's runs (a table's): no pass over ~1M rows
+        if not needed:
+            return self.source.histories([], metric)
+        frame = pd.concat([chunks[i][0] for i in needed], ignore_index=True)
+        return frame[frame["run_id"].isin(wanted)].reset_index(drop=True)
+
+    def values(self, metric: str, protocol: str, runs: pd.DataFrame) -> pd.DataFrame:
+        """``runs`` plus a ``value`` column: the metric under ``protocol`` ×100 (NaN when never logged)."""
+        hist = self.histories(metric, list(runs["run_id"]))
+        per_run = summarise(hist, protocol) * 100.0
+        out = runs.copy()
+        out["value"] = out["run_id"].map(per_run).astype(float)
+        return out

@@ -1,11 +1,13 @@
 """Render a report table in Markdown and LaTeX (booktabs), laid out as the YAML says and marked like the paper.
 
+A table has a short caption above (the YAML's ``caption``, else what the metric is) and one note line below it
+with the method notes (what a cell is, the protocol, the split rule, the marks); internal ids stay out of the text.
 A cell is mean ± std over folds of the table's metric ×100 with two decimals (std = sample std, ddof=1; no ± for a
 single fold), followed by ``(n=k)`` when fewer than :data:`PAPER_FOLDS` folds finished and "—" when none did. Per
 column (and per row group) the best mean is bold and the second best is marked — italic in Markdown, underlined in
 LaTeX (the paper shades it; underlining needs no extra package). Ranking uses the displayed (rounded) means, so equal
 printed numbers get the same mark. With published numbers, each column gets "paper" and "Δ" (ours − paper, from the
-printed mean) sub-columns. The paired comparison (a − b on the same folds, paired t-test) goes under the table; the
+printed mean) sub-columns, unless the layout says ``paper: false``. The paired comparison (a − b on the same folds, paired t-test) goes under the table; the
 per-fold values go to an appendix table.
 """
 
@@ -16,13 +18,14 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from reports.layout import Axes, PairedSpec, PublishedValue, TableLayout, cell_id
+from reports.layout import Axes, PairedSpec, PublishedValue, TableLayout, cell_id, metric_name
 from reports.stats import CellStats, FoldValue, PairedResult, cell_stats, paired_comparison
 
 __all__ = [
     "PAPER_FOLDS",
     "PROTOCOL_TEXT",
     "TableData",
+    "caption",
     "build_table_data",
     "format_mean_std",
     "format_delta",
@@ -65,7 +68,12 @@ class TableData:
 
     @property
     def has_published(self) -> bool:
-        return bool(self.published)
+        """Whether the Paper and Δ columns are shown: published numbers exist and the layout keeps them."""
+        return bool(self.published) and self.layout.paper
+
+    def missing(self) -> list[Key]:
+        """Positions with no finished run (shown "—")."""
+        return [key for key, stats in self.cells.items() if stats.n == 0]
 
 
 def build_table_data(layout: TableLayout, axes: Axes, folds: list[int], runs: pd.DataFrame, protocol: str
@@ -170,19 +178,24 @@ def _column_titles(data: TableData) -> list[str]:
     return [f"{group_of[c]} / {lay.column_label(c)}" if c in group_of else lay.column_label(c) for c in data.columns]
 
 
-def _caption_sentences(data: TableData, markdown: bool) -> str:
+def caption(data: TableData) -> str:
+    """The table's caption: the YAML's, else what the metric is (no internal id)."""
+    cap = data.layout.caption.strip()
+    if not cap:
+        name = metric_name(data.layout.metric)
+        cap = name[:1].upper() + name[1:] + " (%)"
+    return cap
+
+
+def _note(data: TableData, markdown: bool) -> str:
+    """The method notes, one line: what a cell is, protocol, split rule, marks, and Paper/Δ when shown."""
     lay = data.layout
-    cap = lay.caption.strip()
-    if cap and cap[-1] not in ".!?":
-        cap += "."
     rules = ", ".join(data.split_rules) if data.split_rules else "unknown (no finished run)"
     metric = f"`{lay.metric}`" if markdown else lay.metric
-    bold, second = ("**Bold**", "*italic*") if markdown else ("Bold", "underlined")
-    parts = [cap] if cap else []
-    parts.append(f"Mean ± std over folds of {metric} ×100; std is the sample standard deviation (ddof=1).")
-    parts.append(f"Protocol: {PROTOCOL_TEXT[data.protocol]}; split rule: {rules}.")
-    parts.append(f"(n=k): only k folds finished (the paper uses {PAPER_FOLDS}); —: none finished.")
-    parts.append(f"{bold}: best, {second}: second best per column.")
+    bold, second = ("**bold**", "*italic*") if markdown else ("bold", "underlined")
+    parts = [f"Mean ± std (sample, ddof=1) over folds of {metric} ×100; protocol: {PROTOCOL_TEXT[data.protocol]}; "
+             f"split rule: {rules}.",
+             f"{bold}: best, {second}: second best per column; (n=k): k of {PAPER_FOLDS} folds finished; —: none."]
     if data.has_published:
         parts.append("Paper: the published number; Δ = ours − paper.")
     return " ".join(parts)
@@ -215,8 +228,8 @@ def render_markdown(data: TableData) -> str:
     for t in titles:
         # "paper" and "Δ" right after their column: repeating the column title would triple a wide table's width.
         header += [_md_escape(t)] + (["paper", "Δ"] if data.has_published else [])
-    lines = [f"**Table {lay.id}.** {_caption_sentences(data, markdown=True)}", "",
-             _md_row(header), _md_row([":---"] + ["---:"] * (len(header) - 1))]
+    lines = [f"**{_md_escape(caption(data))}**", "", _md_row(header),
+             _md_row([":---"] + ["---:"] * (len(header) - 1))]
     for g in data.groups:
         if g is not None:
             lines.append(_md_row([f"**{_md_escape(lay.group_label(g))}**"] + [""] * (len(header) - 1)))
@@ -229,6 +242,7 @@ def render_markdown(data: TableData) -> str:
                     paper = data.published.get(key)
                     row += [str(paper) if paper else "—", format_delta(data.cells[key], paper)]
             lines.append(_md_row(row))
+    lines += ["", f"Note: {_note(data, markdown=True)}"]
     for pair, results in data.paired:
         lines += [""] + _md_paired(data, pair, results)
     return "\n".join(lines) + "\n"
@@ -260,8 +274,7 @@ def render_folds_markdown(data: TableData) -> str:
     """Appendix: the value of every fold (×100, under the table's protocol), one line per row and fold."""
     lay = data.layout
     head = (["Group"] if lay.row_groups else []) + [_row_header(data), "Fold"] + _column_titles(data)
-    lines = [f"**Table {lay.id}, per fold.** `{lay.metric}` ×100 of each fold under the "
-             f"{PROTOCOL_TEXT[data.protocol]} protocol; —: no finished run. Run ids: see index.md.", "",
+    lines = [f"**{_md_escape(caption(data))}: each fold**", "",
              _md_row([_md_escape(h) for h in head]),
              _md_row([":---"] * (len(head) - len(data.columns) - 1) + ["---:"] * (len(data.columns) + 1))]
     for g in data.groups:
@@ -271,7 +284,14 @@ def render_folds_markdown(data: TableData) -> str:
                                                                                       str(f)]
                 row += [_fold_value(data.cells[(g, r, c)], f) for c in data.columns]
                 lines.append(_md_row(row))
+    lines += ["", f"Note: {_folds_note(data, markdown=True)}"]
     return "\n".join(lines) + "\n"
+
+
+def _folds_note(data: TableData, markdown: bool) -> str:
+    metric = f"`{data.layout.metric}`" if markdown else data.layout.metric
+    return (f"{metric} ×100 of each fold, protocol: {PROTOCOL_TEXT[data.protocol]}; —: no finished run; the run "
+            "behind each value: index.md.")
 
 
 # --------------------------------------------------------------------------------------------------------- LaTeX --
@@ -394,7 +414,7 @@ def render_latex(data: TableData) -> str:
     # One font size for every block (footnotesize, tighter columns, as SSL papers set their tables); a block is
     # scaled down only if it is still wider than the line.
     lines = [r"\begin{table}[!htbp]", r"\centering", r"\footnotesize", r"\setlength{\tabcolsep}{4pt}",
-             rf"\caption{{{latex_escape(_caption_sentences(data, markdown=False))}}}", rf"\label{{tab:{lay.id}}}"]
+             rf"\caption{{{latex_escape(caption(data))}}}", rf"\label{{tab:{lay.id}}}"]
     for bi, columns in enumerate(_column_blocks(data, span)):
         ncols = 1 + span * len(columns)
         if bi:
@@ -420,10 +440,15 @@ def render_latex(data: TableData) -> str:
                                 _tex_signed(format_delta(data.cells[key], paper))]
                 lines.append(" & ".join(row) + r" \\")
         lines += [r"\bottomrule", r"\end{tabular}}"]
+    lines.append(_tex_note(_note(data, markdown=False)))
     for pair, results in data.paired:
         lines += _tex_paired(data, pair, results)
     lines.append(r"\end{table}")
     return "\n".join(lines) + "\n"
+
+
+def _tex_note(text: str) -> str:
+    return rf"\par\smallskip{{\footnotesize\raggedright Note: {latex_escape(text)}\par}}"
 
 
 def _tex_paired(data: TableData, pair: PairedSpec, results: dict[tuple[str | None, str], PairedResult]
@@ -455,10 +480,9 @@ def render_folds_latex(data: TableData) -> str:
     lay = data.layout
     lead = (["Group"] if lay.row_groups else []) + [_row_header(data), "Fold"]
     header = _tex_header(data, [latex_escape(t) for t in lead])
-    caption = (f"Table {latex_escape(lay.id)}, per fold: {latex_escape(lay.metric)} $\\times$100 of each fold "
-               f"under the {latex_escape(PROTOCOL_TEXT[data.protocol])} protocol; ---: no finished run.")
+    caption_text = latex_escape(f"{caption(data)}: each fold")
     lines = [rf"\begin{{longtable}}{{@{{}}{'l' * (len(lead) - 1)}r{'c' * len(data.columns)}@{{}}}}",
-             rf"\caption{{{caption}}}\label{{tab:{lay.id}-folds}} \\", r"\toprule", *header, r"\midrule",
+             rf"\caption{{{caption_text}}}\label{{tab:{lay.id}-folds}} \\", r"\toprule", *header, r"\midrule",
              r"\endfirsthead", r"\toprule", *header, r"\midrule", r"\endhead", r"\bottomrule", r"\endlastfoot"]
     for g in data.groups:
         for r in data.rows:
@@ -467,5 +491,6 @@ def render_folds_latex(data: TableData) -> str:
                       [latex_escape(lay.row_label(r)), str(f)]
                 row += [_tex_value(_fold_value(data.cells[(g, r, c)], f)) for c in data.columns]
                 lines.append(" & ".join(row) + r" \\")
-    lines.append(r"\end{longtable}")
+    # longtable is not a float: the note set after it stays right under the table's last page.
+    lines += [r"\end{longtable}", r"\vspace{-\smallskipamount}", _tex_note(_folds_note(data, markdown=False))]
     return "\n".join(lines) + "\n"

@@ -101,6 +101,7 @@ class Store:
     spec_path: Path
     run_ids: dict[tuple[str, str, str, int], str]   # (method, setting, k, fold) → run id of the run that counts
     ignored: dict[str, str]                          # what → run id of a run the report must ignore
+    steps: tuple[int, ...] = tuple(STEPS)            # the evaluation steps every trial logged
 
 
 def _log_trial(client, exp_id: str, parent: str, method: str, setting: str, k: str, fold: int, value: float,

@@ -30,28 +30,52 @@ def test_curve_band_mean_std_over_runs():
     assert band["n"].tolist() == [3, 1]
 
 
-def test_plots_write_pngs_and_refuse_empty_input(tmp_path):
+def test_plots_write_png_pdf_svg_and_refuse_empty_input(tmp_path):
     h = pd.DataFrame({"run_id": ["a"] * 3, "step": [1, 2, 3], "value": [0.2, 0.5, 0.6]})
     loss = h.assign(value=[2.3, 1.1, 0.4])
-    plot_curves([CurvePanel("cell", 1, {"test/acc": h, "train/loss": loss})],
-                ["test/acc", "train/pl_acc", "train/loss"], tmp_path / "c.png", "t")
-    plot_heatmaps(np.eye(4) * 5 + 1, 1 - np.eye(4), tmp_path / "h.png", "t")
-    plot_heatmaps(np.eye(4) * 5 + 1, None, tmp_path / "h1.png", "t")        # FixMatch: no TNC panel
+    files, _ = plot_curves([CurvePanel("cell", 1, {"test/acc": h, "train/loss": loss})],
+                           ["test/acc", "train/pl_acc", "train/loss"], tmp_path / "c")
+    assert [p.name for p in files] == ["c.png", "c.pdf", "c.svg"]
+    plot_heatmaps(np.eye(4) * 5 + 1, 1 - np.eye(4), tmp_path / "h")
+    plot_heatmaps(np.eye(4) * 5 + 1, None, tmp_path / "h1")        # FixMatch: no TNC panel
     assert imread(tmp_path / "h1.png").shape[1] < imread(tmp_path / "h.png").shape[1]
     plot_sensitivity({"MutexMatch": pd.DataFrame({"x": [1, 3, "C"], "mean": [90.0, 91.0, 92.0],
                                                   "std": [1.0, np.nan, 0.5], "n": [5, 1, 5]})},
-                     tmp_path / "s.png", "t", "algorithm.k", "%")
+                     tmp_path / "s", "algorithm.k", "%")
     for name in ("c", "h", "s"):
         image = imread(tmp_path / f"{name}.png")
         assert image.ndim == 3 and np.ptp(image[..., :3]) > 0.5
+        pdf = (tmp_path / f"{name}.pdf").read_bytes()
+        assert pdf.startswith(b"%PDF-") and b"/Type3" not in pdf and b"/CreationDate" not in pdf
     with pytest.raises(ValueError, match="no cell with a finished run"):
-        plot_curves([], ["test/acc"], tmp_path / "x.png", "t")
+        plot_curves([], ["test/acc"], tmp_path / "x")
     with pytest.raises(ValueError, match="no level with a finished run"):
         plot_sensitivity({"a": pd.DataFrame({"x": [1], "mean": [np.nan], "std": [np.nan], "n": [0]})},
-                         tmp_path / "y.png", "t", "k", "%")
+                         tmp_path / "y", "k", "%")
     with pytest.raises(ValueError, match=r"pseudo-label matrix is 3×3 but complementary-label matrix is 2×2"):
-        plot_heatmaps(np.ones((3, 3)), np.ones((2, 2)), tmp_path / "z.png", "t")
+        plot_heatmaps(np.ones((3, 3)), np.ones((2, 2)), tmp_path / "z")
+    with pytest.raises(ValueError, match=r"class_names: 2 names given, but the class counts have 3 classes"):
+        plot_heatmaps(np.ones((3, 3)), None, tmp_path / "z", ["cat", "dog"])
     assert not any((tmp_path / n).exists() for n in ("x.png", "y.png", "z.png"))
+
+
+def test_curve_panels_share_the_y_range_unless_told_not_to(tmp_path):
+    low = pd.DataFrame({"run_id": ["a"] * 3, "step": [1, 2, 3], "value": [0.1, 0.2, 0.3]})
+    high = low.assign(value=[0.7, 0.8, 0.95])
+    panels = [CurvePanel("low", 1, {"test/acc": low}), CurvePanel("high", 1, {"test/acc": high})]
+    _, shared = plot_curves(panels, ["test/acc"], tmp_path / "shared")
+    assert shared[0].ylim == shared[1].ylim and shared[0].ylim[0] <= 10 and shared[0].ylim[1] >= 95
+    assert [p.points for p in shared] == [{"test/acc": 3}, {"test/acc": 3}]
+    _, own = plot_curves(panels, ["test/acc"], tmp_path / "own", sharey=False)
+    assert own[0].ylim[1] < 50 < own[1].ylim[0]
+
+
+def test_heat_map_ticks_are_the_class_names(tmp_path):
+    plot_heatmaps(np.eye(3) + 1, None, tmp_path / "named", ["cat", "dog", "ship"])
+    svg = (tmp_path / "named.svg").read_text()
+    plot_heatmaps(np.eye(3) + 1, None, tmp_path / "plain")
+    # SVG text is drawn as paths, each glyph defined once: the names add glyphs the digits alone do not have
+    assert svg.count("<path id=") > (tmp_path / "plain.svg").read_text().count("<path id=")
 
 
 def test_fraction_metrics_are_the_percent_ones():

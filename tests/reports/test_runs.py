@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -97,14 +99,38 @@ def test_bulk_sqlite_reader_equals_public_api(store):
 
 
 def test_open_run_source_errors(store, tmp_path):
-    with pytest.raises(ValueError, match=r"--tracking-uri 'sqlite:///.*nothing\.db': no SQLite file at"):
+    with pytest.raises(ValueError, match=r"--tracking-uri 'sqlite:///.*nothing\.db': no such file at"):
         open_run_source(f"sqlite:///{tmp_path / 'nothing.db'}")
     assert not (tmp_path / "nothing.db").exists()
     with pytest.raises(ValueError, match=r"experiment 'other': not found at .*; experiments there: .*rep"):
         open_run_source(store.uri).experiment_id("other")
-    (tmp_path / "other.db").write_bytes(b"")               # not an MLflow store: the API reader is used
+    with sqlite3.connect(tmp_path / "other.db") as db:       # MLflow's tables, other columns: the API reader
+        db.execute("CREATE TABLE experiments (experiment_id INTEGER)")
+        db.execute("CREATE TABLE runs (run_uuid TEXT)")
     assert not SqliteRunSource.compatible(tmp_path / "other.db")
     assert isinstance(open_run_source(f"sqlite:///{tmp_path / 'other.db'}"), ApiRunSource)
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("notes.db", b"some notes, not a database\n", r"notes\.db is not an SQLite database"),
+    ("empty.db", b"", r"empty\.db is empty, not an MLflow store"),
+    ("plain.db", None, r"plain\.db is an SQLite database but not an MLflow store"),
+    ("notes.txt", b"some notes\n", r"notes\.txt is not an SQLite database"),
+])
+def test_a_file_that_is_not_an_mlflow_store_is_refused(tmp_path, name, content, message):
+    path = tmp_path / name
+    if content is None:
+        with sqlite3.connect(path) as db:
+            db.execute("CREATE TABLE t (x INTEGER)")
+    else:
+        path.write_bytes(content)
+    before = path.read_bytes()
+    uri = str(path) if name.endswith(".txt") else f"sqlite:///{path}"
+    with pytest.raises(ValueError, match=message):
+        open_run_source(resolve_tracking_uri(uri))
+    assert path.read_bytes() == before                     # nothing created or migrated in it
+    with pytest.raises(ValueError, match=r"not a file, an sqlite:/// URI or a server URL"):
+        open_run_source(str(tmp_path / "absent.txt"))
 
 
 def test_resolve_tracking_uri(tmp_path, monkeypatch):

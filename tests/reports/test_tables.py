@@ -60,9 +60,7 @@ def data():
 def test_grouped_markdown_exact(data):
     cols = "CIFAR-10 / 40 labels | CIFAR-10 / 250 labels | CIFAR-100 / 400 labels"
     expected = "\n".join([
-        "**Table g.** Ablation: 50% & λ_n ~ τ <1> {x} $. Mean ± std over folds of `test/acc` ×100; std is the sample "
-        "standard deviation (ddof=1). Protocol: final (the last evaluation); split rule: balanced. (n=k): only k "
-        "folds finished (the paper uses 5); —: none finished. **Bold**: best, *italic*: second best per column.",
+        "**Ablation: 50% & λ_n ~ τ <1> {x} $**",
         "",
         f"| Method | {cols} |",
         "| :--- | ---: | ---: | ---: |",
@@ -74,6 +72,10 @@ def test_grouped_markdown_exact(data):
         "| FixMatch | *95.00±1.58* | — | — |",
         "| MutexMatch | **96.00±1.58** | — | — |",
         "| Supervised | — | — | — |",
+        "",
+        "Note: Mean ± std (sample, ddof=1) over folds of `test/acc` ×100; protocol: final (the last evaluation); "
+        "split rule: balanced. **bold**: best, *italic*: second best per column; (n=k): k of 5 folds finished; —: "
+        "none.",
         "",
         "Paired comparison MutexMatch − FixMatch on the same folds (same fold index and labeled split digest), "
         "×100: mean and sample std of the differences, two-sided paired t-test (scipy.stats.ttest_rel); n/a with "
@@ -101,7 +103,8 @@ def test_grouped_folds_markdown(data):
     assert lines[2] == ("| Group | Method | Fold | CIFAR-10 / 40 labels | CIFAR-10 / 250 labels | "
                         "CIFAR-100 / 400 labels |")
     assert lines[3] == "| :--- | :--- | ---: | ---: | ---: | ---: |"
-    assert len(lines) == 4 + 2 * 3 * 5
+    assert len(lines) == 4 + 2 * 3 * 5 + 2           # + an empty line and the note
+    assert lines[-1].startswith("Note: `test/acc` ×100 of each fold, protocol: final (the last evaluation)")
     assert lines[4 + 2 * 5 + 3] == "| Backbone: CNN-13 | Supervised | 3 | 80.00 | — | — |"
     assert lines[4 + 3 * 5 + 5 + 4] == "| Backbone: WRN-28-2 | MutexMatch | 4 | 98.00 | — | — |"
 
