@@ -55,8 +55,7 @@ def run_child(args) -> None:
             with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
                 trainer.train_step()
             result["saved_gb"] = sum(storages.values()) / GB
-            test = trainer.bundle.test
-            trainer.accuracy(trainer.ema.module, test.x, test.y)
+            trainer.time_evaluation()  # the EMA model over the whole test set, as an evaluation scores it
             if trainer.device.type == "cuda":
                 torch.cuda.synchronize()
                 result.update(allocated_gb=torch.cuda.max_memory_allocated() / GB,

@@ -50,7 +50,7 @@ from mutexmatch.algorithms import ALGORITHMS, StepInputs  # noqa: E402
 from mutexmatch.config import parse_config  # noqa: E402
 from mutexmatch.datasets import DATASETS, DatasetBundle, ImageData  # noqa: E402
 from mutexmatch.models import build_model  # noqa: E402
-from mutexmatch.train import Trainer, _param_groups  # noqa: E402
+from mutexmatch.train import Trainer, param_groups  # noqa: E402
 
 RETAIN_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 40)}
 PIPELINES = {
@@ -119,7 +119,7 @@ def time_reference(args, bundle: DatasetBundle) -> list[float]:
     images = bundle.train.x.permute(0, 2, 3, 1).numpy()
     labels = bundle.train.y
     model = build_model(args.backbone, num_classes=10).to(device)  # NCHW, fp32
-    opt = torch.optim.SGD(_param_groups(model, 5e-4), lr=0.03, momentum=0.9, nesterov=True)
+    opt = torch.optim.SGD(param_groups(model, 5e-4), lr=0.03, momentum=0.9, nesterov=True)
     alg = ALGORITHMS["mutexmatch"]({"form": "official", "k": 10}, 10)
     sampler = lambda n: torch.utils.data.RandomSampler(range(len(images)), replacement=True, num_samples=10**9)  # noqa
     lb_loader = torch.utils.data.DataLoader(PilPairDataset(images), batch_size=args.batch, sampler=sampler(0),

@@ -1,6 +1,8 @@
 """The seam between the trainer and whatever watches it (Ray Tune, MLflow, a progress bar, a test).
 
 ``mutexmatch`` imports neither ray nor mlflow: orchestration plugs them in by implementing :class:`Callback`.
+Every hook receives a typed event (:class:`StartEvent`, :class:`EvalEvent`, :class:`RunSummary`), never the trainer:
+what a watcher may rely on is exactly what the events carry.
 """
 
 from __future__ import annotations
@@ -11,7 +13,21 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Callback", "EvalEvent", "RunSummary"]
+from mutexmatch.runfolder import RunFolder
+
+__all__ = ["Callback", "StartEvent", "EvalEvent", "RunSummary"]
+
+
+@dataclass(frozen=True)
+class StartEvent:
+    """The run about to train: the step it starts at (0, or the resumed checkpoint's), its folder and identity."""
+
+    step: int
+    iterations: int
+    run: RunFolder
+    config_hash: str
+    split_digest: str
+    resumed_from: Path | None = None
 
 
 @dataclass
@@ -41,7 +57,7 @@ class Callback:
     """Override what you need. ``on_eval`` may return True to stop the run after this step (the checkpoint of
     this step has then already been written)."""
 
-    def on_start(self, trainer: Any) -> None:  # noqa: D401 - hook
+    def on_start(self, event: StartEvent) -> None:  # noqa: D401 - hook
         pass
 
     def on_eval(self, event: EvalEvent) -> bool | None:

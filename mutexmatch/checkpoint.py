@@ -1,16 +1,16 @@
 """Atomic, checksummed checkpoints, and finding the newest good one.
 
-A checkpoint ``ckpt_<step>.pt`` is written to a temporary file in the same folder, flushed to disk and renamed
-into place, then its sha256 is written beside it (``ckpt_<step>.pt.sha256``, also atomically). A checkpoint whose
-checksum is missing or wrong, or which fails to load, is skipped with a warning and the previous one is used; a run
-folder that has checkpoint files but no loadable one raises instead of silently restarting from scratch.
+A checkpoint ``ckpt_<step>.pt`` (file names: :mod:`mutexmatch.runfolder`) is written to a temporary file in the
+same folder, flushed to disk and renamed into place, then its sha256 is written beside it (``ckpt_<step>.pt.sha256``,
+also atomically). A checkpoint whose checksum is missing or wrong, or which fails to load, is skipped with a warning
+and the previous one is used; a run folder that has checkpoint files but no loadable one raises instead of silently
+restarting from scratch.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
-import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -18,18 +18,13 @@ from typing import Any
 import torch
 
 from mutexmatch.atomic import atomic_write
+from mutexmatch.runfolder import checkpoint_name, checkpoint_pair, checkpoint_step, checksum_path
 
-__all__ = ["atomic_write_bytes", "save_checkpoint", "load_checkpoint", "latest_checkpoint", "list_checkpoints",
+__all__ = ["save_checkpoint", "load_checkpoint", "latest_checkpoint", "list_checkpoints",
            "CheckpointError", "prune_checkpoints", "sha256_file"]
-
-_NAME = re.compile(r"^ckpt_(\d+)\.pt$")
-
 
 class CheckpointError(RuntimeError):
     pass
-
-
-atomic_write_bytes = atomic_write  # the name the trainer imports; one implementation (mutexmatch.atomic)
 
 
 def sha256_file(path: Path) -> str:
@@ -45,16 +40,16 @@ def save_checkpoint(state: dict[str, Any], directory: Path, step: int) -> Path:
     buf = io.BytesIO()
     torch.save(state, buf)
     data = buf.getvalue()
-    path = Path(directory) / f"ckpt_{step:08d}.pt"
-    atomic_write_bytes(path, data)
-    atomic_write_bytes(path.with_name(path.name + ".sha256"), hashlib.sha256(data).hexdigest().encode())
+    path, sidecar = checkpoint_pair(Path(directory) / checkpoint_name(step))
+    atomic_write(path, data)
+    atomic_write(sidecar, hashlib.sha256(data).hexdigest().encode())
     return path
 
 
 def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """Load a checkpoint after verifying its checksum (``weights_only=True``); raise CheckpointError if bad."""
     path = Path(path)
-    sidecar = path.with_name(path.name + ".sha256")
+    sidecar = checksum_path(path)
     if not sidecar.is_file():
         raise CheckpointError(f"{path}: checksum file {sidecar.name} is missing (write interrupted?)")
     expected = sidecar.read_text().strip()
@@ -71,7 +66,7 @@ def list_checkpoints(directory: Path) -> list[tuple[int, Path]]:
     directory = Path(directory)
     if not directory.is_dir():
         return []
-    found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := _NAME.match(p.name))]
+    found = [(step, p) for p in directory.iterdir() if (step := checkpoint_step(p.name)) is not None]
     return sorted(found)
 
 
@@ -97,5 +92,5 @@ def latest_checkpoint(directory: Path, map_location: str | torch.device = "cpu")
 
 def prune_checkpoints(directory: Path, keep: int) -> None:
     for _, path in list_checkpoints(directory)[:-keep]:
-        path.unlink(missing_ok=True)
-        path.with_name(path.name + ".sha256").unlink(missing_ok=True)
+        for f in checkpoint_pair(path):
+            f.unlink(missing_ok=True)

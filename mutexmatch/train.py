@@ -1,11 +1,11 @@
 """The training loop and its command line.
 
-``python -m mutexmatch.train --config FILE [--set key=value ...]`` trains one run into ``output_dir``:
-``config.yaml`` (resolved), ``run.json`` (hashes), ``split.json`` (labeled indices with digest), ``dataset.json``
-(classes, image counts and the normalisation statistics applied),
-``checkpoints/ckpt_<step>.pt`` (atomic, checksummed), ``metrics.jsonl`` (one line per evaluation),
-``best_model.pt`` and ``final_model.pt`` (EMA weights). ``--resume DIR`` continues a run exactly where its newest
-usable checkpoint left it: same data order, same augmentations, same weights as an uninterrupted run.
+``python -m mutexmatch.train --config FILE [--set key=value ...]`` trains one run into ``output_dir``, a run folder
+(:mod:`mutexmatch.runfolder`: resolved config, hashes, split, dataset facts, checksummed checkpoints, one metrics line
+per evaluation, best and final EMA weights), which must be empty unless ``--overwrite`` is given and is locked while
+the trainer runs. ``--resume DIR`` continues a run exactly where its newest usable checkpoint left it: same data
+order, same augmentations, same weights as an uninterrupted run. Ctrl+C stops with exit code 130 and prints the
+resume command.
 
 One step, as the released code: one forward over the concatenation [labeled weak | unlabeled weak | unlabeled strong]
 (BatchNorm over all rows), the algorithm's loss, SGD (Nesterov) with the cos(7πt/16T) factor, then the EMA update.
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import math
 import os
@@ -35,28 +36,37 @@ from torch import nn
 
 from mutexmatch.algorithms import ALGORITHMS, StepInputs
 from mutexmatch.allocator import keep_freed_memory
+from mutexmatch.atomic import atomic_write
 from mutexmatch.augment import normalize, strong_augment, weak_augment
-from mutexmatch.callbacks import Callback, EvalEvent, RunSummary
-from mutexmatch.checkpoint import (CheckpointError, atomic_write_bytes, latest_checkpoint, list_checkpoints,
-                                   load_checkpoint, prune_checkpoints, save_checkpoint)
-from mutexmatch.config import ConfigError, RunConfig, config_hash, load_config, parse_config
+from mutexmatch.callbacks import Callback, EvalEvent, RunSummary, StartEvent
+from mutexmatch.checkpoint import (CheckpointError, latest_checkpoint, load_checkpoint, prune_checkpoints,
+                                   save_checkpoint)
+from mutexmatch.config import ConfigError, RunConfig, config_hash, load_config, parse_config, read_config_file
 from mutexmatch.datasets import DatasetBundle, load_dataset
 from mutexmatch.diagnostics import StepAccumulator
 from mutexmatch.imagefolder import ImageFolderError
 from mutexmatch.ema import ModelEMA
 from mutexmatch.models import build_model
 from mutexmatch.prefetch import Prefetcher, to_device
+from mutexmatch.runfolder import RUN_MARKER, RunFolder, RunFolderError, checkpoint_step
 from mutexmatch.sampler import SSLSampler
 from mutexmatch.splits import Split, make_split
 
-__all__ = ["Trainer", "NonFiniteLossError", "main", "RUN_MARKER", "DATASET_FILE"]
+__all__ = ["Trainer", "NonFiniteLossError", "StepMemoryError", "RunDirError", "param_groups", "main"]
 
-RUN_MARKER = "run.json"
-DATASET_FILE = "dataset.json"  # the images a run trained on: classes, sizes, normalisation statistics
+INTERRUPTED = 130     # exit code after Ctrl+C, as the shell reports a SIGINT death (and the sweep exits)
 
 
 class NonFiniteLossError(FloatingPointError):
     pass
+
+
+class StepMemoryError(ConfigError):
+    """One training step does not fit in the training device's memory (``train.batch_size`` and ``train.mu``)."""
+
+
+class RunDirError(SystemExit):
+    """``--resume DIR`` names no usable run folder (one line; the command line exits with 2)."""
 
 
 def resolve_device(spec: str) -> torch.device:
@@ -67,7 +77,7 @@ def resolve_device(spec: str) -> torch.device:
     return torch.device(spec)
 
 
-def _param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """Weight decay on every parameter except those of BatchNorm layers (selected by module type, not name)."""
     no_decay = {id(p) for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)
                 for p in m.parameters(recurse=False)}
@@ -78,11 +88,11 @@ def _param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 
 def _sgd(model: nn.Module, lr: float, momentum: float, nesterov: bool, weight_decay: float,
          device: torch.device) -> torch.optim.SGD:
-    """SGD with momentum (Nesterov as configured) over :func:`_param_groups`, updating all parameters in one fused
+    """SGD with momentum (Nesterov as configured) over :func:`param_groups`, updating all parameters in one fused
     kernel on CUDA and with the multi-tensor (foreach) kernels elsewhere: the same update as the per-parameter loop,
     up to float rounding, in a few kernel launches instead of several per parameter."""
     fused = device.type == "cuda"
-    return torch.optim.SGD(_param_groups(model, weight_decay), lr=lr, momentum=momentum, nesterov=nesterov,
+    return torch.optim.SGD(param_groups(model, weight_decay), lr=lr, momentum=momentum, nesterov=nesterov,
                            foreach=not fused, fused=fused)
 
 
@@ -117,6 +127,26 @@ def _set_deterministic(on: bool) -> None:
     torch.use_deterministic_algorithms(on, warn_only=True)
 
 
+def _device_memory(device: torch.device) -> int | None:
+    """Bytes of memory of the training device (the host's RAM for the CPU), None where unknown."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    if device.type == "cpu" and hasattr(os, "sysconf"):
+        with contextlib.suppress(ValueError, OSError):
+            return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return None
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 2**30:.1f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.1f} MiB"
+
+
+def _is_out_of_memory(e: BaseException) -> bool:
+    """PyTorch's allocators: ``torch.OutOfMemoryError`` on CUDA, a RuntimeError on the CPU."""
+    return isinstance(e, (torch.OutOfMemoryError, MemoryError)) or (
+        isinstance(e, RuntimeError) and "can't allocate memory" in str(e))
+
+
 def _seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
@@ -126,18 +156,23 @@ def _seed_everything(seed: int) -> None:
 class Trainer:
     """Trains one run described by a :class:`RunConfig`, reporting through :class:`Callback` objects.
 
-    ``resume``: ``False`` starts fresh (and refuses an output folder that already holds checkpoints), ``True``
-    continues from the newest usable checkpoint (error if there is none), ``"auto"`` continues if a checkpoint
-    exists and starts fresh otherwise (what a restarted Tune trial wants), a path continues from that checkpoint file.
+    ``resume``: ``False`` starts fresh in an empty ``output_dir`` (``overwrite`` replaces the run files of a
+    non-empty one), ``True`` continues from the newest usable checkpoint (error if there is none), ``"auto"``
+    continues if a checkpoint exists and starts fresh otherwise (what a restarted Tune trial wants), a path
+    continues from that checkpoint file. The run folder is locked from here until :meth:`fit` returns (or
+    :meth:`close`): a second trainer on it raises :class:`~mutexmatch.runfolder.RunFolderLocked`.
     """
 
     def __init__(self, cfg: RunConfig, callbacks: Sequence[Callback] = (), *,
-                 resume: bool | str | Path = False, bundle: DatasetBundle | None = None):
+                 resume: bool | str | Path = False, bundle: DatasetBundle | None = None, overwrite: bool = False):
         self.cfg = cfg
         self.callbacks = list(callbacks)
-        self.out = Path(cfg.output_dir).resolve()
-        self.ckpt_dir = self.out / "checkpoints"
+        self.run = RunFolder(cfg.output_dir)
+        self.out = self.run.path
+        self.ckpt_dir = self.run.checkpoints
         self.device = resolve_device(cfg.train.device)
+        if resume is False and not overwrite:
+            self.run.require_empty(overwrite=False)  # before any work; checked again under the lock
         if cfg.train.num_threads:
             torch.set_num_threads(cfg.train.num_threads)
         if self.device.type == "cpu" and cfg.train.keep_freed_memory:
@@ -149,15 +184,25 @@ class Trainer:
         self.bundle = bundle or load_dataset(cfg.data.dataset, cfg.data.root, download=cfg.data.download,
                                              svhn_extra=cfg.data.svhn_extra, image_size=cfg.data.image_size,
                                              normalization=cfg.data.normalization)
-        info = self.bundle.info
-        self.num_classes = info.num_classes
+        self.num_classes = self.bundle.info.num_classes
         self.split = self._make_split()
+        self._check_batch_memory()
+        self._build(ALGORITHMS[cfg.algorithm.name])
+        self.step = 0
+        self.history: list[float] = []   # EMA test accuracy at every evaluation
+        self.best_acc = -1.0
+        self.best_val = -1.0
+        self.resumed_from: Path | None = None
+        self.last_checkpoint: Path | None = None
+        self._reset_accumulators()
+        self._open_run_folder(resume_state, fresh_overwrites=overwrite or resume == "auto")
 
-        alg_cls = ALGORITHMS[cfg.algorithm.name]
+    def _build(self, alg_cls: type) -> None:
+        """The algorithm, model, optimiser, schedule and the batch pipeline, on the training device."""
+        cfg = self.cfg
         extra = self.bundle.extra_unlabeled
         self.algorithm = alg_cls(alg_cls.params_from(cfg.algorithm), self.num_classes,
                                  num_unlabeled=len(self.bundle.train.y) + (0 if extra is None else len(extra.y)))
-
         self._build_model(with_tnc=alg_cls.uses_tnc)
         o = cfg.optim
         self.optimizer = _sgd(self.model, o.lr, o.momentum, o.nesterov, o.weight_decay, self.device)
@@ -181,24 +226,26 @@ class Trainer:
         self.op_generator = None if self.device.type == "cpu" else torch.Generator().manual_seed(cfg.train.seed + 2)
         self.prefetcher = Prefetcher(self._batch, self._batch_state, self.device)
 
-        self.step = 0
-        self.history: list[float] = []   # EMA test accuracy at every evaluation
-        self.best_acc = -1.0
-        self.best_val = -1.0
-        self.resumed_from: Path | None = None
-        self._reset_accumulators()
-        if resume_state is not None:
-            self._load_state(*resume_state)
-        else:
-            self._write_run_files()
+    def _open_run_folder(self, resume_state: tuple[Path, dict] | None, fresh_overwrites: bool) -> None:
+        """Lock the run folder, then continue the checkpoint's state or write a fresh run's files."""
+        self.run.lock()
+        try:
+            if resume_state is not None:
+                self._load_state(*resume_state)
+            else:
+                self.run.require_empty(overwrite=fresh_overwrites)
+                self._write_run_files()
+        except BaseException:
+            self.run.unlock()
+            raise
+
+    def close(self) -> None:
+        """Release the run folder (:meth:`fit` does when it returns)."""
+        self.run.unlock()
 
     # ---------------------------------------------------------------- setup
     def _find_resume_state(self, resume: bool | str | Path) -> tuple[Path, dict] | None:
         if resume is False:
-            if list_checkpoints(self.ckpt_dir):
-                raise FileExistsError(
-                    f"output_dir={str(self.out)!r} already holds a run with checkpoints; continue it with "
-                    f"`--resume {self.out}` or choose another output_dir")
             return None
         if isinstance(resume, (str, Path)) and resume != "auto":
             path = Path(resume)
@@ -207,6 +254,23 @@ class Trainer:
         if found is None and resume is True:
             raise CheckpointError(f"{self.out}: no checkpoint to resume from")
         return found
+
+    def _check_batch_memory(self) -> None:
+        """Refuse up front a step whose input batch alone (float32, labeled + weak + strong views) exceeds the
+        device's memory; a step that still does not fit raises :class:`StepMemoryError` at its first step."""
+        t, x = self.cfg.train, self.bundle.train.x
+        rows = t.batch_size * (1 + 2 * t.mu)
+        need = rows * x[0].numel() * 4
+        have = _device_memory(self.device)
+        if have is not None and need > have:
+            raise StepMemoryError(f"{self._batch_text()}: the input batch alone takes {_size(need)}, more than the "
+                                  f"{self.device.type} memory ({_size(have)}); lower train.batch_size or train.mu")
+
+    def _batch_text(self) -> str:
+        t = self.cfg.train
+        shape = "x".join(map(str, self.bundle.train.x.shape[1:]))
+        return (f"train.batch_size={t.batch_size}, train.mu={t.mu}: one step of {t.batch_size * (1 + 2 * t.mu)} "
+                f"images of {shape}")
 
     def _build_model(self, with_tnc: bool) -> None:
         """The network on the training device, its EMA and the (optionally compiled) forward."""
@@ -232,13 +296,13 @@ class Trainer:
         return split
 
     def _write_run_files(self) -> None:
-        self.out.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(self.out / "config.yaml", yaml.safe_dump(self.cfg.to_dict(), sort_keys=False).encode())
-        self.split.save(self.out / "split.json")
+        run = self.run
+        atomic_write(run.config, yaml.safe_dump(self.cfg.to_dict(), sort_keys=False).encode())
+        self.split.save(run.split)
         marker = {"mutexmatch_run": 1, "config_hash": config_hash(self.cfg), "split_digest": self.split.digest()}
-        atomic_write_bytes(self.out / RUN_MARKER, json.dumps(marker, indent=2).encode())
-        atomic_write_bytes(self.out / DATASET_FILE, json.dumps(self._dataset_facts(), indent=2).encode())
-        (self.out / "metrics.jsonl").unlink(missing_ok=True)
+        atomic_write(run.marker, json.dumps(marker, indent=2).encode())
+        atomic_write(run.dataset, json.dumps(self._dataset_facts(), indent=2).encode())
+        run.metrics.unlink(missing_ok=True)
 
     def _dataset_facts(self) -> dict:
         """What the run's images were: classes, sizes and the normalisation actually applied."""
@@ -279,12 +343,8 @@ class Trainer:
         self.history = list(state["history"])
         self.best_acc = float(state["best_acc"])
         self.best_val = float(state["best_val"])
-        self.out.mkdir(parents=True, exist_ok=True)
-        metrics = self.out / "metrics.jsonl"
-        if metrics.exists():  # drop evaluations logged after this checkpoint: they will be redone
-            kept = [ln for ln in metrics.read_text().splitlines() if ln and json.loads(ln)["step"] <= self.step]
-            atomic_write_bytes(metrics, "".join(ln + "\n" for ln in kept).encode())
-        self.resumed_from = path
+        self.run.keep_metrics_until(self.step)  # evaluations logged after this checkpoint are redone
+        self.resumed_from = self.last_checkpoint = path
 
     # ---------------------------------------------------------------- step
     def _reset_accumulators(self) -> None:
@@ -410,27 +470,76 @@ class Trainer:
             return self.bundle.train.x[idx], self.bundle.train.y[idx]
         return None
 
-    def _save_weights(self, name: str) -> Path:
-        import io
-
+    def _save_weights(self, path: Path) -> Path:
         buf = io.BytesIO()
         torch.save(self.ema.state_dict(), buf)
-        path = self.out / name
-        atomic_write_bytes(path, buf.getvalue())
+        atomic_write(path, buf.getvalue())
         return path
 
     def save_checkpoint(self) -> Path:
         path = save_checkpoint(self.state_dict(), self.ckpt_dir, self.step)
         prune_checkpoints(self.ckpt_dir, self.cfg.train.keep_checkpoints)
+        self.last_checkpoint = path
         return path
+
+    # ---------------------------------------------------------------- timing (cost estimates, benchmarks)
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def time_step(self) -> float:
+        """Run one training step and return its seconds, the device's queued work included."""
+        self._sync()
+        t0 = time.perf_counter()
+        self.train_step()
+        self._sync()
+        return time.perf_counter() - t0
+
+    def time_evaluation(self, images: int | None = None) -> float:
+        """Seconds of one whole evaluation, timed on the first ``images`` test images (all by default) scored by
+        the EMA model as :meth:`evaluate` does, and scaled to the :attr:`eval_images` an evaluation scores."""
+        test = self.bundle.test
+        n = max(1, len(test.y) if images is None else min(images, len(test.y)))
+        self._sync()
+        t0 = time.perf_counter()
+        self.accuracy(self.ema.module, test.x[:n], test.y[:n])
+        seconds = time.perf_counter() - t0  # accuracy() reads its result on the host: the device is done
+        return seconds / n * self.eval_images
+
+    @property
+    def eval_images(self) -> int:
+        """Images one evaluation scores: the test set twice (EMA and raw model) and the validation images."""
+        val = self._val_data()
+        return 2 * len(self.bundle.test.y) + (0 if val is None else len(val[1]))
 
     # ---------------------------------------------------------------- loop
     def fit(self, stop_at: int | None = None) -> RunSummary:
-        """Train to ``train.iterations`` (or stop early at step ``stop_at``, keeping the schedule of the full run)."""
+        """Train to ``train.iterations`` (or stop early at step ``stop_at``, keeping the schedule of the full run).
+        The run folder stays locked until this returns or raises."""
         cfg = self.cfg.train
         end = cfg.iterations if stop_at is None else min(stop_at, cfg.iterations)
-        for cb in self.callbacks:
-            cb.on_start(self)
+        self.run.lock()
+        try:
+            start = StartEvent(step=self.step, iterations=cfg.iterations, run=self.run,
+                               config_hash=config_hash(self.cfg), split_digest=self.split.digest(),
+                               resumed_from=self.resumed_from)
+            for cb in self.callbacks:
+                cb.on_start(start)
+            last_event, last_ckpt = self._train_until(end)
+            final_weights = self._save_weights(self.run.final_weights) if self.step >= cfg.iterations else None
+            best = self.run.best_weights
+            summary = RunSummary(step=self.step, metrics=last_event.metrics if last_event else {},
+                                 output_dir=self.out, final_checkpoint=last_ckpt,
+                                 best_weights=best if best.exists() else None, final_weights=final_weights)
+            for cb in self.callbacks:
+                cb.on_end(summary)
+            return summary
+        finally:
+            self.run.unlock()
+
+    def _train_until(self, end: int) -> tuple[EvalEvent | None, Path | None]:
+        """Steps with an evaluation every ``train.eval_interval`` and at ``end``; the last event and checkpoint."""
+        cfg = self.cfg.train
         bar = None
         if cfg.progress:
             from tqdm import tqdm
@@ -442,84 +551,124 @@ class Trainer:
         evals_since_ckpt = 0
         stop = False
         self._reset_accumulators()
-        while self.step < end and not stop:
-            self.train_step()
-            if bar is not None:
-                bar.update(1)
-            at_end = self.step == end
-            if self.step % cfg.eval_interval == 0 or at_end:
-                event = self.evaluate()
-                if event.metrics["test/acc"] >= self.best_acc:  # a new best EMA test accuracy (ties: the latest)
-                    self._save_weights("best_model.pt")
-                evals_since_ckpt += 1
-                if evals_since_ckpt >= cfg.checkpoint_every or at_end:
-                    last_ckpt = event.checkpoint = self.save_checkpoint()
-                    evals_since_ckpt = 0
-                with open(self.out / "metrics.jsonl", "a") as f:
-                    f.write(json.dumps({"step": self.step, **event.metrics}) + "\n")
+        try:
+            while self.step < end and not stop:
+                self._checked_step()
                 if bar is not None:
-                    m = event.metrics
-                    bar.set_postfix(loss=f"{m['train/loss']:.3f}", acc=f"{m['test/acc']:.4f}",
-                                    best=f"{m['test/best_acc']:.4f}", img_s=f"{m['perf/img_per_s']:.0f}")
-                for cb in self.callbacks:
-                    stop |= bool(cb.on_eval(event))
-                if stop and event.checkpoint is None:
-                    last_ckpt = event.checkpoint = self.save_checkpoint()
-                last_event = event
-                self._reset_accumulators()
-        if bar is not None:
-            bar.close()
-        final_weights = self._save_weights("final_model.pt") if self.step >= cfg.iterations else None
-        metrics = last_event.metrics if last_event else {}
-        summary = RunSummary(step=self.step, metrics=metrics, output_dir=self.out, final_checkpoint=last_ckpt,
-                             best_weights=self.out / "best_model.pt" if (self.out / "best_model.pt").exists()
-                             else None, final_weights=final_weights)
-        for cb in self.callbacks:
-            cb.on_end(summary)
-        return summary
+                    bar.update(1)
+                if self.step % cfg.eval_interval == 0 or self.step == end:
+                    evals_since_ckpt += 1
+                    event = self._evaluate_and_log(evals_since_ckpt >= cfg.checkpoint_every or self.step == end)
+                    evals_since_ckpt = 0 if event.checkpoint is not None else evals_since_ckpt
+                    if bar is not None:
+                        m = event.metrics
+                        bar.set_postfix(loss=f"{m['train/loss']:.3f}", acc=f"{m['test/acc']:.4f}",
+                                        best=f"{m['test/best_acc']:.4f}", img_s=f"{m['perf/img_per_s']:.0f}")
+                    for cb in self.callbacks:
+                        stop |= bool(cb.on_eval(event))
+                    if stop and event.checkpoint is None:
+                        event.checkpoint = self.save_checkpoint()
+                    last_event, last_ckpt = event, event.checkpoint or last_ckpt
+                    self._reset_accumulators()
+        finally:
+            if bar is not None:
+                bar.close()
+        return last_event, last_ckpt
+
+    def _evaluate_and_log(self, with_checkpoint: bool) -> EvalEvent:
+        """Evaluate, keep the best weights, log the metrics line, then (if asked) write the checkpoint.
+
+        The line is appended before the checkpoint is written: a trainer killed between the two resumes from the
+        previous checkpoint, which drops the line and redoes the evaluation, so every evaluation is logged once."""
+        event = self.evaluate()
+        if event.metrics["test/acc"] >= self.best_acc:  # a new best EMA test accuracy (ties: the latest)
+            self._save_weights(self.run.best_weights)
+        self.run.append_metrics(self.step, event.metrics)
+        if with_checkpoint:
+            event.checkpoint = self.save_checkpoint()
+        return event
+
+    def _checked_step(self) -> None:
+        """:meth:`train_step`, with running out of device memory turned into :class:`StepMemoryError`."""
+        try:
+            self.train_step()
+        except Exception as e:
+            if not _is_out_of_memory(e):
+                raise
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise StepMemoryError(f"{self._batch_text()} does not fit in the {self.device.type} memory ({first}); "
+                                  "lower train.batch_size or train.mu") from None
 
 
 # -------------------------------------------------------------------- command line
 def _load_run_dir(run_dir: Path, overrides: Sequence[str]) -> RunConfig:
-    if not run_dir.is_dir():
-        raise SystemExit(f"--resume {run_dir}: directory not found")
-    if not (run_dir / RUN_MARKER).is_file() or not (run_dir / "config.yaml").is_file():
-        raise SystemExit(f"--resume {run_dir}: not a mutexmatch run directory (no {RUN_MARKER} / config.yaml)")
-    raw = yaml.safe_load((run_dir / "config.yaml").read_text())
-    raw["output_dir"] = str(run_dir.resolve())
+    run = RunFolder(run_dir)
+    if not run.path.is_dir():
+        raise RunDirError(f"--resume {run_dir}: directory not found")
+    if not run.is_run():
+        raise RunDirError(f"--resume {run_dir}: not a mutexmatch run directory (no {RUN_MARKER} / "
+                          f"{run.config.name})")
+    raw = read_config_file(run.config, f"--resume {run_dir}:")
+    raw["output_dir"] = str(run.path)
     from mutexmatch.config import RESUMABLE, apply_overrides, fields_with_role
 
     allowed = fields_with_role(RESUMABLE)  # declared on the schema fields
     for item in overrides:
         if not item.split("=", 1)[0].strip().startswith(allowed):
-            raise SystemExit(f"--set {item!r}: only {', '.join(allowed)} can change on --resume")
+            raise RunDirError(f"--set {item!r}: only {', '.join(allowed)} can change on --resume")
 
     return parse_config(apply_overrides(raw, overrides))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _interrupted(trainer: Trainer | None, args: argparse.Namespace) -> str:
+    """Where a Ctrl+C stopped the run and the command that continues it."""
+    if trainer is None:
+        return "[train] interrupted before training started; nothing to resume"
+    ckpt = trainer.last_checkpoint
+    where = f"[train] interrupted at step {trainer.step} of {trainer.cfg.train.iterations}"
+    if ckpt is None:
+        return f"{where}; no checkpoint was written yet: run the same command again with --overwrite"
+    sets = "".join(f" --set {s}" for s in args.overrides) if args.resume is not None else ""
+    return (f"{where}; the last checkpoint is step {checkpoint_step(ckpt.name)} ({ckpt}).\n"
+            f"To resume this run:\n  python -m mutexmatch.train --resume {trainer.out}{sets}")
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m mutexmatch.train", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", type=Path, help="run config YAML (see docs/config.md)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config field, e.g. --set algorithm.tau=0.9 (repeatable)")
     parser.add_argument("--resume", type=Path, metavar="DIR", help="continue the run in DIR")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="start fresh in a non-empty output_dir, replacing the run files there")
     parser.add_argument("--stop-at", type=int, default=None, help="stop at this step (schedule of the full run)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _make_trainer(args: argparse.Namespace) -> Trainer:
+    if args.resume is not None:
+        if args.config is not None or args.overwrite:
+            raise RunDirError("--resume DIR uses the config saved in DIR and continues its run; do not pass "
+                              "--config or --overwrite")
+        return Trainer(_load_run_dir(args.resume, args.overrides), resume=True)
+    return Trainer(load_config(args.config, args.overrides), overwrite=args.overwrite)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    trainer = None
     try:
-        if args.resume is not None:
-            if args.config is not None:
-                raise SystemExit("--resume DIR uses the config saved in DIR; do not pass --config")
-            cfg = _load_run_dir(args.resume, args.overrides)
-            trainer = Trainer(cfg, resume=True)
-        else:
-            cfg = load_config(args.config, args.overrides)
-            trainer = Trainer(cfg)
-    except (ConfigError, CheckpointError, FileExistsError, FileNotFoundError, ImageFolderError) as e:
+        trainer = _make_trainer(args)
+        with warnings.catch_warnings():
+            warnings.simplefilter("default")
+            summary = trainer.fit(stop_at=args.stop_at)
+    except (ConfigError, CheckpointError, FileExistsError, FileNotFoundError, ImageFolderError, RunFolderError,
+            RunDirError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    with warnings.catch_warnings():
-        warnings.simplefilter("default")
-        summary = trainer.fit(stop_at=args.stop_at)
+    except KeyboardInterrupt:
+        print(_interrupted(trainer, args), file=sys.stderr)
+        return INTERRUPTED
     m = summary.metrics
     print(json.dumps({"step": summary.step, "output_dir": str(summary.output_dir),
                       **{k: m[k] for k in ("test/acc", "test/best_acc", "test/median_acc") if k in m}}))

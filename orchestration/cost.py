@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import statistics
 import tempfile
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,8 +51,6 @@ def measure_cost(raw: dict[str, Any], *, device: str, num_threads: int, warmup: 
                  eval_repeats: int = 1) -> StepCost:
     """Seconds per training step (median of ``steps`` timed steps, robust to bursts of other load) and per
     evaluation (best of ``eval_repeats`` timings) of the trial config ``raw`` on ``device``."""
-    import torch
-
     from mutexmatch.train import Trainer
 
     with tempfile.TemporaryDirectory(prefix="mm_cost_") as tmp:
@@ -61,25 +58,15 @@ def measure_cost(raw: dict[str, Any], *, device: str, num_threads: int, warmup: 
         cfg = parse_config(deep_merge(raw, {"output_dir": tmp, "train": {"device": device, "num_threads": threads,
                                                                             "progress": False}}))
         trainer = Trainer(cfg)
-        sync = torch.cuda.synchronize if trainer.device.type == "cuda" else (lambda: None)
-
-        def timed(fn: Any) -> float:
-            sync()
-            t0 = time.perf_counter()
-            fn()
-            sync()
-            return time.perf_counter() - t0
-
-        for _ in range(warmup):
-            trainer.train_step()
-        step_s = statistics.median(timed(trainer.train_step) for _ in range(steps))
-        test = trainer.bundle.test
-        n = min(_EVAL_SLICE, len(test.y))
-        trainer.accuracy(trainer.ema.module, test.x[:8], test.y[:8])  # first call pays one-off set-up costs
-        per_image = min(timed(lambda: trainer.accuracy(trainer.ema.module, test.x[:n], test.y[:n]))
-                        for _ in range(eval_repeats)) / n
-        eval_images = 2 * len(test.y) + len(trainer.split.val)
-        return StepCost(step_s, per_image * eval_images, trainer.device.type)
+        try:
+            for _ in range(warmup):
+                trainer.time_step()
+            step_s = statistics.median(trainer.time_step() for _ in range(steps))
+            trainer.time_evaluation(8)  # the first call pays one-off set-up costs
+            eval_s = min(trainer.time_evaluation(_EVAL_SLICE) for _ in range(eval_repeats))
+            return StepCost(step_s, eval_s, trainer.device.type)
+        finally:
+            trainer.close()
 
 
 def estimate_plan(plan: SweepPlan, *, device: str, num_threads: int, skip: set[str] = frozenset()

@@ -35,7 +35,7 @@ from orchestration.env import apply_closed_network_env
 
 apply_closed_network_env()  # before mlflow/ray are imported in a worker process that only imports this module
 
-from mutexmatch.callbacks import Callback, EvalEvent, RunSummary  # noqa: E402
+from mutexmatch.callbacks import Callback, EvalEvent, RunSummary, StartEvent  # noqa: E402
 from mutexmatch.config import config_hash, parse_config  # noqa: E402
 
 from orchestration import contract as C  # noqa: E402
@@ -95,9 +95,9 @@ class TrialCallback(Callback):
         self.final: tuple[dict[str, float], Path | None] | None = None
         self.hooks_s = 0.0  # time spent here, i.e. added to the training run by orchestration
 
-    def on_start(self, trainer: Any) -> None:
+    def on_start(self, event: StartEvent) -> None:
         with self._timed():
-            self._on_start(trainer)
+            self._on_start(event)
 
     def on_eval(self, event: EvalEvent) -> bool | None:
         with self._timed():
@@ -115,8 +115,8 @@ class TrialCallback(Callback):
         finally:
             self.hooks_s += time.perf_counter() - t0
 
-    def _on_start(self, trainer: Any) -> None:
-        tags = {C.SPLIT_DIGEST: trainer.split.digest(), C.attempt_tag(self.attempt, "start_step"): str(trainer.step)}
+    def _on_start(self, event: StartEvent) -> None:
+        tags = {C.SPLIT_DIGEST: event.split_digest, C.attempt_tag(self.attempt, "start_step"): str(event.step)}
         tracking.log_params_and_tags(self.client, self.run_id, {}, tags)
         for name in (C.CONFIG_ARTIFACT, C.SPLIT_ARTIFACT):
             self.client.log_artifact(self.run_id, str(self.out / name))

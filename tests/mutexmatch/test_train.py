@@ -137,19 +137,19 @@ def test_best_weights_are_written_by_the_loop_not_by_evaluate(tmp_path):
     assert not (tmp_path / "alone" / "best_model.pt").exists()
 
     class CheckBest(Callback):
-        def on_start(self, trainer):
-            self.trainer, self.bests = trainer, 0
+        bests = 0
 
         def on_eval(self, event):
             saved = torch.load(tmp_path / "run" / "best_model.pt", weights_only=True)
             is_best = event.metrics["test/acc"] == event.metrics["test/best_acc"]
             if is_best:  # written before the callbacks run: the EMA weights of this evaluation
-                ema = self.trainer.ema.state_dict()
+                ema = trainer.ema.state_dict()
                 assert saved.keys() == ema.keys() and all(torch.equal(saved[k], ema[k]) for k in ema)
             self.bests += is_best
 
     check = CheckBest()
-    Trainer(_cfg(tmp_path), [check]).fit()
+    trainer = Trainer(_cfg(tmp_path), [check])
+    trainer.fit()
     assert check.bests >= 1
 
 
@@ -203,11 +203,11 @@ def test_non_finite_loss_names_step_and_term(tmp_path):
 
 
 def test_cli_resume_errors(tmp_path, capsys):
-    with pytest.raises(SystemExit, match="directory not found"):
-        main(["--resume", str(tmp_path / "nope")])
+    assert main(["--resume", str(tmp_path / "nope")]) == 2
+    assert "nope: directory not found" in capsys.readouterr().err
     (tmp_path / "foreign").mkdir()
-    with pytest.raises(SystemExit, match="not a mutexmatch run directory"):
-        main(["--resume", str(tmp_path / "foreign")])
+    assert main(["--resume", str(tmp_path / "foreign")]) == 2
+    assert "not a mutexmatch run directory" in capsys.readouterr().err
 
 
 def test_cli_config_error_exit_code(tmp_path, capsys):
@@ -301,3 +301,20 @@ def test_compiled_backbone_trains_like_eager_on_cpu(tmp_path):
     assert runs[True].forward is not runs[True].model  # the compiled module ran
     for (name, p), q in zip(runs[False].model.named_parameters(), runs[True].model.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-3, atol=1e-4, msg=name)
+
+
+def test_public_timing_and_parameter_groups(tmp_path):
+    """What cost estimates and benchmarks use instead of the trainer's internals."""
+    from mutexmatch.train import param_groups
+
+    cfg = _cfg(tmp_path)
+    cfg.data.val_per_class = 2
+    trainer = Trainer(cfg)
+    assert trainer.time_step() > 0 and trainer.step == 1
+    assert trainer.eval_images == 2 * len(trainer.bundle.test.y) + 20
+    assert trainer.time_evaluation(16) > 0 and trainer.time_evaluation() > 0
+    decay, no_decay = param_groups(trainer.model, 5e-4)
+    bn = {id(p) for m in trainer.model.modules() if isinstance(m, torch.nn.BatchNorm2d) for p in m.parameters()}
+    assert bn and {id(p) for p in no_decay["params"]} == bn and no_decay["weight_decay"] == 0.0
+    assert decay["weight_decay"] == 5e-4 and len(decay["params"]) + len(bn) == len(list(trainer.model.parameters()))
+    trainer.close()

@@ -1,0 +1,204 @@
+"""The run folder: every file name of a training run in one place, the checkpoint + checksum pair, the metrics log
+and the lock that keeps a second trainer out.
+
+A run folder holds ``config.yaml`` (resolved), ``run.json`` (hashes), ``split.json`` (labeled indices with digest),
+``dataset.json`` (classes, image counts, normalisation statistics), ``checkpoints/ckpt_<step>.pt`` each with its
+``.sha256``, ``metrics.jsonl`` (one line per evaluation), ``best_model.pt`` and ``final_model.pt`` (EMA weights)
+and ``.lock`` (held with ``flock`` while a trainer uses the folder). Orchestration reads and copies run folders only
+through :class:`RunFolder`. Standard library only.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import re
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any
+
+from mutexmatch.atomic import atomic_write
+
+__all__ = ["RunFolder", "RunFolderError", "RunFolderLocked", "checkpoint_name", "checkpoint_step", "checksum_path",
+           "checkpoint_pair"]
+
+CONFIG = "config.yaml"
+RUN_MARKER = "run.json"
+DATASET = "dataset.json"  # the images a run trained on: classes, sizes, normalisation statistics
+SPLIT = "split.json"
+METRICS = "metrics.jsonl"
+BEST_WEIGHTS = "best_model.pt"
+FINAL_WEIGHTS = "final_model.pt"
+CHECKPOINTS = "checkpoints"
+LOCK = ".lock"
+CHECKSUM_SUFFIX = ".sha256"
+_CKPT = re.compile(r"^ckpt_(\d+)\.pt$")
+# What a copy of the run needs besides a checkpoint to continue it elsewhere (a restarted Tune trial).
+_PORTABLE = (CONFIG, SPLIT, RUN_MARKER, DATASET, METRICS, BEST_WEIGHTS)
+_APPENDED = frozenset({METRICS})  # changed in place, so a snapshot copies it (every other file is replaced whole)
+_RUN_FILES = _PORTABLE + (FINAL_WEIGHTS, CHECKPOINTS)
+
+
+def checkpoint_name(step: int) -> str:
+    return f"ckpt_{step:08d}.pt"
+
+
+def checkpoint_step(name: str) -> int | None:
+    """The step of a checkpoint file name, or None when ``name`` is not one."""
+    m = _CKPT.match(name)
+    return int(m.group(1)) if m else None
+
+
+def checksum_path(checkpoint: str | Path) -> Path:
+    """``ckpt_<step>.pt.sha256``: the checksum written beside a checkpoint."""
+    checkpoint = Path(checkpoint)
+    return checkpoint.with_name(checkpoint.name + CHECKSUM_SUFFIX)
+
+
+def checkpoint_pair(checkpoint: str | Path) -> tuple[Path, Path]:
+    """A checkpoint and its checksum: what is copied, uploaded or deleted together."""
+    return Path(checkpoint), checksum_path(checkpoint)
+
+
+class RunFolderError(RuntimeError):
+    """A run folder that cannot be used as asked (not empty for a fresh run, unreadable)."""
+
+
+class RunFolderLocked(RunFolderError):
+    """Another trainer holds the run folder's lock."""
+
+
+class RunFolder:
+    """The files of one run under ``path`` (which need not exist yet)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path).resolve()
+        self._lock_file: Any = None
+
+    def __repr__(self) -> str:
+        return f"RunFolder({str(self.path)!r})"
+
+    config = property(lambda self: self.path / CONFIG)
+    marker = property(lambda self: self.path / RUN_MARKER)
+    dataset = property(lambda self: self.path / DATASET)
+    split = property(lambda self: self.path / SPLIT)
+    metrics = property(lambda self: self.path / METRICS)
+    best_weights = property(lambda self: self.path / BEST_WEIGHTS)
+    final_weights = property(lambda self: self.path / FINAL_WEIGHTS)
+    checkpoints = property(lambda self: self.path / CHECKPOINTS)
+
+    def checkpoint(self, step: int) -> Path:
+        return self.checkpoints / checkpoint_name(step)
+
+    def is_run(self) -> bool:
+        """Whether the folder holds a run's config and marker (what ``--resume`` needs)."""
+        return self.marker.is_file() and self.config.is_file()
+
+    # ------------------------------------------------------------ fresh runs
+    def is_empty(self) -> bool:
+        """No file but the lock (a missing folder is empty)."""
+        return not self.path.is_dir() or all(p.name == LOCK for p in self.path.iterdir())
+
+    def require_empty(self, overwrite: bool) -> None:
+        """Refuse a folder that already holds anything, unless ``overwrite``: then the run's own files go (files
+        the run did not write are kept)."""
+        if self.is_empty():
+            return
+        if not overwrite:
+            raise FileExistsError(
+                f"output_dir={str(self.path)!r} is not empty; continue its run with `--resume {self.path}`, "
+                "pass --overwrite to replace it, or choose another output_dir")
+        for name in _RUN_FILES:
+            p = self.path / name
+            shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
+
+    # ------------------------------------------------------------ lock
+    def lock(self) -> None:
+        """Hold the folder's lock until :meth:`unlock` or the process ends (the OS releases ``flock`` then)."""
+        if self._lock_file is not None:
+            return
+        self.path.mkdir(parents=True, exist_ok=True)
+        f = open(self.path / LOCK, "a+")
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            f.close()
+            if e.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise RunFolderLocked(f"output_dir={str(self.path)!r} is in use by another trainer ({holder}); "
+                                      "wait for it to end or choose another output_dir") from None
+            raise
+        f.seek(0)
+        f.truncate()
+        f.write(f"pid {os.getpid()}\n")
+        f.flush()
+        self._lock_file = f
+
+    def unlock(self) -> None:
+        if self._lock_file is not None:
+            self._lock_file.close()  # closing the descriptor releases the flock
+            self._lock_file = None
+
+    # ------------------------------------------------------------ metrics log
+    def append_metrics(self, step: int, metrics: dict[str, float]) -> None:
+        with open(self.metrics, "a") as f:
+            f.write(json.dumps({"step": step, **metrics}) + "\n")
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        """Every logged evaluation. A line that does not parse (what a kill during the append leaves) is skipped
+        with a warning: its evaluation comes after the last checkpoint and is redone on resume."""
+        if not self.metrics.is_file():
+            return []
+        rows = []
+        for n, line in enumerate(self.metrics.read_text(errors="replace").splitlines(), 1):
+            try:
+                row = json.loads(line) if line.strip() else None
+            except ValueError:
+                row = None
+            if isinstance(row, dict) and isinstance(row.get("step"), int):
+                rows.append(row)
+            elif line.strip():
+                warnings.warn(f"{self.metrics}:{n}: not a metrics line (interrupted write?); dropped",
+                              RuntimeWarning, stacklevel=2)
+        return rows
+
+    def keep_metrics_until(self, step: int) -> None:
+        """Drop the evaluations logged after ``step`` (a resumed run redoes them) and any unreadable line."""
+        if self.metrics.exists():
+            kept = [row for row in self.read_metrics() if row["step"] <= step]
+            atomic_write(self.metrics, "".join(json.dumps(row) + "\n" for row in kept).encode())
+
+    # ------------------------------------------------------------ copies
+    def snapshot(self, dest: str | Path, checkpoint: str | Path) -> Path:
+        """Copy of the run as of ``checkpoint`` in ``dest`` (a folder :meth:`restore` can continue from): the
+        checkpoint pair and the run files. Files replaced atomically are hard-linked (a link is a snapshot)."""
+        dest = Path(dest)
+        for name in _PORTABLE:
+            if (self.path / name).exists():
+                (shutil.copy2 if name in _APPENDED else _link_or_copy)(self.path / name, dest / name)
+        for f in checkpoint_pair(checkpoint):
+            _link_or_copy(f, dest / CHECKPOINTS / f.name)
+        return dest
+
+    def restore(self, snapshot: str | Path) -> None:
+        """Replace this folder's run by the :meth:`snapshot` in ``snapshot`` (files it does not know are left)."""
+        shutil.rmtree(self.path, ignore_errors=True)
+        src = Path(snapshot)
+        self.path.mkdir(parents=True)
+        for name in _PORTABLE:
+            if (src / name).is_file():
+                shutil.copy2(src / name, self.path / name)
+        if (src / CHECKPOINTS).is_dir():
+            shutil.copytree(src / CHECKPOINTS, self.checkpoints)
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dst)  # the file is replaced atomically (new inode) when rewritten, so a link is a snapshot
+    except OSError:
+        shutil.copy2(src, dst)

@@ -1,0 +1,221 @@
+"""The trainer when things go wrong (issue 16): a kill between the checkpoint and the metrics line, a half-written
+metrics line, a run folder that is not empty or in use, a broken config.yaml on --resume, Ctrl+C, a seed NumPy
+cannot take and a batch that does not fit in memory. Each ends in one line (exit 2, or 130 after Ctrl+C) and loses
+or duplicates nothing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import mutexmatch.train as train
+from mutexmatch.callbacks import Callback, StartEvent
+from mutexmatch.config import parse_config
+from mutexmatch.runfolder import RunFolder, RunFolderLocked
+from mutexmatch.train import StepMemoryError, Trainer, main
+
+STEPS = ["--set", "train.iterations=8", "--set", "train.eval_interval=2", "--set", "train.batch_size=4",
+         "--set", "train.mu=2", "--set", "train.progress=false", "--set", "train.num_threads=1"]
+
+
+def _cfg(tmp_path, name="run", **train_fields):
+    return parse_config({
+        "data": {"dataset": "digits", "num_labels": 20, "fold": 1},
+        "model": {"backbone": "small_cnn"},
+        "train": {"iterations": 8, "eval_interval": 2, "batch_size": 4, "mu": 2, "num_threads": 1,
+                  "progress": False, "keep_checkpoints": 10, **train_fields},
+        "output_dir": str(tmp_path / name),
+    })
+
+
+def _logged_steps(out) -> list[int]:
+    return [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def _one_line_error(capsys, *needles: str) -> str:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    for needle in needles:
+        assert needle in err, err
+    return err
+
+
+class _Killed(BaseException):
+    """What a SIGKILL at that instant would leave: nothing after it runs (not even except Exception blocks)."""
+
+
+def test_a_kill_between_the_checkpoint_and_the_metrics_line_logs_every_evaluation_once(tmp_path, monkeypatch):
+    save = Trainer.save_checkpoint
+
+    def save_then_die(self):
+        path = save(self)
+        if self.step == 4:
+            raise _Killed
+        return path
+
+    monkeypatch.setattr(Trainer, "save_checkpoint", save_then_die)
+    with pytest.raises(_Killed):
+        Trainer(_cfg(tmp_path)).fit()
+    monkeypatch.setattr(Trainer, "save_checkpoint", save)
+    resumed = Trainer(_cfg(tmp_path), resume=True)
+    assert resumed.step == 4
+    resumed.fit()
+    assert _logged_steps(tmp_path / "run") == [2, 4, 6, 8]
+    reference = Trainer(_cfg(tmp_path, "reference"))
+    reference.fit()
+    ref = (tmp_path / "reference" / "metrics.jsonl").read_text().splitlines()
+    got = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    strip = lambda lines: [{k: v for k, v in json.loads(x).items() if not k.startswith("perf/")} for x in lines]  # noqa: E731
+    assert strip(got) == strip(ref)  # the same evaluations, not just the same steps
+
+
+@pytest.mark.parametrize("tail", ['{"step": 6, "train/loss": 0.5, "test/a', "\x00\x00\x00", "[1, 2]\n"])
+def test_resume_recovers_from_a_half_written_last_metrics_line(tmp_path, capsys, tail):
+    out = tmp_path / "run"
+    assert main(STEPS + ["--set", f"output_dir={out}", "--stop-at", "4"]) == 0
+    with open(out / "metrics.jsonl", "a") as f:
+        f.write(tail)
+    with pytest.warns(RuntimeWarning, match="not a metrics line"):
+        assert main(["--resume", str(out)]) == 0
+    assert _logged_steps(out) == [2, 4, 6, 8]
+
+
+def test_a_fresh_run_refuses_a_non_empty_output_dir_unless_overwrite(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(STEPS + ["--set", f"output_dir={out}"]) == 0
+    capsys.readouterr()
+    for f in (out / "checkpoints").iterdir():  # a finished run whose checkpoints were deleted
+        f.unlink()
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    assert main(STEPS + ["--set", f"output_dir={out}"]) == 2
+    _one_line_error(capsys, f"output_dir='{out}' is not empty", "--overwrite", f"--resume {out}")
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before  # metrics, weights intact
+    (out / "notes.txt").write_text("mine")
+    assert main(STEPS + ["--set", f"output_dir={out}", "--overwrite", "--stop-at", "2"]) == 0
+    assert _logged_steps(out) == [2]
+    assert (out / "notes.txt").read_text() == "mine" and not (out / "final_model.pt").exists()
+
+
+def test_a_second_trainer_on_a_locked_run_folder_exits_2(tmp_path, capsys):
+    out = tmp_path / "run"
+    Trainer(_cfg(tmp_path)).fit(stop_at=2)
+    first = Trainer(_cfg(tmp_path), resume=True)  # holds the lock until fit() returns or close()
+    assert main(["--resume", str(out)]) == 2
+    _one_line_error(capsys, f"output_dir='{out}' is in use by another trainer", "pid ")
+    with pytest.raises(RunFolderLocked):
+        Trainer(_cfg(tmp_path), overwrite=True)
+    assert _logged_steps(out) == [2]  # the refused trainers wrote nothing
+    first.close()
+    assert main(["--resume", str(out)]) == 0
+    assert _logged_steps(out) == [2, 4, 6, 8]
+
+
+def test_the_lock_is_held_while_training_and_released_after(tmp_path):
+    seen = []
+
+    class TrySecond(Callback):
+        def on_eval(self, event):
+            with pytest.raises(RunFolderLocked):
+                Trainer(_cfg(tmp_path), resume=True)
+            seen.append(event.step)
+
+    Trainer(_cfg(tmp_path), [TrySecond()]).fit(stop_at=4)
+    assert seen == [2, 4]
+    Trainer(_cfg(tmp_path), resume=True).fit()
+    assert _logged_steps(tmp_path / "run") == [2, 4, 6, 8]
+
+
+@pytest.mark.parametrize("text,needle", [("", "is empty"), ("train: {iterations: [\n", "not valid YAML at line"),
+                                         ("- 1\n- 2\n", "top level is a list"), ("\x00\x01", "binary")])
+def test_resume_with_a_broken_config_yaml_is_one_line(tmp_path, capsys, text, needle):
+    out = tmp_path / "run"
+    assert main(STEPS + ["--set", f"output_dir={out}", "--stop-at", "2"]) == 0
+    capsys.readouterr()
+    (out / "config.yaml").write_text(text)
+    assert main(["--resume", str(out)]) == 2
+    _one_line_error(capsys, "config.yaml", needle)
+    assert _logged_steps(out) == [2]
+
+
+def test_ctrl_c_prints_where_it_stopped_and_the_resume_command(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "run"
+    step = Trainer.train_step
+
+    def interrupted_at_5(self):
+        if self.step == 5:
+            raise KeyboardInterrupt
+        step(self)
+
+    monkeypatch.setattr(Trainer, "train_step", interrupted_at_5)
+    assert main(STEPS + ["--set", f"output_dir={out}"]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted at step 5 of 8; the last checkpoint is step 4" in err and "Traceback" not in err
+    command = err.split("To resume this run:\n", 1)[1].strip()
+    assert command == f"python -m mutexmatch.train --resume {out}"
+    monkeypatch.setattr(Trainer, "train_step", step)
+    assert main(command.split()[3:]) == 0
+    assert _logged_steps(out) == [2, 4, 6, 8]
+
+
+def test_ctrl_c_before_the_first_checkpoint_says_there_is_nothing_to_resume(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(Trainer, "train_step", lambda self: (_ for _ in ()).throw(KeyboardInterrupt))
+    assert main(STEPS + ["--set", f"output_dir={tmp_path / 'run'}"]) == 130
+    assert "interrupted at step 0 of 8; no checkpoint was written yet" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("seed", [2 ** 32, 2 ** 40])
+def test_a_seed_numpy_cannot_take_is_refused_before_anything_is_written(tmp_path, capsys, seed):
+    out = tmp_path / "run"
+    assert main(STEPS + ["--set", f"output_dir={out}", "--set", f"train.seed={seed}"]) == 2
+    _one_line_error(capsys, f"train.seed={seed}: ", "4294967295")  # the bound is the config's
+    assert not out.exists()
+
+
+def test_the_largest_numpy_seed_trains(tmp_path):
+    assert Trainer(_cfg(tmp_path, seed=2 ** 32 - 1)).fit(stop_at=2).step == 2
+
+
+def test_a_batch_larger_than_the_device_memory_is_refused_up_front(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(train, "_device_memory", lambda device: 1 << 20)  # 1 MiB of memory
+    out = tmp_path / "run"
+    assert main(STEPS + ["--set", f"output_dir={out}", "--set", "train.batch_size=1000"]) == 2
+    _one_line_error(capsys, "train.batch_size=1000, train.mu=2: one step of 5000 images of 1x16x16: the input "
+                    "batch alone takes 4.9 MiB, more than the cpu memory (1.0 MiB)",
+                    "lower train.batch_size or train.mu")
+    assert not out.exists()
+
+
+def test_running_out_of_memory_in_a_step_is_one_line(tmp_path, capsys, monkeypatch):
+    def no_memory(self):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:118] data. DefaultCPUAllocator: can't allocate memory: "
+                           "you tried to allocate 123456789 bytes.\nmore detail")
+
+    monkeypatch.setattr(Trainer, "train_step", no_memory)
+    assert main(STEPS + ["--set", f"output_dir={tmp_path / 'run'}"]) == 2
+    _one_line_error(capsys, "train.batch_size=4, train.mu=2: one step of 20 images", "does not fit in the cpu "
+                    "memory", "can't allocate memory")
+    monkeypatch.setattr(Trainer, "train_step", lambda self: (_ for _ in ()).throw(RuntimeError("other bug")))
+    with pytest.raises(RuntimeError, match="other bug"):  # only memory errors are turned into a message
+        Trainer(_cfg(tmp_path, "other")).fit()
+    with pytest.raises(StepMemoryError):
+        monkeypatch.setattr(Trainer, "train_step", lambda self: (_ for _ in ()).throw(torch.OutOfMemoryError()))
+        Trainer(_cfg(tmp_path, "cuda_like")).fit()
+
+
+def test_callbacks_get_a_typed_start_event(tmp_path):
+    starts: list[StartEvent] = []
+
+    class Recorder(Callback):
+        def on_start(self, event):
+            starts.append(event)
+
+    first = Trainer(_cfg(tmp_path), [Recorder()])
+    first.fit(stop_at=4)
+    Trainer(_cfg(tmp_path), [Recorder()], resume=True).fit()
+    assert [(s.step, s.iterations) for s in starts] == [(0, 8), (4, 8)]
+    assert all(isinstance(s.run, RunFolder) and s.run.path == tmp_path / "run" for s in starts)
+    assert starts[0].split_digest == starts[1].split_digest == first.split.digest()
+    assert starts[0].resumed_from is None and starts[1].resumed_from == starts[1].run.checkpoint(4)
+    assert starts[0].config_hash == json.loads((tmp_path / "run" / "run.json").read_text())["config_hash"]
