@@ -41,6 +41,9 @@ class SweepOptions:
     reuse_actors: bool = True
     verbose: int = 0
     handle_signals: bool = False      # the CLI: Ctrl+C and SIGTERM end the launch gracefully (see _on_interrupt)
+    overrides: tuple[str, ...] = ()   # --set key=value on the sweep YAML (orchestration.overrides)
+    per_trial: bool = False           # --dry-run: one row per trial instead of one per cell
+    gpus: int | None = None           # --dry-run: wall-clock days on this many GPUs
 
 
 @dataclass
@@ -73,6 +76,8 @@ def command_line(opts: SweepOptions, uri: str, storage: str, *, resume: bool) ->
     """The exact command that repeats (``resume=True``: resumes) this launch."""
     parts = ["python", "-m", "orchestration.sweep", str(Path(opts.spec_path)), "--tracking-uri", uri,
              "--storage", storage]
+    for item in opts.overrides:  # the same spec hash: --resume finds this launch
+        parts += ["--set", item]
     if opts.smoke:
         parts.append("--smoke")
     if opts.n_trials is not None:

@@ -1,0 +1,134 @@
+"""The sweep YAML as a command amends it: ``--set key=value`` overrides, and the planning load that needs no data.
+
+``--set base.data.root=/mnt/datasets`` edits the *raw* YAML mapping before validation, so every check, the spec
+hash and each trial's config (and config hash) come out exactly as if the YAML file had been edited that way; a
+finished trial is then skipped, or re-run, exactly as it would be after that edit. A value is read as YAML
+(``1`` → int, ``true`` → bool, ``{a: 1}`` → mapping), a key as a dotted path into the YAML; a path under
+``search.space`` may itself contain dots (``search.space.algorithm.tau.low``): at each level the longest existing
+key wins.
+
+A dry run and ``orchestration.status`` plan without the datasets (cost does not depend on pixels, status runs on
+any machine that reaches the tracking server): :func:`load_sweep` with ``need_data=False`` accepts a spec whose only
+problems are data folders that do not exist yet, and reports those folders instead.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+from mutexmatch.yamlfile import YamlFileError, read_yaml_mapping
+
+from orchestration.plan import SweepPlan, build_plan
+from orchestration.spec import SpecError, SweepSpec, deep_merge, parse_spec, spec_hash
+
+__all__ = ["LoadedSweep", "parse_override", "apply_overrides", "load_sweep", "plan_sweep", "overrides_tag_value"]
+
+OPTION = "--set"
+# mutexmatch.config's message for a data folder that is not there (the only problem a plan can ignore)
+_MISSING_ROOT = re.compile(r"data\.root='([^']*)': folder does not exist")
+
+
+@dataclass
+class LoadedSweep:
+    spec: SweepSpec
+    overrides: tuple[str, ...] = ()
+    missing_roots: list[str] = field(default_factory=list)  # data folders absent here (need_data=False only)
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """``a.b=value`` → (``["a", "b"]``, the value read as YAML); raise SpecError naming the override."""
+    key, sep, text = item.partition("=")
+    if not sep or not key.strip() or any(not p for p in key.strip().split(".")):
+        raise SpecError(f"{OPTION} {item!r}: expected key=value with a dotted YAML key, e.g. "
+                        f"{OPTION} base.data.root=/mnt/datasets or {OPTION} resources.gpu=1")
+    try:
+        value = yaml.safe_load(text) if text.strip() else None
+    except yaml.YAMLError as e:
+        raise SpecError(f"{OPTION} {item!r}: the value is not valid YAML ({' '.join(str(e).split())})") from None
+    return key.strip().split("."), value
+
+
+def _set(raw: dict[str, Any], parts: list[str], value: Any, item: str) -> None:
+    node, i = raw, 0
+    while i < len(parts) - 1:
+        # the longest key present at this level: search.space keys are dotted run-config paths
+        j = next((j for j in range(len(parts), i, -1) if ".".join(parts[i:j]) in node), i + 1)
+        if j == len(parts):
+            break
+        key = ".".join(parts[i:j])
+        child = node.setdefault(key, {})
+        if child is None:
+            child = node[key] = {}
+        if not isinstance(child, dict):
+            raise SpecError(f"{OPTION} {item!r}: {'.'.join(parts[:j])}={child!r} is not a mapping, so it has no "
+                            f"key {parts[j]!r}")
+        node, i = child, j
+    node[".".join(parts[i:])] = value
+
+
+def apply_overrides(raw: dict[str, Any], items: Sequence[str]) -> dict[str, Any]:
+    """``raw`` (a parsed sweep YAML; edited in place and returned) with every ``key=value`` of ``items`` set."""
+    for item in items:
+        parts, value = parse_override(item)
+        _set(raw, parts, value, item)
+    return raw
+
+
+def _blame(lines: list[str], items: Sequence[str]) -> list[str]:
+    """Each error line followed by the override it comes from, when it names the override's key (or, for a
+    ``base.``/``search.base.`` key, the run-config path the trial errors name)."""
+    keys = []
+    for item in items:
+        key = item.partition("=")[0].strip()
+        short = re.sub(r"^(base|search\.base|search\.refit\.base|smoke|axes\.[^.]+\.[^.]+)\.", "", key)
+        keys.append((item, key, short))
+    out = []
+    for line in lines:
+        hits = [item for item, key, short in keys if key in line or f"{short}=" in line]
+        out.append(line + (f" (from {OPTION} {hits[-1]})" if hits else ""))
+    return out
+
+
+def load_sweep(path: str | Path, project_dir: str | Path, overrides: Sequence[str] = (), *,
+               need_data: bool = True) -> LoadedSweep:
+    """The validated sweep spec of ``path`` with ``overrides`` applied; raise SpecError (one line per problem,
+    each naming the override it comes from). ``need_data=False``: data folders that do not exist are no error
+    (they are returned in ``missing_roots``); every other problem still is."""
+    try:
+        raw = read_yaml_mapping(path, "spec", expected="a sweep YAML mapping (name, axes, ...; see the README)")
+    except YamlFileError as e:
+        raise SpecError(str(e)) from None
+    raw = apply_overrides(raw, overrides)
+    try:
+        return LoadedSweep(parse_spec(raw, project_dir), tuple(overrides))
+    except SpecError as e:
+        lines = str(e).splitlines()
+        missing = sorted({m.group(1) for line in lines if (m := _MISSING_ROOT.search(line))})
+        other = [line for line in lines if not _MISSING_ROOT.search(line)]
+        if need_data or other or not missing:
+            raise SpecError("\n".join(_blame(lines, overrides))) from None
+    # The schema passed (parse_spec validates it before the trial configs), so only the data folders are missing.
+    return LoadedSweep(SweepSpec.model_validate(raw), tuple(overrides), missing)
+
+
+def plan_sweep(loaded: LoadedSweep, project_dir: str | Path, **kwargs: Any) -> SweepPlan:
+    """:func:`orchestration.plan.build_plan` of ``loaded``; with data folders missing, the trial configs are built
+    with ``data.download: true`` (left out of the config hash, like ``data.root``), so hashes, iteration counts and
+    the spec hash are those of the real launch while no config check looks for the data."""
+    spec = loaded.spec
+    if loaded.missing_roots and spec.base.get("data", {}).get("dataset") != "imagefolder":
+        spec = spec.model_copy(update={"base": deep_merge(spec.base, {"data": {"download": True}})})
+    plan = build_plan(spec, project_dir, **kwargs)
+    plan.spec_hash = spec_hash(loaded.spec)
+    return plan
+
+
+def overrides_tag_value(overrides: Sequence[str]) -> str:
+    """How a launch's overrides are recorded on its parent run (tag ``contract.OVERRIDES``): a JSON list."""
+    return json.dumps(list(overrides))
