@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+import numpy as np
 import pytest
 import yaml
 
@@ -173,4 +174,54 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
     ignored["fold7"] = _log_trial(client, exp_id, parent, "supervised", "d40", "k5", 7, 3.0)
     client.set_terminated(parent)
     yield Store(uri=uri, spec_path=spec_path, run_ids=ids, ignored=ignored)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+QUICKSTART = Path(__file__).resolve().parents[2] / "experiments" / "quickstart.yaml"
+# Test accuracy (%) per method at the first and last of ten evaluations: panels whose own y-ranges would differ
+QUICKSTART_RANGES = {"supervised": (10.0, 80.0), "fixmatch": (30.0, 100.0), "mutexmatch": (20.0, 99.0)}
+
+
+@dataclass(frozen=True)
+class QuickstartStore:
+    uri: str
+    spec_path: Path
+    steps: tuple[int, ...]
+
+
+@pytest.fixture(scope="session")
+def quickstart_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QuickstartStore]:
+    """experiments/quickstart.yaml as the sweep would leave it: every grid cell × fold FINISHED, ten evaluations."""
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric
+
+    spec = yaml.safe_load(QUICKSTART.read_text())
+    root = Path(tempfile.mkdtemp(prefix="reports-quickstart-"))
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    exp_id = client.create_experiment(spec["name"], artifact_location=(root / "artifacts").as_uri())
+    parent = client.create_run(exp_id, tags={C.ROLE: C.ROLE_SWEEP}, run_name="sweep").info.run_id
+    every = spec["base"]["train"]["eval_interval"]
+    steps = tuple(range(every, spec["base"]["train"]["iterations"] + 1, every))
+    ts = int(time.time() * 1000)
+    for method in spec["axes"]["method"]:
+        for setting in spec["axes"]["setting"]:
+            levels = {"method": method, "setting": setting}
+            cid = C.cell_id(levels.items())
+            for fold in spec["folds"]:
+                tags = C.trial_tags(parent_run_id=parent, kind=C.KIND_GRID, cell_levels=levels.items(), cell_id=cid,
+                                    fold=fold, variant=method, config_hash=f"h{cid}{fold}", commit="abc",
+                                    trial_id=f"t{cid}{fold}", launch_id="l")
+                rid = client.create_run(exp_id, tags={**tags, C.SPLIT_DIGEST: f"s{fold}"},
+                                        run_name=C.trial_key(cid, fold)).info.run_id
+                low, high = QUICKSTART_RANGES[method]
+                acc = np.linspace(low, high, len(steps)) - fold
+                client.log_batch(rid, metrics=[Metric(m, float(v) / 100.0, ts + i, s)
+                                               for i, (s, a) in enumerate(zip(steps, acc))
+                                               for m, v in ((C.TEST_ACC, a), (C.PL_ACC, min(100.0, a + 5)))])
+                client.set_terminated(rid)
+    client.set_terminated(parent)
+    spec_path = root / "quickstart.yaml"
+    shutil.copy(QUICKSTART, spec_path)
+    yield QuickstartStore(uri=uri, spec_path=spec_path, steps=steps)
     shutil.rmtree(root, ignore_errors=True)

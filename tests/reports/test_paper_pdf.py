@@ -1,0 +1,72 @@
+"""The quickstart's report as a paper would take it (issue 18): ``--format md,tex,pdf,png`` from a real MLflow store
+→ a PDF with vector fonts only and no blank page, every figure as PNG, PDF and SVG, curve panels on one y-range."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from reports.build import build_report
+from reports.latex import TEX_INSTALL
+
+pytestmark = pytest.mark.skipif(shutil.which("pdflatex") is None,
+                                reason=f"pdflatex is not installed; {TEX_INSTALL}")
+
+
+def _poppler(tool: str) -> str:
+    exe = shutil.which(tool)
+    assert exe, f"{tool} (poppler-utils) checks the PDF; install it with make system-deps"
+    return exe
+
+
+@pytest.fixture(scope="module")
+def paper(quickstart_store, tmp_path_factory):
+    out = tmp_path_factory.mktemp("quickstart-report")
+    return build_report(quickstart_store.spec_path, tracking_uri=quickstart_store.uri, out_dir=out,
+                        formats=["md", "tex", "pdf", "png"])
+
+
+def _fonts(pdf) -> list[list[str]]:
+    lines = subprocess.run([_poppler("pdffonts"), str(pdf)], capture_output=True, text=True, check=True,
+                           timeout=60).stdout.splitlines()
+    return [line.split() for line in lines[2:]]       # two header lines
+
+
+def test_pdf_has_vector_fonts_only(paper):
+    assert paper.pdf == paper.out_dir / "report.pdf" and paper.pdf.stat().st_size > 10_000
+    fonts = _fonts(paper.pdf)
+    assert fonts, "pdffonts lists no font"
+    assert not [f for f in fonts if "Type" in f and f[f.index("Type") + 1] == "3"], fonts
+    assert all(f[-5] == "yes" for f in fonts), fonts            # every font embedded
+
+
+def test_no_blank_page(paper):
+    pages = int(next(line.split()[-1] for line in subprocess.run(
+        [_poppler("pdfinfo"), str(paper.pdf)], capture_output=True, text=True, check=True,
+        timeout=60).stdout.splitlines() if line.startswith("Pages:")))
+    for page in range(1, pages + 1):
+        text = subprocess.run([_poppler("pdftotext"), "-f", str(page), "-l", str(page), str(paper.pdf), "-"],
+                              capture_output=True, text=True, check=True, timeout=60).stdout
+        assert text.split() not in ([], [str(page)]), f"page {page} of {pages} is blank"
+
+
+def test_each_figure_in_png_pdf_svg_with_one_y_range(paper, quickstart_store):
+    assert paper.figures and not paper.skipped_figures
+    for fid, drawn in paper.figures.items():
+        assert sorted(p.name for p in drawn.files) == sorted(f"{fid}.{ext}" for ext in ("pdf", "png", "svg"))
+        assert all(p.is_file() and p.stat().st_size > 1000 for p in drawn.files)
+        assert drawn.panels, fid
+        assert {p.ylim for p in drawn.panels} == {drawn.panels[0].ylim}, fid
+        assert all(set(p.points.values()) == {len(quickstart_store.steps)} for p in drawn.panels)
+
+
+def test_index_lists_markdown_latex_and_pdf(paper):
+    index = paper.index.read_text()
+    for link in ("(main.md)", "(main.tex)", "(report.tex)", "(report.pdf)", "(curves-main.png)",
+                 "(curves-main.pdf)", "(curves-main.svg)"):
+        assert link in index, link
+    assert "None: every table cell has at least one finished run." in index
+    tex = (paper.out_dir / "report.tex").read_text()
+    assert r"\includegraphics[width=\linewidth,height=0.45\textheight,keepaspectratio]{curves-main}" in tex
