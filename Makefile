@@ -13,7 +13,7 @@ PY := $(VENV)/bin/python
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	# torch/torchvision first, pinned (see DEVELOPERS notes: other versions do not import together here)
+	# torch/torchvision first, pinned: other versions do not import together here
 	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
@@ -25,13 +25,16 @@ quickstart: install
 	$(PY) -m orchestration.sweep experiments/quickstart.yaml
 	$(PY) -m reports.build experiments/quickstart.yaml --out reports/out/quickstart
 
-# The report tests compile LaTeX tables: pdflatex from Debian's TeX Live (installed when missing and run as root).
+# report.pdf and its tests: pdflatex and Latin Modern (vector T1 fonts) from Debian's TeX Live, poppler-utils for
+# pdffonts/pdftotext, which check the PDF; installed when missing and run as root, else the command to run is printed.
+TEX_DEBS := texlive-latex-base texlive-latex-recommended lmodern poppler-utils
 system-deps:
-	@command -v pdflatex >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-	      texlive-latex-base texlive-latex-recommended >/dev/null; \
-	  else echo "pdflatex missing: sudo apt-get install texlive-latex-base texlive-latex-recommended" >&2; exit 1; fi; }
+	@if command -v pdflatex >/dev/null 2>&1 && command -v pdffonts >/dev/null 2>&1 \
+	    && kpsewhich lmodern.sty >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	    $(TEX_DEBS) >/dev/null; \
+	else echo "LaTeX tools missing: sudo apt-get install --no-install-recommends $(TEX_DEBS)" >&2; exit 1; fi
 
 test: install system-deps
 	$(PY) -m pytest -q -m "not heavy"
