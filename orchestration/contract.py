@@ -38,6 +38,7 @@ ATTEMPTS = TAG + "attempts"
 WORKER_PID = TAG + "worker_pid"
 NODE_ID = TAG + "node_id"
 STOPPED = TAG + "stopped"           # "true" while Tune has stopped the trial and the driver has not decided why
+LAST_STEP = TAG + "last_step"       # the step of the last evaluation logged (in the request that logs its metrics)
 EARLY_STOPPED = TAG + "early_stopped"
 ENDED_BY, ERROR = TAG + "ended_by", TAG + "error"
 # A launch's parent run: the spec it runs and the driver that runs it (a later launch checks it is alive).

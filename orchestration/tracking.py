@@ -23,11 +23,14 @@ import os
 import socket
 import subprocess
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from mutexmatch.callbacks import EvalEvent, RunSummary, StartEvent
 from mutexmatch.dotted import flatten_dotted
+from mutexmatch.runfolder import checkpoint_pair
 
 from orchestration import contract as C
 from orchestration.env import apply_closed_network_env
@@ -41,7 +44,7 @@ __all__ = [
     "resolve_tracking_uri", "artifact_location", "ensure_experiment", "git_commit", "flatten_params",
     "create_parent_run", "find_resumable_parent", "find_trial_run", "iter_runs",
     "finished_grid_hashes", "finished_search_runs", "end_run", "kill_dead_launches", "end_open_children",
-    "log_metrics", "log_params_and_tags", "ParentInfo",
+    "log_metrics", "log_params_and_tags", "ParentInfo", "TrialRun",
 ]
 
 _PAGE = 1000
@@ -206,11 +209,15 @@ def kill_dead_launches(client: MlflowClient, experiment_id: str) -> list[Run]:
     return dead
 
 
-def log_metrics(client: MlflowClient, run_id: str, metrics: Mapping[str, float], step: int) -> None:
+def log_metrics(client: MlflowClient, run_id: str, metrics: Mapping[str, float], step: int,
+                tags: Mapping[str, str] = {}) -> None:
+    """``metrics`` at ``step``; ``tags`` go with the last request, so they are set only once every metric is."""
     ts = int(time.time() * 1000)
     batch = [Metric(k, float(v), ts, step) for k, v in metrics.items()]
-    for i in range(0, len(batch), 1000):  # MLflow's per-request limit
-        client.log_batch(run_id, metrics=batch[i:i + 1000])
+    chunks = [batch[i:i + 1000] for i in range(0, len(batch), 1000)] or [[]]  # MLflow's per-request limit
+    for i, chunk in enumerate(chunks):
+        last = i == len(chunks) - 1
+        client.log_batch(run_id, metrics=chunk, tags=[RunTag(k, v) for k, v in tags.items()] if last else [])
 
 
 def log_params_and_tags(client: MlflowClient, run_id: str, params: Mapping[str, str],
@@ -219,3 +226,97 @@ def log_params_and_tags(client: MlflowClient, run_id: str, params: Mapping[str, 
     ts = [RunTag(k, v) for k, v in tags.items()]
     for i in range(0, max(len(ps), len(ts), 1), 100):  # MLflow accepts at most 100 params per request
         client.log_batch(run_id, params=ps[i:i + 100], tags=ts[i:i + 100])
+
+
+class TrialRun:
+    """One Tune trial's MLflow run, across the trial's attempts: the bookkeeping of :func:`orchestration.trainable
+    .run_trial` (find or create the run, one attempt's params and tags, the trainer's events, how the attempt ended).
+
+    A restarted trial finds its run by the trial id (:func:`find_trial_run`) and continues it; evaluations an earlier
+    attempt logged (up to the :data:`~orchestration.contract.LAST_STEP` tag, written in the request that logs their
+    metrics) are not logged twice. A run already FINISHED is :attr:`finished`: the trial must not train again."""
+
+    def __init__(self, client: MlflowClient, run: Run, attempt: int, last_logged_step: int):
+        self.client = client
+        self.run_id = run.info.run_id
+        self.finished = run.info.status == "FINISHED"
+        self.attempt = attempt
+        self.last_logged_step = last_logged_step
+        self._run = run
+
+    @classmethod
+    def open(cls, client: MlflowClient, experiment_id: str, *, trial_id: str, launch_id: str,
+             tags: Mapping[str, str], run_name: str) -> "TrialRun":
+        """The trial's run, created with ``tags`` on its first attempt; an unfinished one is set RUNNING again."""
+        run = find_trial_run(client, experiment_id, trial_id, launch_id)
+        if run is None:
+            return cls(client, client.create_run(experiment_id, tags=dict(tags), run_name=run_name), 1, -1)
+        last = _last_logged_step(client, run)
+        if run.info.status == "FINISHED":
+            return cls(client, run, int(run.data.tags.get(C.ATTEMPTS, "1")), last)
+        client.update_run(run.info.run_id, "RUNNING")
+        client.set_tag(run.info.run_id, C.STOPPED, "false")
+        return cls(client, run, int(run.data.tags.get(C.ATTEMPTS, "0")) + 1, last)
+
+    def final_metrics(self) -> dict[str, float]:
+        """A FINISHED run's last metrics and step (what the trial reports to Tune instead of training again)."""
+        return {**self._run.data.metrics, "step": max(self.last_logged_step, 0)}
+
+    def start_attempt(self, config: Mapping[str, Any], *, node_id: str, tune_checkpoint: bool) -> None:
+        """This attempt's tags, and the config's params not logged yet: MLflow params are immutable, and
+        ``output_dir`` or the device may differ between attempts (another node), so the first attempt's stay."""
+        logged = self._run.data.params
+        params = {k: v for k, v in flatten_params(config).items() if k not in logged}
+        log_params_and_tags(self.client, self.run_id, params, {
+            C.ATTEMPTS: str(self.attempt), C.WORKER_PID: str(os.getpid()), C.NODE_ID: node_id,
+            C.attempt_tag(self.attempt, "node_id"): node_id,
+            C.attempt_tag(self.attempt, "tune_checkpoint"): "yes" if tune_checkpoint else "none"})
+
+    def log_start(self, event: StartEvent) -> None:
+        tags = {C.SPLIT_DIGEST: event.split_digest, C.attempt_tag(self.attempt, "start_step"): str(event.step)}
+        log_params_and_tags(self.client, self.run_id, {}, tags)
+        self.client.log_text(self.run_id, event.run.config.read_text(), C.CONFIG_ARTIFACT)
+        self.client.log_text(self.run_id, event.run.split.read_text(), C.SPLIT_ARTIFACT)
+
+    def log_eval(self, event: EvalEvent) -> None:
+        """The evaluation's metrics and class counts, unless an earlier attempt logged this step."""
+        if event.step <= self.last_logged_step:
+            return
+        log_metrics(self.client, self.run_id, event.metrics, event.step, tags={C.LAST_STEP: str(event.step)})
+        counts = {"step": event.step, **{k: v.tolist() for k, v in event.class_counts.items()}}
+        self.client.log_text(self.run_id, json.dumps(counts), C.class_counts_artifact(event.step))
+        self.last_logged_step = event.step
+
+    def log_end(self, summary: RunSummary) -> None:
+        """The best and final weights; with the final weights, the final checkpoint and its checksum."""
+        for path in (summary.best_weights, summary.final_weights):
+            if path is not None and Path(path).exists():
+                self.client.log_artifact(self.run_id, str(path), C.WEIGHTS_DIR)
+        if summary.final_checkpoint is not None and summary.final_weights is not None:
+            for f in checkpoint_pair(summary.final_checkpoint):
+                self.client.log_artifact(self.run_id, str(f), C.CHECKPOINTS_DIR)
+
+    def stopped(self, best_weights: Path) -> None:
+        """Tune stopped the trial (ASHA or an interrupted sweep): keep its best weights; the run stays RUNNING for
+        the driver, which alone can tell the two apart (ending it here raced with the driver's reconciliation)."""
+        if best_weights.exists():
+            self.client.log_artifact(self.run_id, str(best_weights), C.WEIGHTS_DIR)
+
+    def failed(self, error: BaseException) -> None:
+        self.client.set_tag(self.run_id, C.ERROR, "".join(traceback.format_exception_only(error)).strip()[:5000])
+        end_run(self.client, self.run_id, "FAILED")
+
+    def finish(self, overhead_s: Mapping[str, float]) -> None:
+        """FINISHED, with the seconds orchestration added (``mutexmatch.overhead.<what>`` tags)."""
+        log_params_and_tags(self.client, self.run_id, {},
+                            {C.overhead_tag(what): f"{s:.3f}" for what, s in overhead_s.items()})
+        end_run(self.client, self.run_id, "FINISHED")
+
+
+def _last_logged_step(client: MlflowClient, run: Run) -> int:
+    """The step of the run's last logged evaluation, -1 if none. Runs logged before the ``LAST_STEP`` tag existed
+    are read from the history of the metric every evaluation logs."""
+    if C.LAST_STEP in run.data.tags:
+        return int(run.data.tags[C.LAST_STEP])
+    history = client.get_metric_history(run.info.run_id, C.TRAIN_LOSS)
+    return max((m.step for m in history), default=-1)

@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from mlflow import MlflowClient
 
+from mutexmatch.callbacks import EvalEvent, StartEvent
+from mutexmatch.runfolder import RunFolder
 from orchestration import contract as C
 from orchestration import tracking
 from orchestration.sweep import check_resources, resolve_storage
@@ -99,3 +102,68 @@ def test_resource_requests_no_alive_node_can_satisfy_are_refused(cpu, gpu, polic
         request, warns = check_resources(Resources(cpu=cpu, gpu=gpu), policy, nodes)
         assert request == expected
         assert bool(warns) == (policy == "drop")
+
+
+def _event(step: int, loss: float) -> EvalEvent:
+    return EvalEvent(step=step, metrics={C.TRAIN_LOSS: loss, C.TEST_ACC: 0.5},
+                     class_counts={"pseudo_label_counts": np.eye(2, dtype=int)})
+
+
+def _open(client, exp_id, trial_id="t1"):
+    return tracking.TrialRun.open(client, exp_id, trial_id=trial_id, launch_id="L",
+                                  tags={C.ROLE: C.ROLE_TRIAL, C.TRIAL_ID: trial_id, C.LAUNCH_ID: "L"},
+                                  run_name="cell/fold0")
+
+
+def test_a_trial_run_continues_across_attempts_and_logs_each_evaluation_once(store, tmp_path):
+    _, uri, client = store
+    exp_id = tracking.ensure_experiment(client, "trial_runs", uri)
+    first = _open(client, exp_id)
+    assert (first.attempt, first.last_logged_step, first.finished) == (1, -1, False)
+    first.start_attempt({"train": {"seed": 0}, "output_dir": "a"}, node_id="n1", tune_checkpoint=False)
+    run = RunFolder(tmp_path / "run")
+    run.path.mkdir()
+    run.config.write_text("train: {seed: 0}\n")
+    run.split.write_text('{"labeled": []}')
+    first.log_start(StartEvent(step=0, iterations=6, run=run, config_hash="h", split_digest="d"))
+    for step in (2, 4):
+        first.log_eval(_event(step, step / 10))
+    # the worker dies; the restarted attempt resumes from the step-2 checkpoint and redoes the step-4 evaluation
+    second = _open(client, exp_id)
+    assert (second.run_id, second.attempt, second.last_logged_step) == (first.run_id, 2, 4)
+    second.start_attempt({"train": {"seed": 0}, "output_dir": "b"}, node_id="n2", tune_checkpoint=True)
+    for step in (4, 6):
+        second.log_eval(_event(step, step / 10 + 1))
+    second.finish({"setup_s": 1.0, "hooks_s": 0.5, "wall_s": 3.0})
+    got = client.get_run(first.run_id)
+    history = client.get_metric_history(first.run_id, C.TRAIN_LOSS)
+    assert [(m.step, m.value) for m in history] == [(2, 0.2), (4, 0.4), (6, 1.6)]
+    assert got.info.status == "FINISHED" and got.data.params["output_dir"] == "a"  # params of the first attempt
+    t = got.data.tags
+    assert (t[C.ATTEMPTS], t[C.attempt_tag(2, "node_id")], t[C.attempt_tag(2, "tune_checkpoint")]) == ("2", "n2", "yes")
+    assert (t[C.SPLIT_DIGEST], t[C.attempt_tag(1, "start_step")], t[C.LAST_STEP]) == ("d", "0", "6")
+    assert t[C.overhead_tag("hooks_s")] == "0.500"
+    arts = {a.path for a in client.list_artifacts(first.run_id)} | {
+        a.path for a in client.list_artifacts(first.run_id, C.CLASS_COUNTS_DIR)}
+    assert {C.CONFIG_ARTIFACT, C.SPLIT_ARTIFACT, C.class_counts_artifact(6)} <= arts
+    done = _open(client, exp_id)
+    assert done.finished and done.final_metrics() == {C.TRAIN_LOSS: 1.6, C.TEST_ACC: 0.5, "step": 6}
+
+
+def test_a_trial_run_logged_before_the_last_step_tag_reads_its_metric_history(store):
+    _, uri, client = store
+    exp_id = tracking.ensure_experiment(client, "old_trial_runs", uri)
+    old = client.create_run(exp_id, tags={C.ROLE: C.ROLE_TRIAL, C.TRIAL_ID: "t9", C.LAUNCH_ID: "L",
+                                          C.ATTEMPTS: "1"})
+    tracking.log_metrics(client, old.info.run_id, {C.TRAIN_LOSS: 1.0}, 20)  # as the previous version logged
+    again = _open(client, exp_id, "t9")
+    assert (again.run_id, again.attempt, again.last_logged_step) == (old.info.run_id, 2, 20)
+
+
+def test_a_failed_trial_run_keeps_the_error(store):
+    _, uri, client = store
+    exp_id = tracking.ensure_experiment(client, "failed_trial_runs", uri)
+    trial = _open(client, exp_id, "t3")
+    trial.failed(ValueError("boom"))
+    got = client.get_run(trial.run_id)
+    assert got.info.status == "FAILED" and got.data.tags[C.ERROR] == "ValueError: boom"
