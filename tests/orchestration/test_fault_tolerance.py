@@ -292,3 +292,84 @@ def test_terminated_driver_reports_what_finished_and_the_resume_command_works(tm
     again = client.get_run(killed.info.run_id)
     assert again.data.tags["mutexmatch.attempts"] == "2"  # continued its own run
     assert logged_steps(client, again) == list(range(20, 121, 20))
+
+
+class _WorkerDied(BaseException):
+    """The trial's worker is gone at this instant (raised from Tune's side, so nothing of the attempt survives)."""
+
+
+class FakeTune:
+    """Tune's side of a function trainable, in this process: the trial's context and folder, the checkpoint a
+    restarted trial gets back, and reports whose checkpoints are persisted as Tune does (copied before returning)."""
+
+    def __init__(self, tmp_path: Path, die_at_step: int | None):
+        from ray import tune
+
+        self.tune = tune
+        self.trial_dir = tmp_path / "ray_trial_dir"  # what Ray syncs to the storage while the trial runs
+        self.trial_dir.mkdir()
+        self.persisted = tmp_path / "persisted"
+        self.die_at_step = die_at_step
+        self.checkpoint = None
+        self.reports: list[dict] = []
+
+    def install(self, monkeypatch) -> None:
+        import ray
+        from types import SimpleNamespace
+
+        context = SimpleNamespace(get_trial_id=lambda: "trial_00001", get_trial_dir=lambda: str(self.trial_dir))
+        monkeypatch.setattr(self.tune, "get_context", lambda: context)
+        monkeypatch.setattr(self.tune, "get_checkpoint", lambda: self.checkpoint)
+        monkeypatch.setattr(self.tune, "report", self.report)
+        monkeypatch.setattr(ray, "get_runtime_context", lambda: SimpleNamespace(get_node_id=lambda: "node-1"))
+
+    def report(self, metrics: dict, checkpoint=None) -> None:
+        if metrics["step"] == self.die_at_step:
+            self.die_at_step = None
+            raise _WorkerDied  # before Tune persisted this step's checkpoint
+        if checkpoint is not None:
+            import shutil
+
+            staged = Path(checkpoint.path)
+            assert not staged.is_relative_to(self.trial_dir), staged
+            dest = self.persisted / f"step{metrics['step']}"
+            shutil.copytree(staged, dest)
+            self.checkpoint = self.tune.Checkpoint.from_directory(str(dest))
+        self.reports.append(metrics)
+
+
+def test_a_restarted_trial_continues_its_run_outside_the_synced_trial_folder(tmp_path, data_root, monkeypatch):
+    """run_trial in this process with Tune faked: the worker dies after logging step 6 but before Tune kept its
+    checkpoint; the restarted attempt resumes from step 4, logs every evaluation once, ends with the weights of an
+    uninterrupted run, and nothing is ever written into the trial folder Ray syncs; a third call finds the run
+    FINISHED and does not train."""
+    from orchestration import tracking
+    from orchestration.contract import LAST_STEP
+    from orchestration.plan import GridTrial
+    from orchestration.spec import Cell
+    from orchestration.trainable import TrialContext, run_trial
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    exp_id = tracking.ensure_experiment(client, "inproc", uri)
+    raw = {"data": {"dataset": "digits", "num_labels": 20, "root": str(data_root)}, "model": {"backbone": "small_cnn"},
+           "algorithm": {"name": "fixmatch"},
+           "train": {"iterations": 8, "eval_interval": 2, "batch_size": 4, "mu": 2, "progress": False}}
+    ctx = TrialContext(tracking_uri=uri, experiment_id=exp_id, parent_run_id="parent", launch_id="L",
+                       git_commit="c", device="cpu", num_threads=1,
+                       grid={"k": GridTrial("grid", Cell((("method", "fixmatch"),)), 0, raw, "h", 8, 4)})
+    fake = FakeTune(tmp_path, die_at_step=6)
+    fake.install(monkeypatch)
+    with pytest.raises(_WorkerDied):
+        run_trial({"trial": "k"}, ctx)
+    run_trial({"trial": "k"}, ctx)
+    [run] = grid_runs(client, "inproc")
+    tags = run.data.tags
+    assert run.info.status == "FINISHED" and tags["mutexmatch.attempts"] == "2" and tags[LAST_STEP] == "8"
+    assert (tags["mutexmatch.attempt.2.tune_checkpoint"], tags["mutexmatch.attempt.2.start_step"]) == ("yes", "4")
+    assert logged_steps(client, run) == [2, 4, 6, 8]
+    assert [r["step"] for r in fake.reports] == [2, 4, 6, 8]
+    assert not list(fake.trial_dir.iterdir())
+    assert_same_tensors(final_weights(client, run, tmp_path / "a"), uninterrupted_weights(client, run, tmp_path / "b"))
+    run_trial({"trial": "k"}, ctx)  # e.g. the driver restored Tune's state from before the trial finished
+    assert fake.reports[-1]["step"] == 8 and client.get_run(run.info.run_id).data.tags["mutexmatch.attempts"] == "2"
