@@ -14,6 +14,7 @@ import statistics
 from pathlib import Path
 
 from mutexmatch.config import load_config
+from mutexmatch.runfolder import RunFolder
 from mutexmatch.train import Trainer
 
 METHODS = {
@@ -41,7 +42,7 @@ def main() -> None:
             if args.iterations:
                 sets.append(f"train.iterations={args.iterations}")
             cfg = load_config(args.config, sets + args.overrides)
-            resume = "auto" if (out / "run.json").exists() else False
+            resume = "auto" if RunFolder(out).is_run() else False
             summary = Trainer(cfg, resume=resume).fit()
             m = summary.metrics
             results.setdefault(method, []).append((m["test/acc"], m["test/best_acc"]))
