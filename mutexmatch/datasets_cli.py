@@ -90,10 +90,13 @@ def run_download(args: argparse.Namespace) -> int:
     if args.svhn_extra and name != "svhn":
         raise CLIError(f"download {name}: --svhn-extra only applies to svhn")
     ddir = dataset_dir(name, args.root)
+    created = not ddir.exists()
     ddir.mkdir(parents=True, exist_ok=True)
     try:
         _fetch(name, ddir, args.svhn_extra)
     except (OSError, RuntimeError) as err:  # URLError is an OSError; a failed md5 check a RuntimeError
+        if created:  # a failed first download leaves nothing behind (at most a partial archive)
+            shutil.rmtree(ddir, ignore_errors=True)
         raise CLIError(f"download {name}: torchvision could not fetch and verify the files in {ddir}: "
                        f"{_one_line(err)}") from None
     print(f"{name}: files in {ddir}")

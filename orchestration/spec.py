@@ -51,6 +51,7 @@ __all__ = [
     "SMOKE_DEFAULT",
     "VALIDATION_METRICS",
     "load_spec",
+    "read_spec_file",
     "parse_spec",
     "deep_merge",
     "set_dotted",
@@ -546,9 +547,10 @@ def parse_spec(raw: Any, project_dir: str | Path = ".") -> SweepSpec:
     return spec
 
 
-def load_spec(path: str | Path, project_dir: str | Path = ".") -> SweepSpec:
-    """Read ``path`` with the project's YAML reader (duplicate keys refused) and :func:`parse_spec` it; a run config
-    given instead is refused naming the trainer's command."""
+def read_spec_file(path: str | Path) -> dict[str, Any]:
+    """The raw mapping of a sweep YAML, read with the project's YAML reader (duplicate keys refused at any depth);
+    raise :class:`SpecError` with one line naming the file, also for a run config given instead (naming the
+    trainer's command)."""
     try:
         raw = read_yaml_mapping(path, "spec", expected="a sweep YAML mapping (name, axes, ...; see the README)")
     except YamlFileError as e:
@@ -556,7 +558,12 @@ def load_spec(path: str | Path, project_dir: str | Path = ".") -> SweepSpec:
     if SWEEP_ONLY_KEY not in raw and set(raw) <= set(RunConfig.model_fields):
         raise SpecError(f"spec {str(path)!r}: is a run config (sections {', '.join(raw)}), not a sweep YAML; train "
                         f"it with `{TRAIN_COMMAND} --config {path}`")
-    return parse_spec(raw, project_dir)
+    return raw
+
+
+def load_spec(path: str | Path, project_dir: str | Path = ".") -> SweepSpec:
+    """:func:`read_spec_file`, then :func:`parse_spec`."""
+    return parse_spec(read_spec_file(path), project_dir)
 
 
 def spec_hash(spec: SweepSpec) -> str:

@@ -1,0 +1,458 @@
+"""The bad-input corpus (issue 16): malformed inputs to every command line, each refused before any work.
+
+Every case runs a CLI's ``main(argv)`` in this process (a few run the real ``python -m`` command) inside a fresh
+folder that is also the working directory, and asserts what we promise users about bad input:
+
+- exit status 2;
+- one message on stderr naming the input (the file, flag or field and its value), and no traceback;
+- nothing written: the folder holds exactly what it held before (no run folder, no ``mlflow.db``, no cache), and
+  an MLflow store that was there holds the same number of runs.
+
+A case whose fix belongs to a file another engineer owns is marked ``xfail(strict=True, reason="owner: <file>")``:
+it fails today for the reason it names, and turns into an error (XPASS) as soon as the fix lands, so the mark is
+removed with the fix. ``orchestration.status`` joins the corpus when it exists.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+# The command line of each CLI (`python -m <module>`) and the module whose main(argv) runs it in-process.
+CLIS = {
+    "train": ("mutexmatch.train", "mutexmatch.train"),
+    "sweep": ("orchestration.sweep", "orchestration.sweep"),
+    "report": ("reports.build", "reports.build"),
+    "datasets": ("mutexmatch.datasets", "mutexmatch.datasets_cli"),
+}
+
+RUN_YAML = "data: {dataset: digits, num_labels: 20}\ntrain: {iterations: 4, eval_interval: 2, batch_size: 4, mu: 2}\n"
+SWEEP_YAML = """name: corpus
+base:
+  data: {dataset: digits, num_labels: 20}
+  train: {iterations: 4, eval_interval: 2, batch_size: 4, mu: 2}
+folds: [0, 1]
+axes:
+  method:
+    fixmatch: {algorithm: {name: fixmatch}}
+    mutexmatch: {algorithm: {name: mutexmatch}}
+"""
+# The report's YAML: a second axis for the table's columns.
+REPORT_YAML = SWEEP_YAML + """  setting:
+    d20: {}
+tables:
+  - {id: main, caption: c, rows: method, columns: setting, metric: test/acc, protocol: best}
+"""
+CIFAR10_FILES = [*(f"data_batch_{i}" for i in range(1, 6)), "test_batch", "batches.meta"]
+PNG_1PX = bytes.fromhex("89504e470d0a1a0a0000000d49484452000000010000000108000000003a7e9b55000000"
+                        "0a49444154789c6360000000020001e221bc330000000049454e44ae426082")
+
+
+def _sweep(*edits: tuple[str, str]) -> str:
+    """SWEEP_YAML with textual replacements (the corpus is about text the user typed, so it is edited as text)."""
+    text = SWEEP_YAML
+    for old, new in edits:
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    return text
+
+
+def _cifar_junk(t: Path) -> None:
+    folder = t / "data" / "cifar10" / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+    for name in CIFAR10_FILES:
+        (folder / name).write_bytes(b"\x80junk" * 10)
+
+
+def _imagefolder(t: Path, *, loose: bool = False, corrupt: bool = False) -> None:
+    for split in ("train", "test"):
+        for cls in ("a", "b"):
+            (t / "photos" / split / cls).mkdir(parents=True)
+            (t / "photos" / split / cls / "0.png").write_bytes(PNG_1PX)
+    if loose:
+        (t / "photos" / "train" / "loose.png").write_bytes(PNG_1PX)
+    if corrupt:
+        (t / "photos" / "train" / "a" / "1.png").write_bytes(b"\x89PNG\r\n\x1a\nnot really")
+
+
+def _run_folder(t: Path, config: bytes | None) -> None:
+    run = t / "outputs" / "run"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text('{"mutexmatch_run": 1}')
+    if config is not None:
+        (run / "config.yaml").write_bytes(config)
+
+
+def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torchvision's downloader as it behaves without network (no real request is ever made)."""
+    import socket
+    import urllib.error
+
+    import torchvision.datasets.cifar
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise urllib.error.URLError(socket.gaierror(-3, "Temporary failure in name resolution"))
+
+    monkeypatch.setattr(torchvision.datasets.cifar, "download_and_extract_archive", refuse)
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    cli: str
+    argv: tuple[str, ...]            # "{t}" stands for the case's folder
+    expect: str                      # the part of the message that names the input ("{t}" as above)
+    files: dict[str, bytes | str | None] = field(default_factory=dict)  # None: a folder
+    setup: Callable[[Path], None] | None = None
+    patch: Callable[[pytest.MonkeyPatch], None] | None = None
+    owner: str | None = None         # the file whose owner fixes this case (xfail until then)
+    store: bool = False              # start from a store holding one finished run (the report's cases)
+
+
+def C(id: str, cli: str, argv: str, expect: str, **kw) -> Case:
+    return Case(id, cli, tuple(argv.split()), expect, **kw)
+
+
+T, S, R, D = "train", "sweep", "report", "datasets"
+CASES = [
+    # ---------------------------------------------------------------- mutexmatch.train: the run YAML
+    C("train-config-missing", T, "--config {t}/nope.yaml", "--config '{t}/nope.yaml': file not found"),
+    C("train-config-folder", T, "--config {t}/cfg", "'{t}/cfg': is a directory", files={"cfg": None}),
+    C("train-config-empty", T, "--config {t}/r.yaml", "'{t}/r.yaml': is empty, expected a mapping of sections",
+      files={"r.yaml": ""}),
+    C("train-config-comments-only", T, "--config {t}/r.yaml", "'{t}/r.yaml': is empty",
+      files={"r.yaml": "# data: {dataset: digits}\n"}),
+    C("train-config-list", T, "--config {t}/r.yaml", "'{t}/r.yaml': top level is a list",
+      files={"r.yaml": "- data\n- train\n"}),
+    C("train-config-scalar", T, "--config {t}/r.yaml", "'{t}/r.yaml': top level is the int 42", files={"r.yaml": "42"}),
+    C("train-config-binary", T, "--config {t}/r.png", "'{t}/r.png': is a binary file", files={"r.png": PNG_1PX}),
+    C("train-config-latin1", T, "--config {t}/r.yaml", "'{t}/r.yaml': is not UTF-8 text",
+      files={"r.yaml": b"data: {root: caf\xe9}\n"}),
+    C("train-config-syntax", T, "--config {t}/r.yaml", "'{t}/r.yaml': not valid YAML at line 2, column 6",
+      files={"r.yaml": "data: {dataset: digits\ntrain: {seed: 1}\n"}),
+    C("train-config-tab", T, "--config {t}/r.yaml", "'{t}/r.yaml': not valid YAML at line 2, column 1",
+      files={"r.yaml": "train:\n\tseed: 1\n"}),
+    C("train-config-dup-section", T, "--config {t}/r.yaml", "duplicate key 'train' (first at line 2, again at line 3)",
+      files={"r.yaml": RUN_YAML + "train: {seed: 3}\n"}),
+    C("train-config-dup-field", T, "--config {t}/r.yaml", "duplicate key 'tau' (first at line 2, again at line 3)",
+      files={"r.yaml": "algorithm:\n  tau: 0.9\n  tau: 0.5\n"}),
+    C("train-config-two-documents", T, "--config {t}/r.yaml", "line 3, column 1: but found another document",
+      files={"r.yaml": RUN_YAML + "---\n" + RUN_YAML}),
+    C("train-config-python-tag", T, "--config {t}/r.yaml", "could not determine a constructor for the tag",
+      files={"r.yaml": "output_dir: !!python/object/apply:os.getcwd []\n"}),
+    C("train-config-is-a-sweep", T, "--config {t}/s.yaml",
+      "'{t}/s.yaml': is a sweep YAML (it has `axes:`), not a run config; run it with `python -m orchestration.sweep",
+      files={"s.yaml": SWEEP_YAML}),
+    C("train-config-unknown-section", T, "--config {t}/r.yaml", "trian: unknown key; allowed keys: data, model",
+      files={"r.yaml": "trian: {seed: 1}\n"}),
+    C("train-config-string-number", T, "--config {t}/r.yaml", "algorithm.tau='0.9'",
+      files={"r.yaml": "algorithm: {tau: '0.9'}\n"}),
+    # ---------------------------------------------------------------- mutexmatch.train: values
+    C("train-tau-range", T, "--set algorithm.tau=1.5", "algorithm.tau=1.5: must be in (0, 1]"),
+    C("train-seed-2^32", T, "--set train.seed=4294967296", "train.seed=4294967296: must be <= 4294967295"),
+    C("train-seed-negative", T, "--set train.seed=-1", "train.seed=-1: must be >= 0"),
+    C("train-labels-beyond-dataset", T, "--set data.num_labels=2000", "data.num_labels=2000: needs 200 labeled"),
+    C("train-val-beyond-class", T, "--set data.val_per_class=200", "data.val_per_class=200: the smallest class"),
+    C("train-labels-not-divisible", T, "--set data.num_labels=25", "data.num_labels=25: must be divisible by the 10"),
+    C("train-set-no-equals", T, "--set algorithm.tau", "--set 'algorithm.tau': expected KEY=VALUE"),
+    C("train-set-bad-yaml", T, "--set algorithm.tau=[0.9,", "--set 'algorithm.tau=[0.9,': the value is not valid"),
+    C("train-unknown-dataset", T, "--set data.dataset=imagenet", "data.dataset='imagenet'"),
+    C("train-unknown-backbone", T, "--set model.backbone=vit", "model.backbone='vit': unknown"),
+    C("train-bad-device", T, "--set train.device=tpu", "train.device='tpu': must be `auto`"),
+    C("train-image-size-range", T, "--set data.image_size=1024", "data.image_size=1024: must be null or in [8, 512]"),
+    C("train-field-of-other-algorithm", T, "--set algorithm.name=fixmatch --set algorithm.lambda_n=0.5",
+      "algorithm.lambda_n=0.5: not used by algorithm 'fixmatch'"),
+    C("train-stop-at-not-int", T, "--stop-at soon", "argument --stop-at: invalid int value: 'soon'"),
+    C("train-data-root-missing", T, "--set data.dataset=cifar10 --set data.root={t}/nodata",
+      "data.root='{t}/nodata': folder does not exist"),
+    # ---------------------------------------------------------------- mutexmatch.train: data and run folders
+    C("train-cifar-junk", T, "--set data.dataset=cifar10 --set data.root={t}/data",
+      "cifar10: {t}/data/cifar10/cifar-10-batches-py/data_batch_1 does not match its published md5",
+      setup=_cifar_junk, owner="mutexmatch/train.py (catch datasets.DatasetError)"),
+    C("train-download-offline", T, "--set data.dataset=cifar10 --set data.root={t}/data --set data.download=true",
+      "cifar10: data.download=true could not fetch the files", files={"data": None}, patch=_offline,
+      owner="mutexmatch/train.py (catch datasets.DatasetError)"),
+    C("train-imagefolder-loose-image", T, "--set data.dataset=imagefolder --set data.root={t}/photos "
+      "--set data.num_labels=2", "photos/train/loose.png lies directly in train/",
+      setup=lambda t: _imagefolder(t, loose=True)),
+    C("train-resume-missing", T, "--resume {t}/gone", "--resume {t}/gone: directory not found"),
+    C("train-resume-not-a-run", T, "--resume {t}/cfg", "--resume {t}/cfg: not a mutexmatch run directory",
+      files={"cfg": None}),
+    C("train-resume-with-config", T, "--resume {t}/outputs/run --config {t}/r.yaml", "do not pass --config",
+      files={"r.yaml": RUN_YAML}, setup=lambda t: _run_folder(t, RUN_YAML.encode())),
+    C("train-resume-config-broken", T, "--resume {t}/outputs/run", "config.yaml': not valid YAML at line 2, column 1",
+      setup=lambda t: _run_folder(t, b"data: [digits\n")),
+    C("train-resume-config-empty", T, "--resume {t}/outputs/run", "config.yaml': is empty",
+      setup=lambda t: _run_folder(t, b"")),
+    C("train-resume-config-dup", T, "--resume {t}/outputs/run", "duplicate key 'data'",
+      setup=lambda t: _run_folder(t, b"data: {num_labels: 20}\ndata: {num_labels: 40}\n")),
+    # ---------------------------------------------------------------- orchestration.sweep: the sweep YAML
+    C("sweep-missing", S, "{t}/nope.yaml", "spec '{t}/nope.yaml': file not found"),
+    C("sweep-folder", S, "{t}/exp", "spec '{t}/exp': is a directory", files={"exp": None}),
+    C("sweep-empty", S, "{t}/s.yaml", "spec '{t}/s.yaml': is empty, expected a sweep YAML mapping",
+      files={"s.yaml": ""}),
+    C("sweep-list", S, "{t}/s.yaml", "spec '{t}/s.yaml': top level is a list", files={"s.yaml": "- name: x\n"}),
+    C("sweep-binary", S, "{t}/s.yaml", "spec '{t}/s.yaml': is a binary file", files={"s.yaml": b"\x00\x01\x02"}),
+    C("sweep-syntax", S, "{t}/s.yaml", "spec '{t}/s.yaml': not valid YAML at line 4, column 3",
+      files={"s.yaml": _sweep(("base:\n", "base: [\n"))}),
+    C("sweep-dup-level", S, "{t}/s.yaml", "duplicate key 'fixmatch' (first at line 8, again at line 9)",
+      files={"s.yaml": _sweep(("    mutexmatch:", "    fixmatch:"))}),
+    C("sweep-dup-axes", S, "{t}/s.yaml", "duplicate key 'axes' (first at line 6, again at line 10)",
+      files={"s.yaml": SWEEP_YAML + "axes:\n  labels: {l20: {}}\n"}),
+    C("sweep-dup-in-base", S, "{t}/s.yaml", "duplicate key 'data' (first at line 3, again at line 4)",
+      files={"s.yaml": _sweep(("  train:", "  data:"))}),
+    C("sweep-is-a-run-config", S, "{t}/r.yaml",
+      "spec '{t}/r.yaml': is a run config (sections data, train), not a sweep YAML; train it with `python -m "
+      "mutexmatch.train --config", files={"r.yaml": RUN_YAML},
+      owner="orchestration/overrides.py (read the YAML with spec.read_spec_file)"),
+    C("sweep-unknown-key", S, "{t}/s.yaml", "fold: unknown key", files={"s.yaml": SWEEP_YAML + "fold: [0]\n"}),
+    C("sweep-no-axes", S, "{t}/s.yaml", "axes: required field is missing",
+      files={"s.yaml": "name: corpus\nbase: {data: {dataset: digits}}\n"}),
+    C("sweep-name-path", S, "{t}/s.yaml", "name='../x': must start with a letter or digit",
+      files={"s.yaml": _sweep(("name: corpus", "name: ../x"))}),
+    C("sweep-seed-plus-fold", S, "{t}/s.yaml", "train.seed=4294967295: fold 1 trains with train.seed + 1 = "
+      "4294967296 (seed_per_fold), above the largest seed 4294967295",
+      files={"s.yaml": _sweep(("mu: 2}", "mu: 2, seed: 4294967295}"))}),
+    C("sweep-val-beyond-class", S, "{t}/s.yaml", "data.val_per_class=130: the smallest class of digits has 126",
+      files={"s.yaml": _sweep(("{name: fixmatch}}", "{name: fixmatch}, data: {val_per_class: 130}}"))}),
+    C("sweep-search-cells-empty", S, "{t}/s.yaml", "search.cells=[]: needs at least one partial cell",
+      files={"s.yaml": SWEEP_YAML + "search: {cells: [], metric: val/acc, space: {algorithm.tau: {type: float, "
+                                    "low: 0.5, high: 0.9}}}\n"}),
+    C("sweep-search-test-metric", S, "{t}/s.yaml", "search.metric='test/acc': must be a validation metric",
+      files={"s.yaml": SWEEP_YAML + "search: {metric: test/acc, space: {algorithm.tau: {type: float, low: 0.5, "
+                                    "high: 0.9}}}\n"}),
+    C("sweep-owned-field", S, "{t}/s.yaml", "base.output_dir='x': set per trial by orchestration",
+      files={"s.yaml": _sweep(("base:\n", "base:\n  output_dir: x\n"))}),
+    C("sweep-folds-repeated", S, "{t}/s.yaml", "folds=[0, 0]: folds must be distinct",
+      files={"s.yaml": _sweep(("folds: [0, 1]", "folds: [0, 0]"))}),
+    C("sweep-bad-tau", S, "{t}/s.yaml", "algorithm.tau=2: must be in (0, 1]",
+      files={"s.yaml": _sweep(("{name: fixmatch}", "{name: fixmatch, tau: 2}"))}),
+    C("sweep-exclude-unknown-level", S, "{t}/s.yaml", "exclude[0].method='flexmatch': unknown level",
+      files={"s.yaml": SWEEP_YAML + "exclude: [{method: flexmatch}]\n"}),
+    C("sweep-max-concurrent-negative", S, "{t}/s.yaml --max-concurrent -1", "--max-concurrent",
+      files={"s.yaml": SWEEP_YAML}, owner="orchestration/sweep.py (the lead's CLI flags)"),
+    C("sweep-experiment-name-escape", S, "{t}/s.yaml --experiment-name ../../escape", "--experiment-name",
+      files={"s.yaml": SWEEP_YAML}, owner="orchestration/sweep.py (the lead's CLI flags)"),
+    C("sweep-tracking-uri-not-a-db", S, "{t}/s.yaml --tracking-uri {t}/notes.db", "{t}/notes.db",
+      files={"s.yaml": SWEEP_YAML, "notes.db": "not a database\n"}, owner="orchestration/tracking.py"),
+    C("sweep-table-metric-typo", S, "{t}/s.yaml", "test/accc",
+      files={"s.yaml": REPORT_YAML.replace("test/acc", "test/accc")}, owner="orchestration (validate "
+      "report layouts at launch)"),
+    # ---------------------------------------------------------------- reports.build
+    C("report-missing", R, "{t}/nope.yaml", "'{t}/nope.yaml': file not found"),
+    C("report-folder", R, "{t}/exp", "'{t}/exp': is a directory", files={"exp": None},
+      owner="reports/specfile.py (read through mutexmatch.yamlfile.read_yaml_mapping)"),
+    C("report-empty", R, "{t}/s.yaml", "'{t}/s.yaml'", files={"s.yaml": ""}),
+    C("report-syntax", R, "{t}/s.yaml", "'{t}/s.yaml': not valid YAML at line 4, column 3",
+      files={"s.yaml": _sweep(("base:\n", "base: [\n"))},
+      owner="reports/specfile.py (read through mutexmatch.yamlfile.read_yaml_mapping)"),
+    C("report-dup-level", R, "{t}/s.yaml", "'fixmatch'",
+      files={"s.yaml": REPORT_YAML.replace("    mutexmatch:", "    fixmatch:")}),
+    C("report-binary", R, "{t}/s.yaml", "'{t}/s.yaml': is a binary file", files={"s.yaml": b"\x00\x01"},
+      owner="reports/specfile.py (read through mutexmatch.yamlfile.read_yaml_mapping)"),
+    C("report-latin1", R, "{t}/s.yaml", "'{t}/s.yaml': is not UTF-8 text", files={"s.yaml": b"name: caf\xe9\n"},
+      owner="reports/specfile.py (read through mutexmatch.yamlfile.read_yaml_mapping)"),
+    C("report-store-not-a-db", R, "{t}/s.yaml --tracking-uri {t}/notes.db", "{t}/notes.db",
+      files={"s.yaml": REPORT_YAML, "notes.db": "not a database\n"}),
+    C("report-bad-format", R, "{t}/s.yaml --format md,docx", "docx", files={"s.yaml": REPORT_YAML}),
+    C("report-bad-protocol", R, "{t}/s.yaml --protocol mean", "argument --protocol: invalid choice: 'mean'",
+      files={"s.yaml": REPORT_YAML}),
+    C("report-out-below-a-file", R, "{t}/s.yaml --tracking-uri {t}/mlflow.db --out {t}/notes.txt/report",
+      "{t}/notes.txt", files={"s.yaml": REPORT_YAML, "notes.txt": "x"}, store=True),
+    C("report-table-metric-typo", R, "{t}/s.yaml --tracking-uri {t}/mlflow.db", "test/accc",
+      files={"s.yaml": REPORT_YAML.replace("test/acc", "test/accc")}, store=True),
+    # ---------------------------------------------------------------- mutexmatch.datasets
+    C("datasets-no-command", D, "", "choose a command: download, check or export"),
+    C("datasets-unknown-dataset", D, "check imagenet --root {t}", "invalid choice: 'imagenet'"),
+    C("datasets-cifar-missing", D, "check cifar10 --root {t}/data", "cifar10: dataset files not found under "
+      "{t}/data/cifar10", files={"data": None}),
+    C("datasets-cifar-junk", D, "check cifar10 --root {t}/data",
+      "{t}/data/cifar10/cifar-10-batches-py/data_batch_1 does not match its published md5", setup=_cifar_junk),
+    C("datasets-download-offline", D, "download cifar10 --root {t}/data", "download cifar10: torchvision could not "
+      "fetch", files={"data": None}, patch=_offline),
+    C("datasets-download-no-downloader", D, "download miniimagenet --root {t}", "mini-ImageNet has no downloader"),
+    C("datasets-image-size-zero", D, "check digits --root {t} --image-size 0", "--image-size"),
+    C("datasets-native-size", D, "check cifar10 --root {t} --image-size 64", "must be its native 32"),
+    C("datasets-imagefolder-empty", D, "check imagefolder --root {t}/photos", "photos/train is missing",
+      files={"photos": None}),
+    C("datasets-imagefolder-loose", D, "check imagefolder --root {t}/photos", "lies directly in train/",
+      setup=lambda t: _imagefolder(t, loose=True)),
+    C("datasets-imagefolder-corrupt", D, "check imagefolder --root {t}/photos",
+      "photos/train/a/1.png is not a readable image", setup=lambda t: _imagefolder(t, corrupt=True)),
+    C("datasets-export-no-target", D, "export digits --root {t}", "--to"),
+]
+
+
+def _snapshot(root: Path) -> dict[str, object]:
+    """Every path below ``root`` with its size (folders: None); an MLflow SQLite store by its number of runs."""
+    seen: dict[str, object] = {}
+    for path in sorted(root.rglob("*")):
+        rel = str(path.relative_to(root))
+        if path.suffix == ".db" and path.is_file() and path.stat().st_size:
+            try:
+                with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+                    seen[rel] = ("runs", db.execute("SELECT count(*) FROM runs").fetchone()[0])
+                continue
+            except sqlite3.DatabaseError:
+                pass  # not a database (a case's own junk file): compared by size
+        seen[rel] = path.stat().st_size if path.is_file() else None
+    return seen
+
+
+def _make_store(t: Path) -> None:
+    """``mlflow.db`` holding one FINISHED grid run of the corpus sweep's first cell, as a sweep logs it."""
+    from mlflow.tracking import MlflowClient
+
+    from orchestration import contract
+
+    client = MlflowClient(f"sqlite:///{t / 'mlflow.db'}")
+    exp = client.create_experiment("corpus", artifact_location=str(t / "artifacts"))
+    levels = (("method", "fixmatch"), ("setting", "d20"))
+    cid = contract.cell_id(levels)
+    tags = contract.trial_tags(parent_run_id="p", kind=contract.KIND_GRID, cell_levels=levels, cell_id=cid, fold=0,
+                               variant="grid", config_hash="h", commit="c", trial_id="t0", launch_id="l")
+    run = client.create_run(exp, tags=tags, run_name=contract.trial_key(cid, 0))
+    for step, value in ((2, 0.5), (4, 0.6)):  # what the report's default learning-curve figure reads too
+        client.log_metric(run.info.run_id, "test/acc", value, step=step)
+        client.log_metric(run.info.run_id, "train/pl_acc", value, step=step)
+    client.set_terminated(run.info.run_id, "FINISHED")
+
+
+@pytest.fixture(scope="module")
+def store_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("store")
+    _make_store(folder)
+    return folder
+
+
+def _prepare(case: Case, t: Path, store_template: Path | None) -> None:
+    for name, content in case.files.items():
+        path = t / name
+        if content is None:
+            path.mkdir(parents=True)
+        elif isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+    if case.setup is not None:
+        case.setup(t)
+    if store_template is not None:
+        import shutil
+
+        shutil.copytree(store_template, t, dirs_exist_ok=True)
+
+
+def _in_process(main: Callable[[list[str]], int], argv: list[str]) -> int:
+    """Run ``main(argv)`` as ``python -m`` would: SystemExit's code, or a traceback and status 1."""
+    try:
+        return main(argv)
+    except SystemExit as exit_:
+        if isinstance(exit_.code, str):
+            print(exit_.code, file=sys.stderr)
+            return 1
+        return exit_.code or 0
+    except Exception:  # noqa: BLE001 - exactly what the corpus guards against: shown as the user would see it
+        traceback.print_exc()
+        return 1
+
+
+class _WouldStart(Exception):
+    """Raised instead of starting Ray: a corpus case that gets that far has accepted bad input."""
+
+
+@pytest.fixture
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The case's folder as working directory; signal handlers and Ray's start restored or guarded."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    monkeypatch.setenv("TUNE_DISABLE_SIGINT_HANDLER", os.environ.get("TUNE_DISABLE_SIGINT_HANDLER", "0"))
+    try:
+        yield tmp_path
+    finally:
+        for s, h in handlers.items():
+            signal.signal(s, h)
+
+
+def _guard_ray(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ray
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise _WouldStart("ray.init: the sweep accepted this input and was about to start Ray")
+
+    monkeypatch.setattr(ray, "init", refuse)
+
+
+def _params() -> list:
+    params = []
+    for case in CASES:
+        marks = [pytest.mark.xfail(strict=True, reason=f"owner: {case.owner}")] if case.owner else []
+        params.append(pytest.param(case, id=case.id, marks=marks))
+    return params
+
+
+def _error_lines(err: str) -> list[str]:
+    """The message lines of stderr: without argparse's usage block and Python warnings."""
+    return [ln for ln in err.splitlines() if ln.strip() and not ln.startswith(("usage:", " "))
+            and "Warning:" not in ln and not ln.startswith("warning:")]
+
+
+@pytest.mark.parametrize("case", _params())
+def test_bad_input_is_one_line_exit_2_and_nothing_written(case: Case, isolated: Path, monkeypatch, capsys,
+                                                          request) -> None:
+    t = isolated
+    _prepare(case, t, request.getfixturevalue("store_template") if case.store else None)
+    before = _snapshot(t)
+    capsys.readouterr()  # what making the store printed
+    if case.patch is not None:
+        case.patch(monkeypatch)
+    if case.cli == S:
+        _guard_ray(monkeypatch)
+    main = importlib.import_module(CLIS[case.cli][1]).main
+    rc = _in_process(main, [a.replace("{t}", str(t)) for a in case.argv])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    assert rc == 2, err
+    assert case.expect.replace("{t}", str(t)) in err, err
+    assert len(_error_lines(err)) == 1, err
+    assert _snapshot(t) == before
+
+
+def test_the_corpus_covers_every_cli_with_sixty_cases() -> None:
+    assert len(CASES) >= 60 and len({c.id for c in CASES}) == len(CASES)
+    assert {c.cli for c in CASES} == set(CLIS)
+
+
+# The real commands, as a user runs them: no in-process shortcut hides a traceback printed by the interpreter.
+SUBPROCESS = [
+    ("train", ["--config", "{t}/r.yaml"], {"r.yaml": RUN_YAML + "train: {seed: 3}\n"}, "duplicate key 'train'"),
+    ("sweep", ["{t}/s.yaml"], {"s.yaml": SWEEP_YAML + "axes: {}\n"}, "duplicate key 'axes'"),
+    ("datasets", ["check", "cifar10", "--root", "{t}/data"], {}, "does not match its published md5"),
+]
+
+
+@pytest.mark.slow  # a fresh interpreter importing torch per case (make test runs it; test-fast does not)
+@pytest.mark.parametrize("cli, argv, files, expect", SUBPROCESS, ids=[s[0] for s in SUBPROCESS])
+def test_the_real_command_line_refuses_in_one_line(cli, argv, files, expect, tmp_path) -> None:
+    case = Case(f"{cli}-subprocess", cli, tuple(argv), expect, files=files,
+                setup=_cifar_junk if cli == "datasets" else None)
+    _prepare(case, tmp_path, None)
+    before = _snapshot(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_USAGE_STATS_ENABLED": "0", "MLFLOW_DISABLE_TELEMETRY": "true"}
+    proc = subprocess.run([sys.executable, "-m", CLIS[cli][0], *(a.replace("{t}", str(tmp_path)) for a in argv)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in proc.stderr and proc.returncode == 2, proc.stderr
+    assert expect in proc.stderr and len(_error_lines(proc.stderr)) == 1, proc.stderr
+    assert _snapshot(tmp_path) == before
