@@ -28,6 +28,7 @@ Tables::
         published: {mutexmatch: {digits-20: "93.22±2.52"}}   # with row_groups: {group: {row: {column: …}}}
         paired: {a: mutexmatch, b: fixmatch}   # or a list of such pairs (row levels)
         paper: true                     # false hides the Paper and Δ columns (the numbers stay in the YAML)
+        value_columns: [ours, paper, delta]   # the sub-columns under each column with published numbers, in order
 
 Figures (``type`` picks the kind; ``id`` defaults to ``<type><index>``)::
 
@@ -186,6 +187,8 @@ class TableLayout(_Strict):
     published: dict[str, Any] = Field(default_factory=dict)
     paired: list[PairedSpec] = Field(default_factory=list)
     paper: bool = True                  # False: no Paper/Δ columns even when `published` has numbers
+    value_columns: list[Literal["ours", "paper", "delta"]] = Field(
+        default_factory=lambda: ["ours", "paper", "delta"])
 
     @field_validator("id")
     @classmethod
@@ -396,6 +399,9 @@ def _check_table(t: TableLayout, where: str, axes: Axes) -> list[str]:
         for group, cols in t.column_groups.items():
             if not cols:
                 errors.append(f"{where}.column_groups.{group}=[]: a group needs at least one column")
+    if "ours" not in t.value_columns or len(set(t.value_columns)) != len(t.value_columns):
+        errors.append(f"{where}.value_columns={t.value_columns!r}: must list `ours` and each of ours, paper, delta "
+                      "at most once")
     rows, cols = set(t.row_keys(axes)), set(t.column_keys(axes))
     groups = set(t.group_keys(axes))
     for pair_i, pair in enumerate(t.paired):

@@ -67,9 +67,17 @@ class TableData:
     paired: list[tuple[PairedSpec, dict[tuple[str | None, str], PairedResult]]] = field(default_factory=list)
 
     @property
+    def subcolumns(self) -> list[str]:
+        """What each column shows, in order: ``ours``, and ``paper`` and ``delta`` when published numbers exist and
+        the layout keeps them (``paper``, ``value_columns``)."""
+        if not (self.published and self.layout.paper):
+            return ["ours"]
+        return list(self.layout.value_columns)
+
+    @property
     def has_published(self) -> bool:
-        """Whether the Paper and Δ columns are shown: published numbers exist and the layout keeps them."""
-        return bool(self.published) and self.layout.paper
+        """Whether a Paper or Δ column is shown."""
+        return len(self.subcolumns) > 1
 
     def missing(self) -> list[Key]:
         """Positions with no finished run (shown "—")."""
@@ -196,8 +204,11 @@ def _note(data: TableData, markdown: bool) -> str:
     parts = [f"Mean ± std (sample, ddof=1) over folds of {metric} ×100; protocol: {PROTOCOL_TEXT[data.protocol]}; "
              f"split rule: {rules}.",
              f"{bold}: best, {second}: second best per column; (n=k): k of {PAPER_FOLDS} folds finished; —: none."]
-    if data.has_published:
-        parts.append("Paper: the published number; Δ = ours − paper.")
+    sub = data.subcolumns
+    shown = (["Paper: the published number"] if "paper" in sub else []) + (["Δ = ours − paper"] if "delta" in sub
+                                                                           else [])
+    if shown:
+        parts.append("; ".join(shown) + ".")
     return " ".join(parts)
 
 
@@ -220,14 +231,26 @@ def _md_cell(data: TableData, key: Key) -> str:
     return text + _n_suffix(stats)
 
 
+_MD_SUB = {"paper": "paper", "delta": "Δ"}
+_TEX_SUB = {"ours": "Ours", "paper": "Paper", "delta": r"$\Delta$"}
+
+
+def _published_text(data: TableData, key: Key, sub: str) -> str:
+    """The ``paper`` or ``delta`` sub-column of a position, as plain text ("—" when there is none)."""
+    paper = data.published.get(key)
+    if sub == "paper":
+        return str(paper) if paper else "—"
+    return format_delta(data.cells[key], paper)
+
+
 def render_markdown(data: TableData) -> str:
     """The table, its caption above and the paired comparison(s) below, as Markdown."""
     lay = data.layout
     titles = _column_titles(data)
     header = [_md_escape(_row_header(data))]
     for t in titles:
-        # "paper" and "Δ" right after their column: repeating the column title would triple a wide table's width.
-        header += [_md_escape(t)] + (["paper", "Δ"] if data.has_published else [])
+        # "paper" and "Δ" beside their column: repeating the column title would triple a wide table's width.
+        header += [_md_escape(t) if sc == "ours" else _MD_SUB[sc] for sc in data.subcolumns]
     lines = [f"**{_md_escape(caption(data))}**", "", _md_row(header),
              _md_row([":---"] + ["---:"] * (len(header) - 1))]
     for g in data.groups:
@@ -236,11 +259,8 @@ def render_markdown(data: TableData) -> str:
         for r in data.rows:
             row = [_md_escape(lay.row_label(r))]
             for c in data.columns:
-                key = (g, r, c)
-                row.append(_md_cell(data, key))
-                if data.has_published:
-                    paper = data.published.get(key)
-                    row += [str(paper) if paper else "—", format_delta(data.cells[key], paper)]
+                row += [_md_cell(data, (g, r, c)) if sc == "ours" else _published_text(data, (g, r, c), sc)
+                        for sc in data.subcolumns]
             lines.append(_md_row(row))
     lines += ["", f"Note: {_note(data, markdown=True)}"]
     for pair, results in data.paired:
@@ -410,7 +430,7 @@ def _column_blocks(data: TableData, span: int) -> list[list[str]]:
 def render_latex(data: TableData) -> str:
     """A ``table`` float (booktabs) to ``\\input``; needs ``booktabs`` and ``graphicx`` in the preamble."""
     lay = data.layout
-    span = 3 if data.has_published else 1
+    span = len(data.subcolumns)
     # One font size for every block (footnotesize, tighter columns, as SSL papers set their tables); a block is
     # scaled down only if it is still wider than the line.
     lines = [r"\begin{table}[!htbp]", r"\centering", r"\footnotesize", r"\setlength{\tabcolsep}{4pt}",
@@ -421,7 +441,7 @@ def render_latex(data: TableData) -> str:
             lines.append(r"\par\medskip")
         lines += [_FIT, rf"\begin{{tabular}}{{@{{}}l{'c' * (ncols - 1)}@{{}}}}", r"\toprule"]
         lines += _tex_header(data, [latex_escape(_row_header(data))], columns, span,
-                             sub=["Ours", "Paper", r"$\Delta$"] if span == 3 else None)
+                             sub=[_TEX_SUB[sc] for sc in data.subcolumns] if span > 1 else None)
         lines.append(r"\midrule")
         for gi, g in enumerate(data.groups):
             if g is not None:
@@ -432,12 +452,8 @@ def render_latex(data: TableData) -> str:
             for r in data.rows:
                 row = [latex_escape(lay.row_label(r))]
                 for c in columns:
-                    key = (g, r, c)
-                    row.append(_tex_cell(data, key))
-                    if span == 3:
-                        paper = data.published.get(key)
-                        row += [_tex_value(str(paper)) if paper else "---",
-                                _tex_signed(format_delta(data.cells[key], paper))]
+                    row += [_tex_cell(data, (g, r, c)) if sc == "ours" else _tex_published(data, (g, r, c), sc)
+                            for sc in data.subcolumns]
                 lines.append(" & ".join(row) + r" \\")
         lines += [r"\bottomrule", r"\end{tabular}}"]
     lines.append(_tex_note(_note(data, markdown=False)))
@@ -445,6 +461,11 @@ def render_latex(data: TableData) -> str:
         lines += _tex_paired(data, pair, results)
     lines.append(r"\end{table}")
     return "\n".join(lines) + "\n"
+
+
+def _tex_published(data: TableData, key: Key, sub: str) -> str:
+    text = _published_text(data, key, sub)
+    return _tex_value(text) if sub == "paper" else _tex_signed(text)
 
 
 def _tex_note(text: str) -> str:

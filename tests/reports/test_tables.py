@@ -109,11 +109,11 @@ def test_grouped_folds_markdown(data):
     assert lines[4 + 3 * 5 + 5 + 4] == "| Backbone: WRN-28-2 | MutexMatch | 4 | 98.00 | — | — |"
 
 
-def wide_table():
+def wide_table(**options):
     """Five columns with published numbers: 15 value sub-columns, more than one LaTeX block holds."""
     spec = {"name": "w", "axes": {"method": {"fm": {}, "mm": {}}, "labels": {f"n{i}": {} for i in range(5)}},
             "tables": [{"id": "w", "rows": "method", "columns": "labels",
-                        "published": {"mm": {f"n{i}": 90 + i for i in range(5)}}}]}
+                        "published": {"mm": {f"n{i}": 90 + i for i in range(5)}}, **options}]}
     report = validate_report(spec)
     frame = pd.DataFrame([{"cell": f"method={m},labels=n{i}", "fold": f, "value": 80.0 + i + f + (m == "mm"),
                            "run_id": f"{m}{i}{f}", "split_digest": str(f)} for m in ("fm", "mm") for i in range(5)
@@ -127,6 +127,28 @@ def test_wide_latex_table_is_cut_into_blocks():
     assert r"Method & Ours & Paper & $\Delta$ & Ours & Paper & $\Delta$ & Ours & Paper & $\Delta$ \\" in tex
     assert r" & \multicolumn{3}{c}{n3} & \multicolumn{3}{c}{n4} \\ \cmidrule(lr){2-4} \cmidrule(lr){5-7}" in tex
     assert r"mm & \textbf{83.00$\pm$1.58} & 90.00 & $-7.00$" in tex
+
+
+def test_paper_false_hides_the_paper_and_delta_columns():
+    md, tex = render_markdown(wide_table(paper=False)), render_latex(wide_table(paper=False))
+    assert "| Method | n0 | n1 | n2 | n3 | n4 |" in md and "paper" not in md and "Δ" not in md
+    assert tex.count(r"\begin{tabular}") == 1 and "Paper" not in tex and r"$\Delta$" not in tex
+    assert "Note: Mean ± std" in md and "published" not in md
+
+
+def test_value_columns_set_the_sub_column_order():
+    md = render_markdown(wide_table(value_columns=["ours", "delta"]))
+    assert "| Method | n0 | Δ | n1 | Δ |" in md and "| mm | **83.00±1.58** | -7.00 |" in md
+    assert "Δ = ours − paper." in md and "Paper: the published number" not in md
+    tex = render_latex(wide_table(value_columns=["paper", "ours", "delta"]))
+    assert r"Method & Paper & Ours & $\Delta$ & Paper & Ours & $\Delta$" in tex
+    assert r"mm & 90.00 & \textbf{83.00$\pm$1.58} & $-7.00$" in tex
+
+
+@pytest.mark.parametrize("columns", [["paper", "delta"], ["ours", "ours"]])
+def test_value_columns_need_ours_once(columns):
+    with pytest.raises(ValueError, match=r"tables\[0\]\(w\)\.value_columns=.*: must list `ours` and each"):
+        wide_table(value_columns=columns)
 
 
 def test_grouped_latex_structure_and_compiles(data, tmp_path):
