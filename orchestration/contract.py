@@ -11,8 +11,10 @@ not pull in Ray) and ``benchmarks`` can import it; ``mutexmatch`` never does (th
 
 from __future__ import annotations
 
+import json
 import os
 import re
+from datetime import datetime
 from pathlib import Path
 from typing import Iterable
 
@@ -22,7 +24,7 @@ PARENT_RUN_ID = "mlflow.parentRunId"  # MLflow's own tag: a trial run's sweep (p
 
 ROLE = TAG + "role"                 # ROLE_SWEEP on a launch's parent run, ROLE_TRIAL on each trial's run
 # A trial run: what it is (reports group and pair runs by these) ...
-KIND = TAG + "kind"                 # KIND_GRID, KIND_SEARCH or KIND_SMOKE
+KIND = TAG + "kind"                 # KIND_GRID, KIND_SEARCH, KIND_REFIT or KIND_SMOKE
 CELL = TAG + "cell"                 # cell id (see cell_id); one tag per axis too (axis_tag)
 FOLD = TAG + "fold"
 VARIANT = TAG + "variant"           # algorithm name
@@ -44,12 +46,18 @@ ENDED_BY, ERROR = TAG + "ended_by", TAG + "error"
 # A launch's parent run: the spec it runs and the driver that runs it (a later launch checks it is alive).
 SPEC_HASH, SPEC_PATH, STORAGE, SMOKE = TAG + "spec_hash", TAG + "spec_path", TAG + "storage", TAG + "smoke"
 DRIVER_HOST, DRIVER_PID, COMMAND = TAG + "driver_host", TAG + "driver_pid", TAG + "command"
+OVERRIDES = TAG + "overrides"       # the launch's --set key=value items, a JSON list
+NOTE = "mlflow.note.content"        # MLflow's own tag: the run's description in the UI (the YAML's description)
 
 ROLE_SWEEP = "sweep"
 ROLE_TRIAL = "trial"
 KIND_GRID = "grid"
 KIND_SEARCH = "search"
 KIND_SMOKE = "smoke"
+KIND_REFIT = "refit"                # a search's best parameters trained on every refit fold
+# A refit run's cell: the searched cell plus this axis level, so it never joins the searched cell's fold statistics
+# and a report layout can place it as a row of its own (`tuned: "true"`).
+TUNED_AXIS, TUNED_LEVEL = "tuned", "true"
 
 
 def axis_tag(axis: str) -> str:
@@ -65,6 +73,12 @@ def attempt_tag(attempt: int, what: str) -> str:
 def overhead_tag(what: str) -> str:
     """``mutexmatch.overhead.<what>`` (``setup_s``, ``hooks_s``, ``wall_s``): seconds orchestration added."""
     return f"{TAG}overhead.{what}"
+
+
+def parent_display_tags(description: str, overrides: Iterable[str]) -> dict[str, str]:
+    """What a launch's parent run shows besides its tags: the YAML's description as the run's description in the UI
+    (``mlflow.note.content``) and the ``--set`` overrides it was launched with (a JSON list)."""
+    return {NOTE: description.strip() or "(the sweep YAML has no description)", OVERRIDES: json.dumps(list(overrides))}
 
 
 def trials_filter(kind: str) -> str:
@@ -87,9 +101,27 @@ def cell_id(levels: Iterable[tuple[str, str]]) -> str:
     return ",".join(f"{axis}={level}" for axis, level in levels)
 
 
+def tuned_levels(levels: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    """The levels of a searched cell's refit cell: the same levels plus ``tuned=true``."""
+    return (*levels, (TUNED_AXIS, TUNED_LEVEL))
+
+
 def trial_key(cell: str, fold: int | str) -> str:
     """``<cell id>/fold<k>``: a grid trial's MLflow run name, unique in a sweep."""
     return f"{cell}/fold{fold}"
+
+
+def trial_run_name(levels: Iterable[tuple[str, str]], fold: int | str, kind: str = KIND_GRID) -> str:
+    """The run name the MLflow UI lists, levels first so the run list does not cut them away:
+    ``mutexmatch · cifar10-40 · fold 3`` (a search, refit or smoke trial ends in ``· search`` etc.; a refit's
+    ``tuned=true`` level is said by that). Runs are found by their tags, never by this name."""
+    parts = [level for axis, level in levels if axis != TUNED_AXIS] + [f"fold {fold}"]
+    return " · ".join(parts + ([] if kind == KIND_GRID else [kind]))
+
+
+def parent_run_name(sweep: str, started: datetime, smoke: bool = False) -> str:
+    """``sweep table1_cifar_svhn · 2026-11-26 07:57``: a launch's parent run in the UI."""
+    return f"sweep {sweep} · {started:%Y-%m-%d %H:%M}" + (" · smoke" if smoke else "")
 
 
 def split_trial_key(key: str) -> tuple[str, str] | None:
@@ -120,6 +152,7 @@ WEIGHTS_DIR = "weights"                   # trial run: best_model.pt, final_mode
 CHECKPOINTS_DIR = "checkpoints"           # trial run: the final checkpoint and its .sha256
 CLASS_COUNTS_DIR = "class_counts"         # trial run: one class-count file per evaluation
 CLASS_COUNTS_FILE = re.compile(r"^step_(\d+)\.json$")
+STATUS_ARTIFACT = "status.md"             # parent run: the sweep's status (orchestration.status), refreshed
 
 
 def class_counts_artifact(step: int) -> str:
@@ -136,10 +169,40 @@ VAL_BEST_ACC = "val/best_acc"
 PL_ACC = "train/pl_acc"
 TRAIN_LOSS = "train/loss"            # logged at every evaluation: its history gives a run's logged steps
 VALIDATION_METRICS = (VAL_ACC, VAL_BEST_ACC)  # the only legal search objectives (never test/*)
+TRIALS_METRIC = "trials/"            # parent run: trials/finished, trials/failed, trials/running, ... (status)
 
 # ------------------------------------------------------------------------------------------------ store
+def ui_hint(tracking_uri: str, experiment_id: str) -> str:
+    """Where to look at the runs: the runs view of an ``mlflow server`` (not its GenAI overview), or for a SQLite
+    store the command that serves it."""
+    if tracking_uri.startswith(("http://", "https://")):
+        return f"{tracking_uri.rstrip('/')}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+    if tracking_uri.startswith("sqlite:///"):
+        return f"mlflow ui --backend-store-uri {tracking_uri}  (then open the experiment's runs view)"
+    return f"mlflow ui --backend-store-uri {tracking_uri}"
+
+
 TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
 DEFAULT_DB = "mlflow.db"
+
+
+OPTUNA_DB = "optuna.db"  # the search studies, beside a SQLite MLflow store
+
+
+def optuna_storage_url(storage: str | None, tracking_uri: str, project_dir: str | Path) -> str:
+    """Where the Optuna studies live: ``search.storage`` when set, else ``optuna.db`` beside the MLflow SQLite file,
+    else (a tracking server) in the project folder. Only the sweep driver opens it (the searcher runs there)."""
+    if storage:
+        return storage
+    if tracking_uri.startswith("sqlite:///") and not tracking_uri.startswith("sqlite:///:memory:"):
+        return f"sqlite:///{Path(tracking_uri[len('sqlite:///'):].partition('?')[0]).parent / OPTUNA_DB}"
+    return f"sqlite:///{Path(project_dir).resolve() / OPTUNA_DB}"
+
+
+def study_name(sweep: str, key: str, search_hash: str) -> str:
+    """An Optuna study's name: the sweep, the searched trial key and the search's hash (a changed search is a new
+    study; a relaunch of the same one continues it)."""
+    return f"{sweep}:{key}:{search_hash}"
 
 
 def resolve_tracking_uri(uri: str | None, project_dir: str | Path | None = None, *, writable: bool = False) -> str:

@@ -13,7 +13,8 @@ from typing import Any
 
 from orchestration import contract as C
 from orchestration import tracking
-from orchestration.plan import SweepPlan
+from orchestration.plan import REFIT_PHASE, SweepPlan
+from orchestration.refit import pending_refits
 
 __all__ = ["SweepError", "SweepOptions", "SweepOutcome", "resolve_storage", "command_line", "select",
            "save_launch_plan", "load_launch_plan"]
@@ -96,10 +97,12 @@ def command_line(opts: SweepOptions, uri: str, storage: str, *, resume: bool) ->
 
 
 def select(plan: SweepPlan, client: Any, experiment_id: str, force: bool) -> tuple[list[str], list[str],
-                                                                                    list[str]]:
-    """Grid keys and search phases to run, and what is skipped as already FINISHED with the same config."""
+                                                                                   list[str]]:
+    """Grid keys and phases to run (search phases, then ``refit``), and what is skipped as already FINISHED with
+    the same config. Refit trials are known only once every search is done; until then the refit phase is kept."""
+    refit = [REFIT_PHASE] if plan.refits else []
     if force or plan.smoke:  # smoke runs check the machinery: they always run
-        return [t.key for t in plan.grid], [s.phase for s in plan.searches], []
+        return [t.key for t in plan.grid], [s.phase for s in plan.searches] + refit, []
     done = tracking.finished_grid_hashes(client, experiment_id)
     grid, skipped = [], []
     for t in plan.grid:
@@ -111,7 +114,11 @@ def select(plan: SweepPlan, client: Any, experiment_id: str, force: bool) -> tup
             skipped.append(f"search {s.key} ({n_done} trials)")
         else:
             phases.append(s.phase)
-    return grid, phases, skipped
+    if refit and not phases:
+        todo, finished = pending_refits(plan, client, experiment_id, force=False)
+        skipped += finished
+        refit = refit if todo else []
+    return grid, phases + refit, skipped
 
 
 def save_launch_plan(client: Any, run_id: str, data: dict[str, Any]) -> None:

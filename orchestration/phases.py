@@ -4,17 +4,18 @@ every MLflow run of it gets its final status (:func:`reconcile_phase`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from orchestration import contract as C
 from orchestration import interrupts, tracking
 from orchestration.launch import SweepOptions
-from orchestration.plan import SweepPlan
-from orchestration.search import search_config
+from orchestration.plan import REFIT_PHASE, SearchStudy, SweepPlan
+from orchestration.refit import best_by_cell, pending_refits, refit_trials
+from orchestration.search import fail_stale_trials, search_config
 
-__all__ = ["PhaseResult", "run_phase", "reconcile_phase", "run_phases"]
+__all__ = ["PhaseResult", "LaunchContext", "PhasesOutcome", "run_phase", "reconcile_phase", "run_phases"]
 
 
 @dataclass
@@ -31,7 +32,8 @@ def run_phase(name: str, trainable: Any, *, param_space: dict | None, tune_kwarg
     from orchestration.progress import ProgressPrinter
 
     path = f"{exp_root}/{name}"
-    if opts.resume and tune.Tuner.can_restore(path):
+    restored = opts.resume and tune.Tuner.can_restore(path)
+    if restored:
         print(f"[sweep] restoring phase {name} from {path}", flush=True)
         tuner = tune.Tuner.restore(path, trainable, resume_errored=True)
     else:
@@ -50,8 +52,26 @@ def run_phase(name: str, trainable: Any, *, param_space: dict | None, tune_kwarg
     # handler's flag is what tells an interrupted phase from a finished one (the counts cover in-process callers).
     interrupted = (interrupts.INTERRUPTED.is_set() or len(results) < expected
                    or results.num_terminated + results.num_errors < len(results))
+    if restored:
+        _delete_forgotten_runs(name, results, client, experiment_id, parent_run_id)
     reconcile_phase(results, interrupted, client, experiment_id, parent_run_id, early_stopping=early_stopping)
     return PhaseResult(interrupted, results.num_errors)
+
+
+def _delete_forgotten_runs(name: str, results: Any, client: Any, experiment_id: str, parent_run_id: str) -> None:
+    """A driver killed between a trial's start and Tune's next save of its state leaves a run whose trial the
+    restored phase never heard of (a search then samples a new trial in its place). Such a run would stay KILLED
+    forever beside its replacement: it is deleted (MLflow's soft delete; ``mlflow gc`` removes it for good)."""
+    phase = (f"tags.`{C.SEARCH_PHASE}` = '{name}'" if name.startswith("search")
+             else f"tags.`{C.KIND}` = '{name}'")
+    runs = list(tracking.iter_runs(client, experiment_id, f"tags.`{C.PARENT_RUN_ID}` = '{parent_run_id}' AND "
+                                   f"{phase} AND attributes.status != 'FINISHED'"))
+    known = _trial_ids(results, {r.data.tags.get(C.TRIAL_ID, "") for r in runs})
+    for run in runs:
+        if run.data.tags.get(C.TRIAL_ID) not in known:
+            print(f"[sweep] deleting run {run.info.run_id} ({run.info.run_name}): its trial started after the "
+                  "last saved state of the killed launch and was replaced", flush=True)
+            client.delete_run(run.info.run_id)
 
 
 def reconcile_phase(results: Any, interrupted: bool, client: Any, experiment_id: str, parent_run_id: str, *,
@@ -86,12 +106,15 @@ def reconcile_phase(results: Any, interrupted: bool, client: Any, experiment_id:
 
 
 def _errored_trial_ids(results: Any, candidates: set[str]) -> set[str]:
-    """Tune trial ids of the errored results: from the result's metrics, or (an error before the first report
-    leaves none) from the trial folder name, which contains the id."""
+    """Tune trial ids of the errored results."""
+    return _trial_ids([r for r in results if r.error is not None], candidates)
+
+
+def _trial_ids(results: Any, candidates: set[str]) -> set[str]:
+    """Tune trial ids of ``results``: from each result's metrics, or (an error before the first report leaves
+    none) from the trial folder name, which contains the id."""
     ids = set()
     for r in results:
-        if r.error is None:
-            continue
         tid = (r.metrics or {}).get("trial_id")
         if tid:
             ids.add(tid)
@@ -101,42 +124,104 @@ def _errored_trial_ids(results: Any, candidates: set[str]) -> set[str]:
     return ids
 
 
-def run_phases(plan: SweepPlan, opts: SweepOptions, client: Any, experiment_id: str,
-                parent: tracking.ParentInfo, grid_keys: list[str], phases: list[str], commit: str, storage: str,
-                exp_name: str, uri: str, request: dict[str, float]) -> tuple[bool, int]:
-    """Run the grid phase and the search phases in order; (interrupted, number of errored trials)."""
+@dataclass
+class LaunchContext:
+    """What every phase of one launch shares: where trials log and store, and what each one requests."""
+
+    plan: SweepPlan
+    opts: SweepOptions
+    client: Any
+    experiment_id: str
+    parent: tracking.ParentInfo
+    commit: str
+    storage: str
+    exp_name: str
+    uri: str
+    request: dict[str, float]
+    optuna_storage: str       # Optuna RDB URL of the search studies
+
+    def run(self, name: str, *, param_space: dict | None, tune_kwargs: dict[str, Any], expected: int,
+            early_stopping: bool, **trials: Any) -> PhaseResult:
+        """One Tune phase whose trials are ``trials`` (``grid=`` keyed trials or ``study=``)."""
+        from ray import tune
+
+        from orchestration.trainable import TrialContext, run_trial
+
+        ctx = TrialContext(tracking_uri=self.uri, experiment_id=self.experiment_id,
+                           parent_run_id=self.parent.run_id, launch_id=self.parent.launch_id,
+                           git_commit=self.commit, device="cuda" if self.request["gpu"] > 0 else "cpu",
+                           num_threads=max(1, round(self.request["cpu"])), **trials)
+        trainable = tune.with_resources(tune.with_parameters(run_trial, ctx=ctx), self.request)
+        exp_root = f"{self.storage.rstrip('/')}/{self.exp_name}/{self.parent.launch_id}"
+        return run_phase(name, trainable, param_space=param_space, tune_kwargs=tune_kwargs, expected=expected,
+                         early_stopping=early_stopping, exp_root=exp_root, opts=self.opts, client=self.client,
+                         experiment_id=self.experiment_id, parent_run_id=self.parent.run_id)
+
+
+@dataclass
+class PhasesOutcome:
+    interrupted: bool = False
+    errors: int = 0
+    refit_keys: list[str] = field(default_factory=list)   # the refit trials this launch ran
+
+
+def run_phases(launch: LaunchContext, grid_keys: list[str], phases: list[str]) -> PhasesOutcome:
+    """The grid phase, the search phases, then the refit phase, in order; stops at an interrupted phase."""
     from ray import tune
 
-    from orchestration.trainable import TrialContext, run_trial
-
-    ctx_args = dict(tracking_uri=uri, experiment_id=experiment_id, parent_run_id=parent.run_id,
-                    launch_id=parent.launch_id,
-                    git_commit=commit, device="cuda" if request["gpu"] > 0 else "cpu",
-                    num_threads=max(1, round(request["cpu"])))
-    exp_root = f"{storage.rstrip('/')}/{exp_name}/{parent.launch_id}"
-    common = dict(exp_root=exp_root, opts=opts, client=client, experiment_id=experiment_id,
-                  parent_run_id=parent.run_id)
-    errors = 0
+    plan, opts, out = launch.plan, launch.opts, PhasesOutcome()
+    concurrency = {"max_concurrent_trials": opts.max_concurrent} if opts.max_concurrent else {}
+    steps: list[Callable[[], PhaseResult | None]] = []
     if grid_keys:
         by_key = {t.key: t for t in plan.grid}
-        ctx = TrialContext(**ctx_args, grid={k: by_key[k] for k in grid_keys})
-        trainable = tune.with_resources(tune.with_parameters(run_trial, ctx=ctx), request)
-        tune_kwargs = {"max_concurrent_trials": opts.max_concurrent} if opts.max_concurrent else {}
-        res = run_phase("smoke" if plan.smoke else "grid", trainable,
-                         param_space={"trial": tune.grid_search(grid_keys)}, tune_kwargs=tune_kwargs,
-                         expected=len(grid_keys), early_stopping=False, **common)
-        errors += res.errors
-        if res.interrupted:
-            return True, errors
-    for study in plan.searches:
-        if study.phase not in phases:
+        steps.append(lambda: launch.run(
+            "smoke" if plan.smoke else "grid", param_space={"trial": tune.grid_search(grid_keys)},
+            tune_kwargs=concurrency, expected=len(grid_keys), early_stopping=False,
+            grid={k: by_key[k] for k in grid_keys}))
+    steps += [lambda study=study: _run_search(launch, study) for study in plan.searches if study.phase in phases]
+    if REFIT_PHASE in phases:
+        steps.append(lambda: _run_refit(launch, concurrency, out))
+    for step in steps:
+        res = step()
+        if res is None:
             continue
-        ctx = TrialContext(**ctx_args, study=study)
-        trainable = tune.with_resources(tune.with_parameters(run_trial, ctx=ctx), request)
-        res = run_phase(study.phase, trainable, param_space=None, tune_kwargs=search_config(study),
-                         expected=study.n_trials, early_stopping=study.search.scheduler.type == "asha",
-                         **common)
-        errors += res.errors
+        out.errors += res.errors
         if res.interrupted:
-            return True, errors
-    return False, errors
+            out.interrupted = True
+            break
+    return out
+
+
+def _run_search(launch: LaunchContext, study: SearchStudy) -> PhaseResult:
+    """One search study as a Tune phase; a relaunch runs only the trials its durable study still misses."""
+    finished = len(tracking.finished_search_runs(launch.client, launch.experiment_id, study.search_hash))
+    config = search_config(study, storage=launch.optuna_storage, finished=finished,
+                           name=C.study_name(launch.plan.spec.name, study.key, study.search_hash))
+    res = launch.run(study.phase, param_space=None, tune_kwargs=config, expected=config["num_samples"],
+                     early_stopping=study.search.scheduler.type == "asha", study=study)
+    if not res.interrupted:
+        fail_stale_trials(launch.optuna_storage, C.study_name(launch.plan.spec.name, study.key, study.search_hash))
+    return res
+
+
+def _run_refit(launch: LaunchContext, concurrency: dict[str, Any], out: PhasesOutcome) -> PhaseResult | None:
+    """The refit phase: the best parameters known now (the searches are done) set on every refit slot; trials
+    FINISHED with the same parameters are skipped (every trial stays known to the trainable, so a restored phase
+    finds the ones it ran)."""
+    from ray import tune
+
+    plan = launch.plan
+    best = best_by_cell(plan, launch.client, launch.experiment_id)
+    trials, problems = refit_trials(plan, best)
+    for problem in problems:
+        print(f"warning: {problem}", flush=True)
+    todo, _ = pending_refits(plan, launch.client, launch.experiment_id, force=launch.opts.force)
+    out.refit_keys = todo
+    if not todo:
+        return None
+    metric = plan.searches[0].search.metric
+    for cell, (params, value, run_id) in best.items():
+        print(f"[sweep] refit {cell} with the search's best ({metric}={value:.4g}, run {run_id}): "
+              + ", ".join(f"{k}={v}" for k, v in params.items()), flush=True)
+    return launch.run(REFIT_PHASE, param_space={"trial": tune.grid_search(todo)}, tune_kwargs=concurrency,
+                      expected=len(todo), early_stopping=False, grid=trials)

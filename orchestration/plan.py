@@ -3,7 +3,8 @@
 A *grid trial* is one cell on one fold with a fixed config (``kind=grid``; ``kind=smoke`` under ``--smoke``: every
 cell on the first fold with the smoke overrides). A *search study* is one Optuna study over ``search.space`` for one
 searched cell on one search fold; its ``n_trials`` trials are created by the searcher at run time, so the plan only
-knows how many there are and their iteration budget (ASHA may stop some early).
+knows how many there are and their iteration budget (ASHA may stop some early). A *refit slot* is a searched cell
+on one refit fold: after the search it becomes a trial of ``kind=refit`` with the best parameters set.
 """
 
 from __future__ import annotations
@@ -16,10 +17,13 @@ from typing import Any
 
 from mutexmatch.config import config_hash, parse_config
 
-from orchestration.contract import KIND_GRID, KIND_SMOKE, trial_key
-from orchestration.spec import Cell, SearchSpec, SweepSpec, expand_cells, search_cells, spec_hash, trial_config
+from orchestration.contract import KIND_GRID, KIND_REFIT, KIND_SMOKE, trial_key, tuned_levels
+from orchestration.spec import (Cell, SearchSpec, SweepSpec, expand_cells, search_cells, set_dotted, spec_hash,
+                                trial_config)
 
-__all__ = ["GridTrial", "SearchStudy", "SweepPlan", "build_plan", "format_plan"]
+__all__ = ["GridTrial", "SearchStudy", "RefitSlot", "SweepPlan", "REFIT_PHASE", "build_plan", "format_plan"]
+
+REFIT_PHASE = "refit"  # the Tune phase (and launch-plan entry) of the refit trials
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,35 @@ class SearchStudy:
         return f"search{self.index:02d}"
 
 
+@dataclass(frozen=True)
+class RefitSlot:
+    """A searched cell on one refit fold, waiting for the search's best parameters: the grid's config of that cell
+    plus ``search.refit.base``. :meth:`trial` makes the refit trial once the parameters are known."""
+
+    cell: Cell                # the searched cell (the refit trial's cell adds tuned=true)
+    fold: int
+    config: dict[str, Any]    # raw RunConfig mapping before the best parameters are set
+    iterations: int
+    evaluations: int
+
+    @property
+    def tuned_cell(self) -> Cell:
+        return Cell(tuned_levels(self.cell.levels))
+
+    @property
+    def key(self) -> str:
+        return trial_key(self.tuned_cell.id, self.fold)
+
+    def trial(self, params: dict[str, Any]) -> GridTrial:
+        """The refit trial with ``params`` (dotted RunConfig paths → config values) set; its config hash covers
+        them, so a relaunch skips it only when the same parameters already FINISHED."""
+        raw = self.config
+        for path, value in params.items():
+            raw = set_dotted(raw, path, value)
+        h, iters, evals = _budget(raw)
+        return GridTrial(KIND_REFIT, self.tuned_cell, self.fold, raw, h, iters, evals)
+
+
 @dataclass
 class SweepPlan:
     spec: SweepSpec
@@ -70,10 +103,11 @@ class SweepPlan:
     smoke: bool
     grid: list[GridTrial] = field(default_factory=list)
     searches: list[SearchStudy] = field(default_factory=list)
+    refits: list[RefitSlot] = field(default_factory=list)
 
     @property
     def num_trials(self) -> int:
-        return len(self.grid) + sum(s.n_trials for s in self.searches)
+        return len(self.grid) + sum(s.n_trials for s in self.searches) + len(self.refits)
 
 
 def _budget(raw: dict[str, Any]) -> tuple[str, int, int]:
@@ -109,11 +143,18 @@ def build_plan(spec: SweepSpec, project_dir: str | Path, *, smoke: bool = False,
         for fold in search.folds or spec.folds[:1]:
             raw = trial_config(spec, cell, fold, project_dir=project, search=True)
             h, iters, evals = _budget(raw)
-            ident = {"config_hash": h, "search": search.model_dump(mode="json", exclude={"max_concurrent"}),
+            # what follows the search (refit, where the study is stored) does not change its trials
+            ident = {"config_hash": h,
+                     "search": search.model_dump(mode="json", exclude={"max_concurrent", "refit", "storage"}),
                      "n_trials": trials}
             search_hash = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
             plan.searches.append(SearchStudy(len(plan.searches), cell, fold, raw, search, trials,
                                              max_concurrent or search.max_concurrent, iters, evals, search_hash))
+        if search.refit.enabled:
+            for fold in search.refit.folds or spec.folds:
+                raw = trial_config(spec, cell, fold, project_dir=project, refit=True)
+                _, iters, evals = _budget(raw)
+                plan.refits.append(RefitSlot(cell, fold, raw, iters, evals))
     return plan
 
 
@@ -133,6 +174,10 @@ def format_plan(plan: SweepPlan, seconds_per_trial: dict[str, float] | None = No
             est = _fmt_seconds(seconds_per_trial[f"search:{s.key}"] * s.n_trials)
         kind = f"search ×{s.n_trials}" + (" (done, skipped)" if f"search:{s.key}" in skipped else "")
         rows.append((s.cell.id, str(s.fold), kind, f"{s.n_trials}×{s.iterations}", est))
+    for r in plan.refits:
+        est = _fmt_seconds(seconds_per_trial.get(f"refit:{r.key}")) if seconds_per_trial else ""
+        kind = KIND_REFIT + (" (done, skipped)" if r.key in skipped else " (parameters chosen by search)")
+        rows.append((r.tuned_cell.id, str(r.fold), kind, str(r.iterations), est))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))

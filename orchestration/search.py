@@ -10,7 +10,7 @@ from orchestration.plan import SearchStudy, SweepPlan
 from orchestration.spec import CategoricalParam, FloatParam, IntParam
 from orchestration.summary import best_search_trial
 
-__all__ = ["optuna_space", "search_config", "log_best"]
+__all__ = ["optuna_space", "search_config", "fail_stale_trials", "log_best"]
 
 
 def optuna_space(study: SearchStudy) -> dict[str, Any]:
@@ -27,7 +27,11 @@ def optuna_space(study: SearchStudy) -> dict[str, Any]:
     return space
 
 
-def search_config(study: SearchStudy) -> dict[str, Any]:
+def search_config(study: SearchStudy, *, storage: str, name: str, finished: int = 0) -> dict[str, Any]:
+    """Tune's searcher, scheduler and sample count for ``study``: TPE on the durable Optuna study ``name`` in
+    ``storage`` (an RDB URL), so a relaunch continues the same study — its earlier trials inform the sampler and
+    only the ``n_trials − finished`` missing trials run — and ``optuna.load_study`` or optuna-dashboard can open it.
+    (``--resume`` restores Tune's own pickled searcher instead, which holds the same storage.)"""
     import optuna
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
     from ray.tune.search import ConcurrencyLimiter
@@ -36,7 +40,8 @@ def search_config(study: SearchStudy) -> dict[str, Any]:
     s = study.search
     # TPE needs a few random trials before it models anything; in small searches give it half of them.
     sampler = optuna.samplers.TPESampler(seed=study.index, n_startup_trials=min(10, max(2, study.n_trials // 2)))
-    searcher: Any = OptunaSearch(space=optuna_space(study), metric=s.metric, mode=s.mode, sampler=sampler)
+    searcher: Any = OptunaSearch(space=optuna_space(study), metric=s.metric, mode=s.mode, sampler=sampler,
+                                 study_name=name, storage=optuna.storages.RDBStorage(storage))
     if study.max_concurrent:
         searcher = ConcurrencyLimiter(searcher, max_concurrent=study.max_concurrent)
     if s.scheduler.type == "asha":
@@ -45,7 +50,19 @@ def search_config(study: SearchStudy) -> dict[str, Any]:
                                        reduction_factor=s.scheduler.reduction_factor)
     else:
         scheduler = FIFOScheduler()
-    return {"search_alg": searcher, "scheduler": scheduler, "num_samples": study.n_trials}
+    return {"search_alg": searcher, "scheduler": scheduler, "num_samples": max(1, study.n_trials - finished)}
+
+
+def fail_stale_trials(storage: str, name: str) -> None:
+    """Once Tune is done with a study, a trial still RUNNING in it belonged to a killed driver and was replaced:
+    mark it FAIL (with the reason as a user attribute) so the study's history says what happened."""
+    import optuna
+
+    rdb = optuna.storages.RDBStorage(storage)
+    study = optuna.load_study(study_name=name, storage=rdb)
+    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        rdb.set_trial_user_attr(trial._trial_id, "mutexmatch", "its sweep driver was killed; the trial was replaced")
+        rdb.set_trial_state_values(trial._trial_id, optuna.trial.TrialState.FAIL)
 
 
 def log_best(plan: SweepPlan, client: Any, experiment_id: str, parent_run_id: str) -> dict[str, dict[str, str]]:

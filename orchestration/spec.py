@@ -165,6 +165,27 @@ class SchedulerSpec(_Strict):
         2.0, description="ASHA's η: the top 1/η of trials are promoted at each rung.")
 
 
+class RefitSpec(_Strict):
+    """After a search: its best parameters trained on ``folds`` with the grid's config (the full schedule, no
+    validation split) — runs of kind ``refit`` under the searched cell's id plus ``tuned=true``."""
+
+    enabled: bool = Field(True, description="Refit the best parameters after the search (`refit: false` turns it "
+                          "off).")
+    folds: list[int] | None = Field(None, description="Folds refit (default: the sweep's folds).")
+    base: dict[str, Any] = Field(default_factory=dict, description="Overrides for refit trials only, applied over "
+                                 "the grid's config (the search's own `base` is not used).")
+
+    @field_validator("base", mode="before")
+    @classmethod
+    def _none_base(cls, v: Any) -> Any:
+        return _none_to_dict(v)
+
+    @field_validator("folds")
+    @classmethod
+    def _folds(cls, v: list[int] | None) -> list[int] | None:
+        return None if v is None else _check_folds(v)
+
+
 class SearchSpec(_Strict):
     """An Optuna (TPE) search with ASHA over the searched cells; the objective is a validation metric only."""
 
@@ -183,6 +204,16 @@ class SearchSpec(_Strict):
                                  "validation split: `data: {val_per_class: 10}`).")
     space: dict[str, ParamSpec] = Field(min_length=1, description="Dotted RunConfig paths → distributions.")
     scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec)
+    refit: RefitSpec = Field(default_factory=RefitSpec, description="What follows the search: its best parameters "
+                             "trained on every fold (`false` turns it off).")
+    storage: str | None = Field(None, description="Optuna RDB storage URL of the studies (default: `optuna.db` "
+                                "beside the MLflow SQLite store, else in the project folder); a relaunch continues "
+                                "the same study.")
+
+    @field_validator("refit", mode="before")
+    @classmethod
+    def _refit_bool(cls, v: Any) -> Any:
+        return {"enabled": v} if isinstance(v, bool) else _none_to_dict(v)
 
     @field_validator("base", mode="before")
     @classmethod
@@ -330,15 +361,17 @@ def param_value(path: str, value: Any) -> Any:
 
 
 def trial_config(spec: SweepSpec, cell: Cell, fold: int, *, project_dir: Path, search: bool = False,
-                 smoke: bool = False) -> dict[str, Any]:
-    """The raw (unvalidated) RunConfig mapping of one trial: base → axis levels → search.base → smoke, then the
-    fold, an absolute ``data.root`` and ``train.progress: false``. ``output_dir`` and ``train.device`` are added by
+                 smoke: bool = False, refit: bool = False) -> dict[str, Any]:
+    """The raw (unvalidated) RunConfig mapping of one trial: base → axis levels → search.base (a search trial) or
+    search.refit.base (a refit trial) → smoke, then the fold, an absolute ``data.root`` and ``train.progress: false``. ``output_dir`` and ``train.device`` are added by
     the trainable."""
     raw = copy.deepcopy(spec.base)
     for axis, level in cell.levels:
         raw = deep_merge(raw, spec.axes[axis][level] or {})
     if search and spec.search is not None:
         raw = deep_merge(raw, spec.search.base)
+    if refit and spec.search is not None:
+        raw = deep_merge(raw, spec.search.refit.base)
     if smoke:
         raw = deep_merge(raw, SMOKE_DEFAULT if spec.smoke is None else spec.smoke)
     raw = deep_merge(raw, {"data": {"fold": fold}, "train": {"progress": False}})
@@ -415,6 +448,7 @@ def validate_spec(spec: SweepSpec, project_dir: Path) -> None:
         errors.append(f"exclude={spec.exclude!r}: excludes every cell; nothing would run")
     if spec.search is not None:
         errors += _owned_errors("search.base", spec.search.base)
+        errors += _owned_errors("search.refit.base", spec.search.refit.base)
         errors += _partial_cell_errors("search.cells", spec.search.cells, spec, cells)
     if errors:  # configs built from a broken structure would only repeat these problems
         raise SpecError("\n".join(errors))
@@ -479,6 +513,10 @@ def _search_errors(spec: SweepSpec, project_dir: Path) -> list[str]:
     assert search is not None
     errors = []
     for cell in search_cells(spec):
+        if search.refit.enabled:
+            for fold in search.refit.folds or spec.folds:
+                errors += _config_errors(f"refit cell {cell.id} fold {fold}",
+                                         trial_config(spec, cell, fold, project_dir=project_dir, refit=True))
         for fold in search.folds or spec.folds[:1]:
             where = f"search cell {cell.id} fold {fold}"
             raw = trial_config(spec, cell, fold, project_dir=project_dir, search=True)

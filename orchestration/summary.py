@@ -12,7 +12,7 @@ from orchestration import contract as C
 from orchestration import tracking
 from orchestration.plan import SearchStudy, SweepPlan
 
-__all__ = ["TrialStatus", "grid_runs", "grid_summary", "best_search_trial", "trial_statuses", "format_statuses"]
+__all__ = ["TrialStatus", "grid_runs", "refit_runs", "grid_summary", "best_search_trial", "trial_statuses", "format_statuses"]
 
 SUMMARY_METRICS = ((C.TEST_ACC, "final"), (C.TEST_BEST_ACC, "best"))
 
@@ -30,6 +30,21 @@ def grid_runs(client: Any, experiment_id: str, plan: SweepPlan) -> dict[str, Any
     return found
 
 
+def refit_runs(client: Any, experiment_id: str, plan: SweepPlan) -> dict[str, Any]:
+    """Refit key → the newest FINISHED refit run of that tuned cell and fold (its parameters are the search's best
+    at the time it ran)."""
+    if not plan.refits:
+        return {}
+    flt = f"{C.trials_filter(C.KIND_REFIT)} AND attributes.status = 'FINISHED'"
+    wanted = {(r.tuned_cell.id, str(r.fold)): r.key for r in plan.refits}
+    found: dict[str, Any] = {}
+    for run in tracking.iter_runs(client, experiment_id, flt, order_by=["attributes.start_time DESC"]):
+        key = wanted.get((run.data.tags.get(C.CELL), run.data.tags.get(C.FOLD)))
+        if key is not None and key not in found:
+            found[key] = run
+    return found
+
+
 def _mean_std(values: list[float]) -> str:
     if not values:
         return "—"
@@ -39,14 +54,16 @@ def _mean_std(values: list[float]) -> str:
 
 
 def grid_summary(client: Any, experiment_id: str, plan: SweepPlan) -> str:
-    """Test accuracy (%) per cell: mean ± std over the finished folds, final (last evaluation) and best."""
-    runs = grid_runs(client, experiment_id, plan)
+    """Test accuracy (%) per cell: mean ± std over the finished folds, final (last evaluation) and best; a searched
+    cell's refit (``…,tuned=true``) is a row of its own."""
+    runs = {**grid_runs(client, experiment_id, plan), **refit_runs(client, experiment_id, plan)}
+    slots = [(t.cell.id, t.key) for t in plan.grid] + [(r.tuned_cell.id, r.key) for r in plan.refits]
     cells: dict[str, list[Any]] = {}
-    for t in plan.grid:
-        cells.setdefault(t.cell.id, [])
-        if t.key in runs:
-            cells[t.cell.id].append(runs[t.key])
-    folds_per_cell = {c: sum(1 for t in plan.grid if t.cell.id == c) for c in cells}
+    for cell, key in slots:
+        cells.setdefault(cell, [])
+        if key in runs:
+            cells[cell].append(runs[key])
+    folds_per_cell = {c: sum(1 for cell, _ in slots if cell == c) for c in cells}
     header = ("cell", "folds", *(f"{label} test acc %" for _, label in SUMMARY_METRICS))
     rows = [header]
     for cell, cell_runs in cells.items():

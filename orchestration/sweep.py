@@ -45,10 +45,12 @@ from orchestration.dryrun import dry_run  # noqa: E402
 from orchestration.interrupts import handle_interrupts  # noqa: E402
 from orchestration.launch import (SweepError, SweepOptions, SweepOutcome, command_line,  # noqa: E402
                                   load_launch_plan, resolve_storage, save_launch_plan, select)
-from orchestration.phases import run_phases  # noqa: E402
-from orchestration.plan import SweepPlan, build_plan  # noqa: E402
+from orchestration.overrides import load_sweep, plan_sweep  # noqa: E402
+from orchestration.phases import LaunchContext, run_phases  # noqa: E402
+from orchestration.plan import SweepPlan  # noqa: E402
 from orchestration.search import log_best  # noqa: E402
-from orchestration.spec import SpecError, load_spec  # noqa: E402
+from orchestration.spec import SpecError  # noqa: E402
+from orchestration.status import StatusReporter  # noqa: E402
 from orchestration.summary import format_statuses, grid_summary, trial_statuses  # noqa: E402
 
 __all__ = ["SweepOptions", "SweepOutcome", "SweepError", "run_sweep", "main", "resolve_storage",
@@ -64,6 +66,7 @@ class _Launch:
     uri: str
     storage: str
     exp_name: str
+    project: Path
 
 
 @dataclass
@@ -94,11 +97,18 @@ def run_sweep(opts: SweepOptions) -> SweepOutcome:
     started_ray, request = _start_ray(opts, launch.plan)
     commit = tracking.git_commit(Path(__file__).resolve().parent.parent)  # the code that runs, not the cwd
     parent = _open_parent(launch, client, experiment_id, chosen, commit)
+    tracking.log_params_and_tags(client, parent.run_id, {}, C.parent_display_tags(launch.plan.spec.description,
+                                                                                   opts.overrides))
+    print(f"[sweep] MLflow UI: {C.ui_hint(launch.uri, experiment_id)}", flush=True)
+    reporter = StatusReporter(launch.plan, launch.uri, experiment_id, parent.run_id).start()
     interrupted, errors = False, 0
     try:
-        interrupted, errors = run_phases(launch.plan, opts, client, experiment_id, parent, chosen.grid_keys,
-                                         chosen.phases, commit, launch.storage, launch.exp_name, launch.uri,
-                                         request)
+        ran = run_phases(LaunchContext(
+            launch.plan, opts, client, experiment_id, parent, commit, launch.storage, launch.exp_name, launch.uri,
+            request, C.optuna_storage_url(launch.plan.spec.search.storage if launch.plan.spec.search else None,
+                                          launch.uri, launch.project)), chosen.grid_keys, chosen.phases)
+        interrupted, errors = ran.interrupted, ran.errors
+        chosen.grid_keys = chosen.grid_keys + ran.refit_keys
     except KeyboardInterrupt:
         interrupted = True
     except BaseException:
@@ -106,21 +116,27 @@ def run_sweep(opts: SweepOptions) -> SweepOutcome:
         tracking.end_run(client, parent.run_id, "FAILED")
         raise
     finally:
+        reporter.stop()
         if started_ray:
             import ray
 
             ray.shutdown()
-    return _finish(launch, client, experiment_id, parent, chosen, interrupted, errors, resume_cmd)
+    outcome = _finish(launch, client, experiment_id, parent, chosen, interrupted, errors, resume_cmd)
+    reporter.refresh()  # the final statuses (interrupted runs are KILLED only now)
+    return outcome
 
 
 def _prepare(opts: SweepOptions) -> _Launch:
     project = Path(opts.project_dir or Path.cwd()).resolve()
-    spec = load_spec(opts.spec_path, project)
-    plan = build_plan(spec, project, smoke=opts.smoke, n_trials=opts.n_trials, max_concurrent=opts.max_concurrent)
+    # a dry run plans without the datasets (it says which are missing); a launch needs them
+    loaded = load_sweep(opts.spec_path, project, opts.overrides, need_data=not opts.dry_run)
+    plan = plan_sweep(loaded, project, smoke=opts.smoke, n_trials=opts.n_trials, max_concurrent=opts.max_concurrent)
     if opts.max_failures < 0:
         raise ValueError(f"--max-failures={opts.max_failures}: must be >= 0")
+    if opts.gpus is not None and opts.gpus < 1:
+        raise ValueError(f"--gpus={opts.gpus}: must be >= 1")
     return _Launch(opts, Path(opts.spec_path), plan, tracking.resolve_tracking_uri(opts.tracking_uri, project),
-                   resolve_storage(opts.storage, project), opts.experiment_name or spec.name)
+                   resolve_storage(opts.storage, project), opts.experiment_name or loaded.spec.name, project)
 
 
 def _choose(launch: _Launch, client: Any, experiment_id: str) -> _Selection | SweepOutcome:
@@ -237,6 +253,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--experiment-name", help="MLflow experiment name (default: the YAML's name)")
     p.add_argument("--tune-verbose", type=int, choices=(0, 1, 2), default=0,
                    help="Tune's own console output (0: one line per trial event, the default)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a key of the sweep YAML before validation, e.g. --set base.data.root=/mnt/datasets "
+                        "or --set resources.gpu=1 (repeatable; recorded on the parent run and in the resume command)")
+    p.add_argument("--per-trial", action="store_true", help="--dry-run: one row per trial, not one per cell")
+    p.add_argument("--gpus", type=int, help="--dry-run: wall-clock time on this many GPUs (default: those here)")
     return p
 
 
@@ -246,7 +267,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         resume=args.resume, force=args.force, dry_run=args.dry_run, smoke=args.smoke,
                         n_trials=args.n_trials, max_concurrent=args.max_concurrent, gpu_policy=args.gpu_policy,
                         max_failures=args.max_failures, experiment_name=args.experiment_name,
-                        verbose=args.tune_verbose, handle_signals=True)
+                        verbose=args.tune_verbose, handle_signals=True, overrides=tuple(args.overrides),
+                        per_trial=args.per_trial, gpus=args.gpus)
     handle_interrupts()
     t0 = time.perf_counter()
     try:
