@@ -42,7 +42,7 @@ from mutexmatch.callbacks import Callback, EvalEvent, RunSummary, StartEvent
 from mutexmatch.checkpoint import (CheckpointError, latest_checkpoint, load_checkpoint, prune_checkpoints,
                                    save_checkpoint)
 from mutexmatch.config import ConfigError, RunConfig, config_hash, load_config, parse_config, read_config_file
-from mutexmatch.datasets import DatasetBundle, load_dataset
+from mutexmatch.datasets import DatasetBundle, DatasetError, load_dataset
 from mutexmatch.diagnostics import StepAccumulator
 from mutexmatch.imagefolder import ImageFolderError
 from mutexmatch.ema import ModelEMA
@@ -662,8 +662,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with warnings.catch_warnings():
             warnings.simplefilter("default")
             summary = trainer.fit(stop_at=args.stop_at)
-    except (ConfigError, CheckpointError, FileExistsError, FileNotFoundError, ImageFolderError, RunFolderError,
-            RunDirError) as e:
+    except (ConfigError, CheckpointError, DatasetError, FileExistsError, FileNotFoundError, ImageFolderError,
+            RunFolderError, RunDirError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

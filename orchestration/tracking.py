@@ -53,8 +53,31 @@ _PAGE = 1000
 def resolve_tracking_uri(uri: str | None, project_dir: Path) -> str:
     """The store the sweep writes and its trials use from any working directory: the contract's rule
     (:func:`orchestration.contract.resolve_tracking_uri`: ``--tracking-uri``, else ``$MLFLOW_TRACKING_URI``, else
-    ``sqlite:///<project>/mlflow.db``), refusing MLflow 3's plain file store."""
-    return C.resolve_tracking_uri(uri, project_dir, writable=True)
+    ``sqlite:///<project>/mlflow.db``), refusing MLflow 3's plain file store and an SQLite path that holds something
+    else than a database (MLflow would fail on it with a traceback, after the sweep started)."""
+    resolved = C.resolve_tracking_uri(uri, project_dir, writable=True)
+    if resolved.startswith("sqlite:///"):
+        _check_sqlite_path(uri or resolved, Path(resolved[len("sqlite:///"):].partition("?")[0]))
+    return resolved
+
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"  # the first bytes of every SQLite database file
+
+
+def _check_sqlite_path(uri: str, path: Path) -> None:
+    """``ValueError`` naming ``uri`` unless ``path`` is missing (the sweep creates the store), empty or a database."""
+    if path.is_dir():
+        raise ValueError(f"--tracking-uri {uri!r}: {path} is a folder; give an SQLite file (e.g. mlflow.db)")
+    if not path.is_file():
+        return
+    try:
+        with path.open("rb") as f:
+            head = f.read(len(_SQLITE_MAGIC))
+    except OSError as e:
+        raise ValueError(f"--tracking-uri {uri!r}: cannot read {path} ({e.strerror})") from None
+    if head and head != _SQLITE_MAGIC:
+        raise ValueError(f"--tracking-uri {uri!r}: {path} is not an SQLite database; give the MLflow store "
+                         "(e.g. mlflow.db) or a new file name")
 
 
 def artifact_location(tracking_uri: str) -> str | None:

@@ -180,10 +180,9 @@ CASES = [
     # ---------------------------------------------------------------- mutexmatch.train: data and run folders
     C("train-cifar-junk", T, "--set data.dataset=cifar10 --set data.root={t}/data",
       "cifar10: {t}/data/cifar10/cifar-10-batches-py/data_batch_1 does not match its published md5",
-      setup=_cifar_junk, owner="mutexmatch/train.py (catch datasets.DatasetError)"),
+      setup=_cifar_junk),
     C("train-download-offline", T, "--set data.dataset=cifar10 --set data.root={t}/data --set data.download=true",
-      "cifar10: data.download=true could not fetch the files", files={"data": None}, patch=_offline,
-      owner="mutexmatch/train.py (catch datasets.DatasetError)"),
+      "cifar10: data.download=true could not fetch the files", files={"data": None}, patch=_offline),
     C("train-imagefolder-loose-image", T, "--set data.dataset=imagefolder --set data.root={t}/photos "
       "--set data.num_labels=2", "photos/train/loose.png lies directly in train/",
       setup=lambda t: _imagefolder(t, loose=True)),
@@ -246,7 +245,7 @@ CASES = [
     C("sweep-experiment-name-escape", S, "{t}/s.yaml --experiment-name ../../escape", "--experiment-name",
       files={"s.yaml": SWEEP_YAML}, owner="orchestration/sweep.py (the lead's CLI flags)"),
     C("sweep-tracking-uri-not-a-db", S, "{t}/s.yaml --tracking-uri {t}/notes.db", "{t}/notes.db",
-      files={"s.yaml": SWEEP_YAML, "notes.db": "not a database\n"}, owner="orchestration/tracking.py"),
+      files={"s.yaml": SWEEP_YAML, "notes.db": "not a database\n"}),
     C("sweep-table-metric-typo", S, "{t}/s.yaml", "test/accc",
       files={"s.yaml": REPORT_YAML.replace("test/acc", "test/accc")}, owner="orchestration (validate "
       "report layouts at launch)"),

@@ -167,3 +167,16 @@ def test_a_failed_trial_run_keeps_the_error(store):
     trial.failed(ValueError("boom"))
     got = client.get_run(trial.run_id)
     assert got.info.status == "FAILED" and got.data.tags[C.ERROR] == "ValueError: boom"
+
+
+def test_a_sqlite_tracking_uri_must_be_a_database_or_new(tmp_path):
+    (tmp_path / "notes.db").write_text("not a database\n")
+    (tmp_path / "folder.db").mkdir()
+    (tmp_path / "empty.db").touch()
+    with pytest.raises(ValueError, match=f"--tracking-uri '{tmp_path}/notes.db': {tmp_path}/notes.db is not an "
+                                         "SQLite database"):
+        tracking.resolve_tracking_uri(str(tmp_path / "notes.db"), tmp_path)
+    with pytest.raises(ValueError, match="folder.db is a folder"):
+        tracking.resolve_tracking_uri("sqlite:///folder.db", tmp_path)
+    for fine in ("empty.db", "new.db"):  # the sweep creates the store in an empty or missing file
+        assert tracking.resolve_tracking_uri(fine, tmp_path) == f"sqlite:///{tmp_path / fine}"
