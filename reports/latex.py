@@ -5,8 +5,9 @@ What venues ask of a PDF, and how the document gives it:
 - vector fonts only: T1 text with Latin Modern when ``lmodern`` is installed (Debian ``lmodern``, which
   ``make system-deps`` installs); without it the default OT1 Computer Modern, also vector — T1 without lmodern would
   fall back to bitmap (Type 3) EC fonts. Figures are PDFs with TrueType fonts (:mod:`reports.figures`);
-- no blank pages from floats: the float fractions let a large table or figure share a page with text instead of
-  waiting for a float page of its own;
+- no blank pages from floats: the title goes to the running head, so the first table can start page 1 however tall
+  it is, and the float fractions let a large table or figure share a page with text instead of waiting for a float
+  page of its own;
 - a build that runs pdflatex as often as it asks (the per-fold ``longtable`` needs a second run to settle its column
   widths): :func:`compile_pdf` reruns until the log stops asking, at most :data:`MAX_RUNS` times.
 """
@@ -40,7 +41,9 @@ def latex_document(title: str, table_ids: Sequence[str], figures: Sequence[tuple
              r"\IfFileExists{lmodern.sty}{\usepackage[T1]{fontenc}\usepackage{lmodern}}{}",
              r"\usepackage[utf8]{inputenc}", r"\usepackage[margin=2cm]{geometry}",
              *(rf"\usepackage{{{p}}}" for p in PACKAGES if p != "geometry"), *_FLOATS, r"\begin{document}",
-             rf"\section*{{{latex_escape(title)}}}"]
+             # the title in the running head, not above the first table: a table nearly a page tall could not
+             # follow a heading on page 1 and would leave that page empty
+             r"\pagestyle{myheadings}", rf"\markright{{{latex_escape(title)}}}"]
     lines += [rf"\input{{{t}.tex}}" for t in table_ids]
     for stem, caption in figures:
         # no extension: pdflatex takes the vector .pdf before the .png

@@ -7,8 +7,9 @@ single fold), followed by ``(n=k)`` when fewer than :data:`PAPER_FOLDS` folds fi
 column (and per row group) the best mean is bold and the second best is marked — italic in Markdown, underlined in
 LaTeX (the paper shades it; underlining needs no extra package). Ranking uses the displayed (rounded) means, so equal
 printed numbers get the same mark. With published numbers, each column gets "paper" and "Δ" (ours − paper, from the
-printed mean) sub-columns, unless the layout says ``paper: false``. The paired comparison (a − b on the same folds, paired t-test) goes under the table; the
-per-fold values go to an appendix table.
+printed mean) sub-columns, unless the layout says ``paper: false`` (``value_columns`` picks and orders them). The
+paired comparison (a − b on the same folds, paired t-test) goes under the table; the per-fold values go to an
+appendix table.
 """
 
 from __future__ import annotations
