@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Mapping, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from mutexmatch.config import (SEED_MAX, SWEEP_ONLY_KEY, TRAIN_COMMAND, ConfigError, RunConfig, has_validation,
                                owned_fields, parse_config, unsearchable_fields)
@@ -165,26 +165,20 @@ class SchedulerSpec(_Strict):
         2.0, description="ASHA's η: the top 1/η of trials are promoted at each rung.")
 
 
+# A partial RunConfig where YAML's empty value (`base:`) means no overrides; a fold list that may be left out.
+Overrides = Annotated[dict[str, Any], BeforeValidator(lambda v: _none_to_dict(v))]
+OptionalFolds = Annotated[list[int] | None, AfterValidator(lambda v: None if v is None else _check_folds(v))]
+
+
 class RefitSpec(_Strict):
     """After a search: its best parameters trained on ``folds`` with the grid's config (the full schedule, no
     validation split) — runs of kind ``refit`` under the searched cell's id plus ``tuned=true``."""
 
     enabled: bool = Field(True, description="Refit the best parameters after the search (`refit: false` turns it "
                           "off).")
-    folds: list[int] | None = Field(None, description="Folds refit (default: the sweep's folds).")
-    base: dict[str, Any] = Field(default_factory=dict, description="Overrides for refit trials only, applied over "
+    folds: OptionalFolds = Field(None, description="Folds refit (default: the sweep's folds).")
+    base: Overrides = Field(default_factory=dict, description="Overrides for refit trials only, applied over "
                                  "the grid's config (the search's own `base` is not used).")
-
-    @field_validator("base", mode="before")
-    @classmethod
-    def _none_base(cls, v: Any) -> Any:
-        return _none_to_dict(v)
-
-    @field_validator("folds")
-    @classmethod
-    def _folds(cls, v: list[int] | None) -> list[int] | None:
-        return None if v is None else _check_folds(v)
-
 
 class SearchSpec(_Strict):
     """An Optuna (TPE) search with ASHA over the searched cells; the objective is a validation metric only."""
@@ -198,9 +192,9 @@ class SearchSpec(_Strict):
     max_concurrent: Annotated[int | None, AfterValidator(at_least(1, or_none=True))] = Field(
         None, description="Trials running at once (--max-concurrent overrides); null = as many as the resources "
         "allow.")
-    folds: list[int] | None = Field(None, description="Folds searched (default: the sweep's first fold). Each "
+    folds: OptionalFolds = Field(None, description="Folds searched (default: the sweep's first fold). Each "
                                     "(cell, fold) is its own Optuna study.")
-    base: dict[str, Any] = Field(default_factory=dict, description="Overrides for search trials only (typically a "
+    base: Overrides = Field(default_factory=dict, description="Overrides for search trials only (typically a "
                                  "validation split: `data: {val_per_class: 10}`).")
     space: dict[str, ParamSpec] = Field(min_length=1, description="Dotted RunConfig paths → distributions.")
     scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec)
@@ -214,11 +208,6 @@ class SearchSpec(_Strict):
     @classmethod
     def _refit_bool(cls, v: Any) -> Any:
         return {"enabled": v} if isinstance(v, bool) else _none_to_dict(v)
-
-    @field_validator("base", mode="before")
-    @classmethod
-    def _none_base(cls, v: Any) -> Any:
-        return _none_to_dict(v)
 
     @field_validator("cells")
     @classmethod
@@ -235,12 +224,6 @@ class SearchSpec(_Strict):
             raise ValueError(f"must be a validation metric: {' or '.join(VALIDATION_METRICS)} (the test set never "
                              "selects hyper-parameters)")
         return v
-
-    @field_validator("folds")
-    @classmethod
-    def _folds(cls, v: list[int] | None) -> list[int] | None:
-        return None if v is None else _check_folds(v)
-
 
 class SweepSpec(_Strict):
     """One experiment: the grid (cells × folds), an optional search, and the report layouts (opaque here)."""
