@@ -10,12 +10,13 @@ folder that is also the working directory, and asserts what we promise users abo
 
 A case whose fix belongs to a file another engineer owns is marked ``xfail(strict=True, reason="owner: <file>")``:
 it fails today for the reason it names, and turns into an error (XPASS) as soon as the fix lands, so the mark is
-removed with the fix. ``orchestration.status`` joins the corpus when it exists.
+removed with the fix. The cases of a CLI whose module does not exist yet are skipped.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import signal
 import sqlite3
@@ -36,6 +37,7 @@ CLIS = {
     "sweep": ("orchestration.sweep", "orchestration.sweep"),
     "report": ("reports.build", "reports.build"),
     "datasets": ("mutexmatch.datasets", "mutexmatch.datasets_cli"),
+    "status": ("orchestration.status", "orchestration.status"),
 }
 
 RUN_YAML = "data: {dataset: digits, num_labels: 20}\ntrain: {iterations: 4, eval_interval: 2, batch_size: 4, mu: 2}\n"
@@ -125,7 +127,7 @@ def C(id: str, cli: str, argv: str, expect: str, **kw) -> Case:
     return Case(id, cli, tuple(argv.split()), expect, **kw)
 
 
-T, S, R, D = "train", "sweep", "report", "datasets"
+T, S, R, D, ST = "train", "sweep", "report", "datasets", "status"
 CASES = [
     # ---------------------------------------------------------------- mutexmatch.train: the run YAML
     C("train-config-missing", T, "--config {t}/nope.yaml", "--config '{t}/nope.yaml': file not found"),
@@ -291,6 +293,17 @@ CASES = [
     C("datasets-imagefolder-corrupt", D, "check imagefolder --root {t}/photos",
       "photos/train/a/1.png is not a readable image", setup=lambda t: _imagefolder(t, corrupt=True)),
     C("datasets-export-no-target", D, "export digits --root {t}", "--to"),
+    # ---------------------------------------------------------------- orchestration.status
+    C("status-missing", ST, "{t}/nope.yaml", "spec '{t}/nope.yaml': file not found"),
+    C("status-empty", ST, "{t}/s.yaml", "spec '{t}/s.yaml': is empty", files={"s.yaml": "\n"}),
+    C("status-dup-level", ST, "{t}/s.yaml", "duplicate key 'fixmatch' (first at line 8, again at line 9)",
+      files={"s.yaml": _sweep(("    mutexmatch:", "    fixmatch:"))}),
+    C("status-is-a-run-config", ST, "{t}/r.yaml", "is a run config (sections data, train)",
+      files={"r.yaml": RUN_YAML}, owner="orchestration/overrides.py (read the YAML with spec.read_spec_file)"),
+    C("status-no-store", ST, "{t}/s.yaml", "no MLflow store there", files={"s.yaml": SWEEP_YAML}),
+    C("status-watch-zero", ST, "{t}/s.yaml --watch 0", "--watch=0", files={"s.yaml": SWEEP_YAML}),
+    C("status-store-not-a-db", ST, "{t}/s.yaml --tracking-uri {t}/notes.db", "{t}/notes.db",
+      files={"s.yaml": SWEEP_YAML, "notes.db": "not a database\n"}, owner="orchestration/status.py"),
 ]
 
 
@@ -412,6 +425,8 @@ def _error_lines(err: str) -> list[str]:
 def test_bad_input_is_one_line_exit_2_and_nothing_written(case: Case, isolated: Path, monkeypatch, capsys,
                                                           request) -> None:
     t = isolated
+    if importlib.util.find_spec(CLIS[case.cli][1]) is None:
+        pytest.skip(f"{CLIS[case.cli][1]} does not exist yet")
     _prepare(case, t, request.getfixturevalue("store_template") if case.store else None)
     before = _snapshot(t)
     capsys.readouterr()  # what making the store printed
