@@ -27,6 +27,7 @@ Tables::
         protocol: best                  # best | final | median20
         published: {mutexmatch: {digits-20: "93.22±2.52"}}   # with row_groups: {group: {row: {column: …}}}
         paired: {a: mutexmatch, b: fixmatch}   # or a list of such pairs (row levels)
+        tuned_rows: {mutexmatch: "MutexMatch (tuned)"}   # a row of the search's refit runs after its level
         paper: true                     # false hides the Paper and Δ columns (the numbers stay in the YAML)
         value_columns: [ours, paper, delta]   # the sub-columns under each column with published numbers, in order
 
@@ -38,6 +39,10 @@ Figures (``type`` picks the kind; ``id`` defaults to ``<type><index>``)::
          class_names: [airplane, automobile, ...]}
       - {type: sensitivity, axis: k, param: algorithm.k, series: method, where: {setting: c10-40},
          metric: test/acc, protocol: best}
+
+A ``tuned_rows`` level needs a ``search`` that covers it with refit on: its row ``<level>+tuned`` (usable in
+``paired`` and ``published``) reads the refit runs (kind ``refit``, cell id plus ``tuned=true``) of the cell, never
+the grid's, so ``paired: {a: mutexmatch+tuned, b: mutexmatch}`` is tuned − default on the same folds.
 
 When ``figures`` is absent or empty, each table gets a learning-curve figure over its cells. ``title`` replaces a
 figure's generated caption.
@@ -73,6 +78,7 @@ __all__ = [
     "ReportLayout",
     "parse_axes",
     "cell_id",
+    "TUNED_ROW",
     "parse_published",
     "sensitivity_param",
     "sensitivity_x",
@@ -126,8 +132,14 @@ def parse_axes(spec: dict[str, Any]) -> Axes:
 
 
 def cell_id(cell: dict[str, str], axes: Axes) -> str:
-    """The cell's id string, ``axis=level`` joined by commas in YAML axis order (as the ``mutexmatch.cell`` tag)."""
-    return contract.cell_id((a, cell[a]) for a in axes)
+    """The cell's id string, ``axis=level`` joined by commas in YAML axis order (as the ``mutexmatch.cell`` tag);
+    a tuned row's cell (``tuned: "true"``, see :meth:`TableLayout.cell`) is the refit runs' id."""
+    levels = [(a, cell[a]) for a in axes]
+    return contract.cell_id(contract.tuned_levels(levels) if contract.TUNED_AXIS in cell else levels)
+
+
+TUNED_ROW = "+tuned"
+"""A table row ``<level>+tuned`` (``tuned_rows``): the refit runs of the search's best parameters on that level."""
 
 
 # -------------------------------------------------------------------------------------------------------- tables --
@@ -189,6 +201,7 @@ class TableLayout(_Strict):
     paper: bool = True                  # False: no Paper/Δ columns even when `published` has numbers
     value_columns: list[Literal["ours", "paper", "delta"]] = Field(
         default_factory=lambda: ["ours", "paper", "delta"])
+    tuned_rows: dict[str, str] = Field(default_factory=dict)   # row level → label of its refit (tuned) row
 
     @field_validator("id")
     @classmethod
@@ -203,8 +216,13 @@ class TableLayout(_Strict):
         return [v] if isinstance(v, dict) else ([] if v is None else v)
 
     # Resolved views, valid once `_check_table` has passed.
-    def row_keys(self, axes: Axes) -> list[str]:
-        return list(self.row_levels) if self.row_levels is not None else list(axes[self.rows])
+    def row_keys(self, axes: Axes, tuned: bool = True) -> list[str]:
+        """The row levels; with ``tuned``, each ``tuned_rows`` level followed by its ``<level>+tuned`` row."""
+        levels = list(self.row_levels) if self.row_levels is not None else list(axes[self.rows])
+        if not tuned:
+            return levels
+        rows = [r for lvl in levels for r in ([lvl, lvl + TUNED_ROW] if lvl in self.tuned_rows else [lvl])]
+        return rows + [lvl + TUNED_ROW for lvl in self.tuned_rows if lvl not in levels]
 
     def group_keys(self, axes: Axes) -> list[str | None]:
         return [None] if self.row_groups is None else list(axes[self.row_groups])
@@ -215,6 +233,8 @@ class TableLayout(_Strict):
         return list(self.column_levels) if self.column_levels is not None else list(axes[self.columns])
 
     def row_label(self, level: str) -> str:
+        if level.endswith(TUNED_ROW) and level[:-len(TUNED_ROW)] in self.tuned_rows:
+            return self.tuned_rows[level[:-len(TUNED_ROW)]]
         return self.row_labels.get(level, level)
 
     def column_label(self, level: str) -> str:
@@ -224,14 +244,16 @@ class TableLayout(_Strict):
         return "" if level is None else self.row_group_labels.get(level, f"{self.row_groups}={level}")
 
     def cell(self, axes: Axes, group: str | None, row: str, column: str) -> dict[str, str]:
-        """The full cell (axis → level) at a table position; single-level axes take their only level."""
+        """The full cell (axis → level) at a table position; single-level axes take their only level. A tuned row's
+        cell also has ``tuned: "true"`` (its :func:`cell_id` is the refit runs')."""
+        tuned = row.endswith(TUNED_ROW) and row[:-len(TUNED_ROW)] in self.tuned_rows
         fixed = {a: next(iter(levels)) for a, levels in axes.items() if len(levels) == 1}
         fixed.update(self.where)
-        fixed[self.rows] = row
+        fixed[self.rows] = row[:-len(TUNED_ROW)] if tuned else row
         fixed[self.columns] = column
         if self.row_groups is not None and group is not None:
             fixed[self.row_groups] = group
-        return {a: fixed[a] for a in axes}
+        return {a: fixed[a] for a in axes} | ({contract.TUNED_AXIS: contract.TUNED_LEVEL} if tuned else {})
 
     def published_values(self) -> dict[tuple[str | None, str, str], PublishedValue]:
         """(group, row, column) → published number; ``group`` is None without ``row_groups``."""
@@ -297,6 +319,7 @@ class ReportLayout:
     tables: list[TableLayout]
     figures: list[CurvesFigure | HeatmapFigure | SensitivityFigure]
     exclude: list[dict[str, str]] = dataclass_field(default_factory=list)   # the sweep's excluded partial cells
+    search: dict[str, Any] | None = None    # the sweep's `search` as written (reports.search reads it)
 
 
 # ---------------------------------------------------------------------------------------------------- validation --
@@ -378,6 +401,27 @@ def _check_table(t: TableLayout, where: str, axes: Axes) -> list[str]:
                     errors.append(_levels_line(f"{where}.{key}", lvl, axis, axes))
             if len(set(chosen)) != len(chosen):
                 errors.append(f"{where}.{key}={chosen!r}: lists a level twice")
+    errors += _check_labels_and_groups(t, where, axes)
+    if "ours" not in t.value_columns or len(set(t.value_columns)) != len(t.value_columns):
+        errors.append(f"{where}.value_columns={t.value_columns!r}: must list `ours` and each of ours, paper, delta "
+                      "at most once")
+    rows, cols = set(t.row_keys(axes)), set(t.column_keys(axes))
+    groups = set(t.group_keys(axes))
+    for pair_i, pair in enumerate(t.paired):
+        for side in ("a", "b"):
+            lvl = getattr(pair, side)
+            if lvl not in rows:
+                errors.append(f"{where}.paired[{pair_i}].{side}={lvl!r}: not a row of the table; rows: "
+                              f"{', '.join(t.row_keys(axes))}")
+        if pair.a == pair.b:
+            errors.append(f"{where}.paired[{pair_i}]: a and b are both {pair.a!r}")
+    errors += _check_published(t, where, axes, groups, rows, cols)
+    return errors
+
+
+def _check_labels_and_groups(t: TableLayout, where: str, axes: Axes) -> list[str]:
+    """Labels name levels of their axes; column groups hold levels of the columns axis, each once."""
+    errors: list[str] = []
     for key, axis in (("row_labels", t.rows), ("column_labels", t.columns), ("row_group_labels", t.row_groups)):
         labels = getattr(t, key)
         if labels and axis is None:
@@ -399,20 +443,6 @@ def _check_table(t: TableLayout, where: str, axes: Axes) -> list[str]:
         for group, cols in t.column_groups.items():
             if not cols:
                 errors.append(f"{where}.column_groups.{group}=[]: a group needs at least one column")
-    if "ours" not in t.value_columns or len(set(t.value_columns)) != len(t.value_columns):
-        errors.append(f"{where}.value_columns={t.value_columns!r}: must list `ours` and each of ours, paper, delta "
-                      "at most once")
-    rows, cols = set(t.row_keys(axes)), set(t.column_keys(axes))
-    groups = set(t.group_keys(axes))
-    for pair_i, pair in enumerate(t.paired):
-        for side in ("a", "b"):
-            lvl = getattr(pair, side)
-            if lvl not in rows:
-                errors.append(f"{where}.paired[{pair_i}].{side}={lvl!r}: not a row of the table; rows: "
-                              f"{', '.join(t.row_keys(axes))}")
-        if pair.a == pair.b:
-            errors.append(f"{where}.paired[{pair_i}]: a and b are both {pair.a!r}")
-    errors += _check_published(t, where, axes, groups, rows, cols)
     return errors
 
 
@@ -528,6 +558,7 @@ def validate_report(spec: dict[str, Any]) -> ReportLayout:
     if not isinstance(raw_figures, list):
         raise LayoutError(f"figures={raw_figures!r}: must be a list of figure layouts")
     tables, errors = _tables(raw_tables, axes)
+    errors += [e for t in tables for e in _check_tuned_rows(t, axes, spec.get("search"))]
     figures, figure_errors = _figures(raw_figures, axes)
     errors += figure_errors
     ids = [t.id for t in tables] + [f.id for f in figures]
@@ -538,11 +569,33 @@ def validate_report(spec: dict[str, Any]) -> ReportLayout:
         raise LayoutError("\n".join(errors))
     if not raw_figures:
         figures = [CurvesFigure(type="curves", id=f"curves-{t.id}",
-                                cells=[t.cell(axes, g, r, c) for g in t.group_keys(axes) for r in t.row_keys(axes)
-                                       for c in t.column_keys(axes)])
+                                cells=[t.cell(axes, g, r, c) for g in t.group_keys(axes)
+                                       for r in t.row_keys(axes, tuned=False) for c in t.column_keys(axes)])
                    for t in tables]
     return ReportLayout(name=name, axes=axes, folds=list(folds), tables=tables, figures=figures,
-                        exclude=_parse_exclude(spec.get("exclude")))
+                        exclude=_parse_exclude(spec.get("exclude")),
+                        search=spec.get("search") if isinstance(spec.get("search"), dict) else None)
+
+
+def _check_tuned_rows(t: TableLayout, axes: Axes, search: Any) -> list[str]:
+    """Each ``tuned_rows`` level is a level of the rows axis that the YAML's search covers with refit on (else its
+    row could only ever be "—")."""
+    where = f"tables({t.id}).tuned_rows"
+    if t.tuned_rows and contract.TUNED_AXIS in axes:
+        return [f"{where}: the sweep has an axis named {contract.TUNED_AXIS!r}, which refit cells use; rename it"]
+    errors = []
+    for level in t.tuned_rows:
+        if level not in axes[t.rows]:
+            errors.append(_levels_line(f"{where}.{level}", level, t.rows, axes))
+        elif not isinstance(search, dict) or search.get("refit") is False or \
+                (isinstance(search.get("refit"), dict) and search["refit"].get("enabled") is False):
+            errors.append(f"{where}.{level}: needs a `search` with refit on (the row reads its refit runs); the "
+                          f"YAML has {'refit turned off' if isinstance(search, dict) else 'no search'}")
+        elif not any(str(cell.get(t.rows, level)) == level for cell in search.get("cells") or [{}]
+                     if isinstance(cell, dict)):
+            errors.append(f"{where}.{level}: search.cells do not cover {t.rows}={level}; cells: "
+                          f"{search.get('cells')}")
+    return errors
 
 
 def _parse_exclude(raw: Any) -> list[dict[str, str]]:
