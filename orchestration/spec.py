@@ -33,6 +33,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from mutexmatch.config import (SEED_MAX, SWEEP_ONLY_KEY, TRAIN_COMMAND, ConfigError, RunConfig, has_validation,
                                owned_fields, parse_config, unsearchable_fields)
 from mutexmatch.yamlfile import YamlFileError, read_yaml_mapping
+from mutexmatch.algorithms import ALGORITHMS
 from mutexmatch.checks import at_least, validation_error_lines  # noqa: F401  (re-exported)
 from mutexmatch.dotted import deep_merge, set_dotted  # noqa: F401  (re-exported)
 
@@ -293,11 +294,14 @@ def _check_folds(v: list[int]) -> list[int]:
 
 
 def _searchable_paths() -> set[str]:
+    """Every RunConfig field, plus the parameters of every registered algorithm — one registered after the
+    config's algorithm section was built declares its own (``algorithm.<param>``) — less the unsearchable ones."""
     paths = set()
     for section, field in RunConfig.model_fields.items():
         ann = field.annotation
         if isinstance(ann, type) and issubclass(ann, BaseModel):
             paths |= {f"{section}.{f}" for f in ann.model_fields}
+    paths |= {f"algorithm.{f}" for alg in ALGORITHMS.values() for f in alg.Params.model_fields}
     return paths - _UNSEARCHABLE
 
 
@@ -458,22 +462,32 @@ def validate_spec(spec: SweepSpec, project_dir: Path) -> None:
 
 def _seed_errors(spec: SweepSpec, cells: list[Cell], project_dir: Path) -> list[str]:
     """With ``seed_per_fold``, fold k trains with ``train.seed`` + k: that sum must stay a valid seed for the last
-    fold of the grid and of the search (a seed that is itself too large is the config check's to name)."""
+    fold of the grid, the search and the refit (a seed that is itself too large is the config check's to name)."""
     if not spec.seed_per_fold:
         return []
     searched = set(search_cells(spec))
     by_problem: dict[str, list[str]] = {}
     for cell in cells:
-        runs = [(False, spec.folds)] + ([(True, spec.search.folds or spec.folds[:1])] if cell in searched else [])
-        for search, folds in runs:
-            seed = trial_config(spec, cell, 0, project_dir=project_dir, search=search)["train"]["seed"]
+        for kind, folds in _fold_sets(spec, searched_cell=cell in searched):
+            flags = {kind: True} if kind else {}
+            seed = trial_config(spec, cell, 0, project_dir=project_dir, **flags)["train"]["seed"]
             last = max(folds)
             if isinstance(seed, int) and not isinstance(seed, bool) and seed <= SEED_MAX < seed + last:
                 problem = (f"train.seed={seed}: fold {last} trains with train.seed + {last} = {seed + last} "
                            f"(seed_per_fold), above the largest seed {SEED_MAX}; use train.seed <= {SEED_MAX - last}")
-                by_problem.setdefault(problem, []).append(f"{'search ' if search else ''}cell {cell.id}")
+                by_problem.setdefault(problem, []).append(f"{kind + ' ' if kind else ''}cell {cell.id}")
     return [f"{'every cell' if len(where) >= len(cells) > 1 else ', '.join(where)}: {problem}"
             for problem, where in by_problem.items()]
+
+
+def _fold_sets(spec: SweepSpec, searched_cell: bool) -> list[tuple[str, list[int]]]:
+    """(trial kind as trial_config's flag, or "" for the grid; its folds) of the trials a cell runs."""
+    sets = [("", spec.folds)]
+    if searched_cell and spec.search is not None:
+        sets.append(("search", spec.search.folds or spec.folds[:1]))
+        if spec.search.refit.enabled:
+            sets.append(("refit", spec.search.refit.folds or spec.folds))
+    return sets
 
 
 def _partial_cell_errors(field: str, partials: list[dict[str, str]], spec: SweepSpec, cells: list[Cell]

@@ -1,0 +1,44 @@
+"""A search may vary the parameters of an algorithm registered after the config schema was built (the next
+FlexMatch, FreeMatch, …): its own ``algorithm.<param>`` is searchable like a built-in one, and validated per bound."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import Field
+
+from mutexmatch.algorithms import ALGORITHMS, FixMatch, register_algorithm
+from mutexmatch.params import FixMatchParams
+from orchestration.spec import SpecError, parse_spec
+
+
+class _SharpenParams(FixMatchParams):
+    sharpen_t: float = Field(0.5, gt=0, le=1, description="Temperature of the sharpened pseudo-label.")
+
+
+if "search_space_demo" not in ALGORITHMS:
+    @register_algorithm("search_space_demo")
+    class _SharpenDemo(FixMatch):
+        Params = _SharpenParams
+
+
+def _spec(tmp_path, space):
+    return {"name": "s", "base": {"data": {"dataset": "digits", "num_labels": 20, "root": str(tmp_path)},
+                                  "model": {"backbone": "small_cnn"}, "train": {"iterations": 8, "eval_interval": 4}},
+            "folds": [0], "axes": {"method": {"demo": {"algorithm": {"name": "search_space_demo"}}}},
+            "search": {"metric": "val/acc", "n_trials": 2, "base": {"data": {"val_per_class": 2}}, "space": space,
+                       "scheduler": {"type": "none"}}}
+
+
+def test_a_newly_registered_algorithm_parameter_is_searchable(tmp_path):
+    spec = parse_spec(_spec(tmp_path, {"algorithm.sharpen_t": {"type": "float", "low": 0.1, "high": 0.9}}), tmp_path)
+    assert list(spec.search.space) == ["algorithm.sharpen_t"]
+
+
+def test_its_bounds_are_validated_by_its_own_parameter_model(tmp_path):
+    with pytest.raises(SpecError, match=r"search.space.algorithm.sharpen_t.high=1.5"):
+        parse_spec(_spec(tmp_path, {"algorithm.sharpen_t": {"type": "float", "low": 0.1, "high": 1.5}}), tmp_path)
+
+
+def test_an_unknown_parameter_is_still_refused(tmp_path):
+    with pytest.raises(SpecError, match="algorithm.sharpen_x"):
+        parse_spec(_spec(tmp_path, {"algorithm.sharpen_x": {"type": "float", "low": 0.1, "high": 0.9}}), tmp_path)
