@@ -227,6 +227,18 @@ def test_seed_plus_fold_class_sizes_and_empty_search_are_refused_at_launch(edit,
     assert any(line.startswith(expected) for line in str(info.value).splitlines()), str(info.value)
 
 
+def test_a_refit_fold_beyond_the_grid_is_checked_for_its_seed(tmp_path):
+    raw = copy.deepcopy(BASE)
+    raw["base"]["train"]["seed"] = 2**32 - 3  # grid folds 0-1 and search fold 0 fit, refit fold 4 does not
+    raw["search"]["refit"] = {"folds": [4]}
+    with pytest.raises(SpecError) as info:
+        parse_spec(raw, tmp_path)
+    assert str(info.value).splitlines() == [
+        "refit cell method=mutexmatch,labels=l20, refit cell method=mutexmatch,labels=l40: train.seed=4294967293: "
+        "fold 4 trains with train.seed + 4 = 4294967297 (seed_per_fold), above the largest seed 4294967295; use "
+        "train.seed <= 4294967291"]
+
+
 def test_without_seed_per_fold_the_largest_seed_is_fine(tmp_path):
     raw = copy.deepcopy(BASE)
     raw["base"]["train"]["seed"] = 2**32 - 1
