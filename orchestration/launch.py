@@ -15,8 +15,9 @@ from orchestration import contract as C
 from orchestration import tracking
 from orchestration.plan import REFIT_PHASE, SweepPlan
 from orchestration.refit import pending_refits
+from orchestration.spec import NAME_RULE, is_name
 
-__all__ = ["SweepError", "SweepOptions", "SweepOutcome", "resolve_storage", "command_line", "select",
+__all__ = ["SweepError", "SweepOptions", "SweepOutcome", "check_options", "resolve_storage", "command_line", "select",
            "save_launch_plan", "load_launch_plan"]
 
 
@@ -60,6 +61,17 @@ class SweepOutcome:
     best: dict[str, dict[str, str]] = field(default_factory=dict)
     resume_command: str | None = None
     summary: str = ""
+
+
+def check_options(opts: SweepOptions) -> None:
+    """Refuse command-line values that cannot work, naming the flag, before anything is read or started."""
+    for flag, value, low in (("--max-concurrent", opts.max_concurrent, 1), ("--n-trials", opts.n_trials, 1),
+                             ("--max-failures", opts.max_failures, 0), ("--gpus", opts.gpus, 1)):
+        if value is not None and value < low:
+            raise ValueError(f"{flag}={value}: must be >= {low}")
+    if opts.experiment_name is not None and not is_name(opts.experiment_name):
+        # it is also the folder of the launch under --storage: `../x` would write outside it
+        raise ValueError(f"--experiment-name={opts.experiment_name!r}: {NAME_RULE}")
 
 
 def resolve_storage(storage: str | None, project_dir: Path) -> str:

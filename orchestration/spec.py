@@ -65,6 +65,12 @@ __all__ = [
 ]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+NAME_RULE = "must start with a letter or digit and use only letters, digits, `_`, `-`, `.`, `+` (it names a folder)"
+
+
+def is_name(v: str) -> bool:
+    """Whether ``v`` may name an experiment, an axis or a level (:data:`NAME_RULE`): it becomes a folder name."""
+    return bool(_NAME.match(v))
 # --smoke without a `smoke:` section: a few steps of every cell, enough to exercise load, train, eval, checkpoint.
 SMOKE_DEFAULT: dict[str, Any] = {"train": {"iterations": 4, "eval_interval": 2, "batch_size": 4, "mu": 2}}
 # Both derived from the roles declared on the RunConfig fields (mutexmatch.config.roles).
@@ -258,8 +264,7 @@ class SweepSpec(_Strict):
     @classmethod
     def _name(cls, v: str) -> str:
         if not _NAME.match(v):
-            raise ValueError("must start with a letter or digit and use only letters, digits, `_`, `-`, `.`, `+` "
-                             "(it names a folder)")
+            raise ValueError(NAME_RULE)
         return v
 
     @field_validator("folds")

@@ -43,7 +43,7 @@ from orchestration import tracking  # noqa: E402
 from orchestration.cluster import check_resources, init_ray  # noqa: E402
 from orchestration.dryrun import dry_run  # noqa: E402
 from orchestration.interrupts import handle_interrupts  # noqa: E402
-from orchestration.launch import (SweepError, SweepOptions, SweepOutcome, command_line,  # noqa: E402
+from orchestration.launch import (SweepError, SweepOptions, SweepOutcome, check_options, command_line,  # noqa: E402
                                   load_launch_plan, resolve_storage, save_launch_plan, select)
 from orchestration.overrides import load_sweep, plan_sweep  # noqa: E402
 from orchestration.phases import LaunchContext, run_phases  # noqa: E402
@@ -127,14 +127,11 @@ def run_sweep(opts: SweepOptions) -> SweepOutcome:
 
 
 def _prepare(opts: SweepOptions) -> _Launch:
+    check_options(opts)
     project = Path(opts.project_dir or Path.cwd()).resolve()
     # a dry run plans without the datasets (it says which are missing); a launch needs them
     loaded = load_sweep(opts.spec_path, project, opts.overrides, need_data=not opts.dry_run)
     plan = plan_sweep(loaded, project, smoke=opts.smoke, n_trials=opts.n_trials, max_concurrent=opts.max_concurrent)
-    if opts.max_failures < 0:
-        raise ValueError(f"--max-failures={opts.max_failures}: must be >= 0")
-    if opts.gpus is not None and opts.gpus < 1:
-        raise ValueError(f"--gpus={opts.gpus}: must be >= 1")
     return _Launch(opts, Path(opts.spec_path), plan, tracking.resolve_tracking_uri(opts.tracking_uri, project),
                    resolve_storage(opts.storage, project), opts.experiment_name or loaded.spec.name, project)
 
