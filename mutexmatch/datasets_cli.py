@@ -30,8 +30,8 @@ from torchvision.datasets.utils import check_integrity
 
 from mutexmatch import imagefolder
 from mutexmatch.config import DATASET_NAMES
-from mutexmatch.datasets import (DATASETS, DatasetBundle, ImageData, cache_paths, dataset_dir, load_dataset, svhn_splits,
-                                 torchvision_files)
+from mutexmatch.datasets import (DATASETS, DatasetBundle, ImageData, cache_paths, dataset_dir, load_dataset,
+                                 svhn_splits, torchvision_files)
 
 PROG = "python -m mutexmatch.datasets"
 # The datasets torchvision can download, by the class that knows their URLs and md5s.

@@ -104,8 +104,9 @@ def test_image_size_is_inferred_from_a_square_first_image_or_required(folder, tm
 
 def test_cache_is_reused_and_an_edited_folder_is_decoded_again(folder, monkeypatch) -> None:
     first = load_dataset("imagefolder", folder, image_size=8)
-    cached = sorted(p.name for p in (folder / CACHE_DIRNAME).iterdir())
-    assert len(cached) == 2 and all(p.endswith(".pt") for p in cached)
+    files = sorted(p.name for p in (folder / CACHE_DIRNAME).iterdir())
+    cached = [n for n in files if n.endswith(".pt")]
+    assert len(cached) == 2 and files == sorted([*cached, *(n + ".sha256" for n in cached)])  # each with its sha256
     assert sorted(p.name for p in cache_paths("imagefolder", folder, image_size=8).values()) == cached
 
     def no_decode(*args, **kwargs):
@@ -121,8 +122,9 @@ def test_cache_is_reused_and_an_edited_folder_is_decoded_again(folder, monkeypat
     third = load_dataset("imagefolder", folder, image_size=8)
     i = [r for r, _ in imagefolder.scan_folder(folder).files["train"]].index("dog/0.png")
     assert (third.train.x[i] == 7).all() and not torch.equal(third.train.x, first.train.x)
-    now = sorted(p.name for p in (folder / CACHE_DIRNAME).iterdir())
-    assert len(now) == 2 and now != cached  # the superseded train cache is gone, test cache unchanged
+    files = sorted(p.name for p in (folder / CACHE_DIRNAME).iterdir())
+    now = [n for n in files if n.endswith(".pt")]
+    assert len(files) == 4 and now != cached  # the superseded train cache and its sha256 are gone; test's unchanged
     assert [n for n in now if n.startswith("test")] == [n for n in cached if n.startswith("test")]
 
 

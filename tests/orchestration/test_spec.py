@@ -218,9 +218,9 @@ def test_seed_plus_fold_class_sizes_and_empty_search_are_refused_at_launch(edit,
         with pytest.raises(SpecError) as info:
             parse_spec(raw, tmp_path)
         assert str(info.value).splitlines() == [
-            "search cell method=mutexmatch,labels=l20, search cell method=mutexmatch,labels=l40: train.seed=4294967293: "
-            "fold 3 trains with train.seed + 3 = 4294967296 (seed_per_fold), above the largest seed 4294967295; use "
-            "train.seed <= 4294967292"]
+            "search cell method=mutexmatch,labels=l20, search cell method=mutexmatch,labels=l40: "
+            "train.seed=4294967293: fold 3 trains with train.seed + 3 = 4294967296 (seed_per_fold), above the largest "
+            "seed 4294967295; use train.seed <= 4294967292"]
         return
     with pytest.raises(SpecError) as info:
         parse_spec(raw, tmp_path)
