@@ -34,10 +34,12 @@ from typing import Any, Sequence
 import pandas as pd
 
 from mutexmatch.atomic import atomic_write
+from orchestration.contract import TRACKING_URI_ENV
 from reports.drawing import DrawnFigure, all_cells, draw_figure, level_labels
 from reports.latex import TEX_INSTALL, compile_pdf, latex_document, pdflatex
 from reports.layout import PROTOCOLS, CurvesFigure, ReportLayout, SensitivityFigure, cell_id, validate_report
 from reports.runs import MetricCache, RunSource, open_run_source, resolve_tracking_uri, select_trials
+from reports.search import SearchOutput, with_refit_trials, write_searches
 from reports.specfile import load_spec
 from reports.tables import (PROTOCOL_TEXT, TableData, build_table_data, caption, render_folds_latex,
                             render_folds_markdown, render_latex, render_markdown)
@@ -62,6 +64,7 @@ class BuildResult:
     missing: dict[str, list[str]] = field(default_factory=dict)     # table id → "row, column" of each empty cell
     files: list[Path] = field(default_factory=list)
     pdf: Path | None = None
+    searches: SearchOutput = field(default_factory=SearchOutput)   # the YAML's search: trials, importances, plots
 
 
 def _write(path: Path, text: str, result: BuildResult) -> None:
@@ -78,6 +81,15 @@ def _check_out(out: Path) -> None:
             if not os.access(p, os.W_OK):
                 raise ValueError(f"--out {str(out)!r}: {str(p)!r} is not writable")
             return
+
+
+def _uri_label(given: str | None) -> str:
+    """Where the store's URI came from, for errors: a user who passed nothing should not read "--tracking-uri"."""
+    if given is not None:
+        return "--tracking-uri"
+    if os.environ.get(TRACKING_URI_ENV):
+        return f"${TRACKING_URI_ENV}"
+    return f"the default store (no --tracking-uri, no ${TRACKING_URI_ENV})"
 
 
 def _check_formats(formats: Sequence[str]) -> list[str]:
@@ -107,7 +119,7 @@ def build_report(spec_path: str | Path, tracking_uri: str | None = None, out_dir
     uri = resolve_tracking_uri(tracking_uri)
     out = Path(out_dir) if out_dir is not None else Path("reports") / "out" / layout.name
     _check_out(out)
-    with open_run_source(uri) as source:
+    with open_run_source(uri, label=_uri_label(tracking_uri)) as source:
         return _build(layout, source, uri, out, protocol, formats, experiment_name)
 
 
@@ -203,21 +215,26 @@ def _build(layout: ReportLayout, source: RunSource, uri: str, out: Path, protoco
     used, duplicates, unfinished = select_trials(trials, layout.folds)
     _require_runs(layout, source, name, trials, used)
     _check_metrics(layout, source.metric_keys(used["run_id"]), name)
+    # tables' tuned rows read refit runs, whose cell ids (tuned=true) no grid cell has
+    table_runs, duplicates, unfinished = with_refit_trials(layout, source, experiment_id,
+                                                           (used, duplicates, unfinished))
     out.mkdir(parents=True, exist_ok=True)
     result = BuildResult(out_dir=out, index=out / "index.md")
     metrics = MetricCache(source)
-    _tables(layout, metrics, used, protocol, formats, out, result)
+    _tables(layout, metrics, table_runs, protocol, formats, out, result)
     if "png" in formats or "pdf" in formats:
         _figures(layout, metrics, used, uri, protocol, out, result)
+    result.searches = write_searches(layout, source, experiment_id, uri, out, formats)
+    result.files += result.searches.files
     if "tex" in formats:
-        figures = [(fid, f.caption) for fid, f in result.figures.items()]
-        _write(out / "report.tex", latex_document(f"Report: {layout.name}", [t.id for t in layout.tables], figures),
-               result)
+        figures = [(fid, f.caption) for fid, f in result.figures.items()] + result.searches.figures
+        _write(out / "report.tex", latex_document(f"Report: {layout.name}", [t.id for t in layout.tables], figures,
+                                                  result.searches.tex_inputs), result)
     if "pdf" in formats:
         result.pdf = compile_pdf(out / "report.tex")
         result.files.append(result.pdf)
-    _write(result.index, _index(layout, result, formats, uri, experiment_id, used, duplicates, unfinished, protocol),
-           result)
+    _write(result.index, _index(layout, result, formats, uri, experiment_id, used, duplicates, unfinished, protocol)
+           + (f"\n{result.searches.markdown}" if result.searches.markdown else ""), result)
     return result
 
 

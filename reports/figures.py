@@ -28,7 +28,7 @@ from mutexmatch.atomic import atomic_write
 from reports.layout import metric_name
 
 __all__ = ["FIGURE_FORMATS", "CurvePanel", "PanelDrawn", "curve_band", "is_fraction_metric", "row_normalise",
-           "plot_curves", "plot_heatmaps", "plot_sensitivity"]
+           "plot_curves", "plot_heatmaps", "plot_sensitivity", "save_figure"]
 
 FIGURE_FORMATS = ("png", "pdf", "svg")
 _DPI = 150
@@ -47,6 +47,9 @@ def _save(fig: Figure, stem: Path) -> list[Path]:
             atomic_write(path, lambda f, ext=ext, md=metadata: fig.savefig(f, format=ext, dpi=_DPI, metadata=md),
                          mode=0o644)
     return paths
+
+
+save_figure = _save  # public name: reports.search saves Optuna's plots with the same formats and fonts
 
 
 def curve_band(histories: pd.DataFrame, scale: float = 100.0) -> pd.DataFrame:

@@ -34,9 +34,11 @@ _FLOATS = [r"\renewcommand{\topfraction}{0.9}", r"\renewcommand{\bottomfraction}
            r"\setcounter{topnumber}{3}", r"\setcounter{totalnumber}{5}"]
 
 
-def latex_document(title: str, table_ids: Sequence[str], figures: Sequence[tuple[str, str]]) -> str:
+def latex_document(title: str, table_ids: Sequence[str], figures: Sequence[tuple[str, str]],
+                   sections: Sequence[str] = ()) -> str:
     """The standalone document: ``\\input`` of each ``<id>.tex`` table, then each figure (file stem, caption), then
-    the per-fold tables (``<id>_folds.tex``) in an appendix."""
+    each ``<section>.tex`` (the searches' tables, :mod:`reports.search`), then the per-fold tables
+    (``<id>_folds.tex``) in an appendix."""
     lines = [r"\documentclass[10pt]{article}",
              r"\IfFileExists{lmodern.sty}{\usepackage[T1]{fontenc}\usepackage{lmodern}}{}",
              r"\usepackage[utf8]{inputenc}", r"\usepackage[margin=2cm]{geometry}",
@@ -50,6 +52,7 @@ def latex_document(title: str, table_ids: Sequence[str], figures: Sequence[tuple
         lines += [r"\begin{figure}[!htbp]", r"\centering",
                   rf"\includegraphics[width=\linewidth,height=0.45\textheight,keepaspectratio]{{{stem}}}",
                   rf"\caption{{{latex_escape(caption)}}}", r"\end{figure}"]
+    lines += [rf"\input{{{s}.tex}}" for s in sections]
     if table_ids:
         lines += [r"\clearpage", r"\appendix", r"\section*{Appendix: per-fold values}"]
         lines += [rf"\input{{{t}_folds.tex}}" for t in table_ids]

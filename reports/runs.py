@@ -150,6 +150,8 @@ def _empty_history() -> pd.DataFrame:
 class RunSource:
     """Where trial runs come from: an experiment's trials and their metric histories as frames."""
 
+    label = "--tracking-uri"      # how errors name where the URI came from (see open_run_source)
+
     def __init__(self, tracking_uri: str):
         self.tracking_uri = tracking_uri
         self._client: MlflowClient | None = None
@@ -167,7 +169,7 @@ class RunSource:
     def experiment_id(self, name: str) -> str:
         """The id of the experiment ``name``; ``ValueError`` naming the experiments there when it is missing, or
         naming the URI when the tracking server does not answer (within ~20 s, see :data:`PROBE_HTTP_ENV`)."""
-        with _bounded_http(self.tracking_uri):
+        with _bounded_http(self.tracking_uri, self.label):
             exp = self.client.get_experiment_by_name(name)
             if exp is None:
                 raise ValueError(f"experiment {name!r}: not found at {self.tracking_uri}; experiments there: "
@@ -342,7 +344,7 @@ class SqliteRunSource(RunSource):
 
 
 @contextmanager
-def _bounded_http(tracking_uri: str) -> Iterator[None]:
+def _bounded_http(tracking_uri: str, label: str) -> Iterator[None]:
     """Within: MLflow's HTTP retries bounded by :data:`PROBE_HTTP_ENV` (unless the user set them), and a server
     that does not answer becomes one ``ValueError`` line naming ``tracking_uri``."""
     from mlflow.exceptions import MlflowException
@@ -353,7 +355,7 @@ def _bounded_http(tracking_uri: str) -> Iterator[None]:
         yield
     except (MlflowException, OSError) as e:       # requests' connection errors are OSErrors
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ValueError(f"--tracking-uri {tracking_uri!r}: the tracking server does not answer ({reason[:200]}); "
+        raise ValueError(f"{label} {tracking_uri!r}: the tracking server does not answer ({reason[:200]}); "
                          "start it (`mlflow server`) or pass the store's URI") from None
     finally:
         for k, v in saved.items():
@@ -361,50 +363,55 @@ def _bounded_http(tracking_uri: str) -> Iterator[None]:
                 os.environ.pop(k, None)
 
 
-def _check_sqlite_store(tracking_uri: str, path: Path) -> None:
+def _check_sqlite_store(tracking_uri: str, path: Path, label: str) -> None:
     """``ValueError`` unless ``path`` is an SQLite file with MLflow's tables (MLflow would otherwise create an
     empty store, or fail with a traceback on a file that is not a database)."""
     if not path.is_file():
         what = "a folder" if path.is_dir() else "no such file"
-        raise ValueError(f"--tracking-uri {tracking_uri!r}: {what} at {path}; give the SQLite file the sweep "
+        raise ValueError(f"{label} {tracking_uri!r}: {what} at {path}; give the SQLite file the sweep "
                          "wrote (run the sweep first) or the store's URI")
     try:
         with path.open("rb") as f:
             header = f.read(len(_SQLITE_HEADER))
     except OSError as e:
-        raise ValueError(f"--tracking-uri {tracking_uri!r}: cannot read {path} ({e.strerror})") from None
+        raise ValueError(f"{label} {tracking_uri!r}: cannot read {path} ({e.strerror})") from None
     if not header:
-        raise ValueError(f"--tracking-uri {tracking_uri!r}: {path} is empty, not an MLflow store; give the store the "
+        raise ValueError(f"{label} {tracking_uri!r}: {path} is empty, not an MLflow store; give the store the "
                          "sweep wrote (mlflow.db)")
     if header != _SQLITE_HEADER:
-        raise ValueError(f"--tracking-uri {tracking_uri!r}: {path} is not an SQLite database; give the MLflow "
+        raise ValueError(f"{label} {tracking_uri!r}: {path} is not an SQLite database; give the MLflow "
                          "store the sweep wrote (mlflow.db)")
     try:
         with sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True) as db:
             tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     except sqlite3.Error as e:
-        raise ValueError(f"--tracking-uri {tracking_uri!r}: {path} cannot be read as SQLite ({e})") from None
+        raise ValueError(f"{label} {tracking_uri!r}: {path} cannot be read as SQLite ({e})") from None
     if not {"experiments", "runs"} <= tables:
-        raise ValueError(f"--tracking-uri {tracking_uri!r}: {path} is an SQLite database but not an MLflow store "
+        raise ValueError(f"{label} {tracking_uri!r}: {path} is an SQLite database but not an MLflow store "
                          "(no experiments/runs tables)")
 
 
-def open_run_source(tracking_uri: str, bulk_sqlite: bool = True) -> RunSource:
+def open_run_source(tracking_uri: str, bulk_sqlite: bool = True, label: str = "--tracking-uri") -> RunSource:
     """The reader for ``tracking_uri``: bulk SQL for a compatible SQLite file (unless ``bulk_sqlite`` is False),
     else the public API. An SQLite path that is missing, not a database or not an MLflow store raises
-    ``ValueError`` (MLflow would silently create an empty store, or fail with a traceback)."""
+    ``ValueError`` (MLflow would silently create an empty store, or fail with a traceback). ``label`` says in
+    errors where the URI came from."""
     path = _sqlite_path(tracking_uri)
     if path is None and "://" not in tracking_uri and not tracking_uri.startswith("file:"):
         # a bare path without .db (those became sqlite: URIs): an SQLite store by another name, or a mistake
         if not Path(tracking_uri).is_file():
-            raise ValueError(f"--tracking-uri {tracking_uri!r}: not a file, an sqlite:/// URI or a server URL; "
+            raise ValueError(f"{label} {tracking_uri!r}: not a file, an sqlite:/// URI or a server URL; "
                              "give the store the sweep wrote (mlflow.db) or http://host:port")
         path, tracking_uri = Path(tracking_uri), f"sqlite:///{Path(tracking_uri).resolve()}"
     if path is not None and str(path) != ":memory:":
-        _check_sqlite_store(tracking_uri, path)
+        _check_sqlite_store(tracking_uri, path, label)
         if bulk_sqlite and SqliteRunSource.compatible(path):
-            return SqliteRunSource(tracking_uri, path)
-    return ApiRunSource(tracking_uri)
+            source: RunSource = SqliteRunSource(tracking_uri, path)
+            source.label = label
+            return source
+    source = ApiRunSource(tracking_uri)
+    source.label = label
+    return source
 
 
 def select_trials(trials: pd.DataFrame, folds: Iterable[int]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:

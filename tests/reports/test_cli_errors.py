@@ -157,3 +157,12 @@ def test_tracking_server_that_never_answers_fails_within_30_s(store, tmp_path, c
         for conn in held:
             conn.close()
         server.close()
+
+
+def test_missing_default_store_says_it_is_the_default(store, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    err = _refused(capsys, [str(store.spec_path), "--out", str(tmp_path / "out")], tmp_path / "out")
+    assert err.startswith(f"error: the default store (no --tracking-uri, no $MLFLOW_TRACKING_URI) "
+                          f"'sqlite:///{tmp_path / 'mlflow.db'}': no such file at ")
+    assert not (tmp_path / "mlflow.db").exists()

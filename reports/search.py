@@ -1,0 +1,439 @@
+"""The search in the report (issue 14): the tuned rows' refit runs, and for each Optuna study of the YAML's
+``search`` (one per searched cell and search fold) a trials table, parameter importances and two plots.
+
+- Which studies: MLflow's search runs (kind ``search``) carry their cell, fold and search hash; the study of a cell
+  and fold is the newest hash's (a changed ``search`` is a new study, as in the sweep), named
+  :func:`orchestration.contract.study_name`.
+- Where their trials come from: the durable Optuna study (``optuna.db`` beside the MLflow SQLite store, else
+  ``search.storage``; :func:`orchestration.contract.optuna_storage_url`) when it exists; else the MLflow search
+  runs, rebuilt into an in-memory study so importances and plots work the same. A report never creates a storage.
+- States: ``complete``, ``pruned (ASHA)``, ``failed``, ``running``. Ray's OptunaSearch tells Optuna that a trial
+  ASHA stopped is COMPLETE with the last value it reported, so "pruned (ASHA)" comes from the MLflow run's
+  ``mutexmatch.early_stopped`` tag, the run matched to its Optuna trial by the parameters. Those trials keep their
+  objective, and TPE, the best trial and the importances count them with it, as the sweep does.
+- Importances: ``optuna.importance.get_param_importances`` with the fANOVA evaluator (seeded), "n/a" with the reason
+  below :data:`MIN_IMPORTANCE_TRIALS` complete trials or when every objective is the same.
+- Plots: ``optuna.visualization.matplotlib``'s optimisation history and slice plot, as PNG, PDF and SVG.
+
+Files per study (stem ``search-<levels>-fold<k>``): ``<stem>.md``, ``<stem>.tex`` (``\\input`` by report.tex),
+``<stem>-history.*``, ``<stem>-slice.*``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from mutexmatch.atomic import atomic_write
+from orchestration import contract as C
+from reports.figures import save_figure
+from reports.layout import ReportLayout
+from reports.runs import RunSource, select_trials
+from reports.tables import latex_escape
+
+__all__ = ["MIN_IMPORTANCE_TRIALS", "STATES", "SearchInfo", "StudyTrials", "SearchOutput", "with_refit_trials",
+           "read_studies", "importances", "render_markdown", "render_latex", "write_searches"]
+
+MIN_IMPORTANCE_TRIALS = 3
+"""fANOVA fits a random forest to the complete trials: below three it has nothing to split on."""
+COMPLETE, PRUNED, FAILED, RUNNING = "complete", "pruned (ASHA)", "failed", "running"
+STATES = (COMPLETE, PRUNED, FAILED, RUNNING)
+_MAX_RUNS = 10_000         # search runs read in one request: a search has tens
+_STEM = re.compile(r"[^A-Za-z0-9_-]+")
+_CAPTIONS = {"history": "optimisation history (each trial's objective and the best so far, by trial number)",
+             "slice": "slice plot (each trial's objective against each parameter, colour = trial number)"}
+
+
+@dataclass(frozen=True)
+class SearchInfo:
+    """What a report needs of the YAML's ``search`` (orchestration validates the rest when it sweeps)."""
+
+    metric: str
+    mode: str
+    space: dict[str, dict[str, Any]]
+    storage: str | None
+
+    @classmethod
+    def parse(cls, raw: dict[str, Any]) -> "SearchInfo":
+        """``ValueError`` naming the field when ``metric``, ``mode`` or ``space`` is not what the sweep accepts."""
+        metric, mode, space = raw.get("metric"), raw.get("mode", "max"), raw.get("space")
+        if not isinstance(metric, str) or not metric:
+            raise ValueError(f"search.metric={metric!r}: must name the search's validation metric (val/best_acc)")
+        if mode not in ("max", "min"):
+            raise ValueError(f"search.mode={mode!r}: must be max or min")
+        if not isinstance(space, dict) or not space or not all(
+                isinstance(p, dict) and p.get("type") in ("float", "int", "categorical") for p in space.values()):
+            raise ValueError(f"search.space={space!r}: must map dotted config keys to {{type: float|int|categorical, "
+                             "...}}")
+        storage = raw.get("storage")
+        return cls(metric, mode, {str(k): v for k, v in space.items()}, storage if isinstance(storage, str) else None)
+
+    def distributions(self) -> dict[str, Any]:
+        """The space as Optuna distributions (the ones the sweep's searcher samples)."""
+        import optuna.distributions as D
+
+        out: dict[str, Any] = {}
+        for path, p in self.space.items():
+            if p["type"] == "categorical":
+                out[path] = D.CategoricalDistribution(p["choices"])
+            else:
+                kind = D.FloatDistribution if p["type"] == "float" else D.IntDistribution
+                out[path] = kind(p["low"], p["high"], log=bool(p.get("log", False)))
+        return out
+
+
+@dataclass
+class StudyTrials:
+    """One study: where its trials were read and one row per trial (``trial``, each parameter, ``objective``,
+    ``state``, ``run_id``, ``best``)."""
+
+    cell: str
+    fold: int
+    search_hash: str
+    name: str                  # the Optuna study name (contract.study_name)
+    origin: str                # where the trials were read, in words
+    study: Any                 # optuna.Study: the durable one, or rebuilt in memory from MLflow
+    trials: pd.DataFrame
+
+    @property
+    def stem(self) -> str:
+        levels = [lv.partition("=")[2] for lv in self.cell.split(",")]
+        return _STEM.sub("-", "search-" + "-".join(levels) + f"-fold{self.fold}")
+
+    @property
+    def title(self) -> str:
+        return f"Search: {self.cell.replace(',', ', ')}, fold {self.fold}"
+
+
+@dataclass
+class SearchOutput:
+    """What :func:`write_searches` wrote: the files, the studies, the ``index.md`` section, the LaTeX files to
+    ``\\input`` and the figures (stem, caption) for report.tex."""
+
+    files: list[Path] = field(default_factory=list)
+    studies: list[StudyTrials] = field(default_factory=list)
+    markdown: str = ""
+    tex_inputs: list[str] = field(default_factory=list)
+    figures: list[tuple[str, str]] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------------------------------------ refit runs
+def with_refit_trials(layout: ReportLayout, source: RunSource, experiment_id: str,
+                      grid: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
+                      ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The grid's (used, duplicates, unfinished) plus, when a table has ``tuned_rows``, the refit runs (kind
+    ``refit``) split the same way (:func:`reports.runs.select_trials`). Their cell ids end in ``tuned=true``, so they
+    can only fill a tuned row, never a grid cell's statistics."""
+    if not any(t.tuned_rows for t in layout.tables):
+        return grid
+    refit = select_trials(source.trials(experiment_id, [*layout.axes, C.TUNED_AXIS], kind=C.KIND_REFIT),
+                          layout.folds)
+    return tuple(g if r.empty else r if g.empty else pd.concat([g, r], ignore_index=True)  # type: ignore[return-value]
+                 for g, r in zip(grid, refit))
+
+
+# ------------------------------------------------------------------------------------------------ reading
+def _search_runs(source: RunSource, experiment_id: str) -> dict[tuple[str, int, str], list[Any]]:
+    """The MLflow search runs of the newest study of each (cell, fold), keyed by (cell, fold, search hash)."""
+    runs = source.client.search_runs([experiment_id], C.trials_filter(C.KIND_SEARCH), max_results=_MAX_RUNS)
+    groups: dict[tuple[str, int, str], list[Any]] = {}
+    for run in runs:
+        tags = run.data.tags
+        fold = tags.get(C.FOLD, "")
+        if fold.isdigit():
+            groups.setdefault((tags.get(C.CELL, ""), int(fold), tags.get(C.SEARCH_HASH, "")), []).append(run)
+    newest: dict[tuple[str, int], tuple[int, str]] = {}
+    for (cell, fold, h), members in groups.items():
+        start = max(r.info.start_time or 0 for r in members)
+        if (cell, fold) not in newest or start > newest[(cell, fold)][0]:
+            newest[(cell, fold)] = (start, h)
+    return {(cell, fold, h): sorted(groups[(cell, fold, h)], key=lambda r: (r.info.start_time or 0, r.info.run_id))
+            for (cell, fold), (_, h) in sorted(newest.items())}
+
+
+def _load_study(url: str, name: str) -> Any | None:
+    """The Optuna study ``name`` in ``url``, or None when the storage or the study does not exist (an SQLite file
+    is looked for first: opening a missing one would create it)."""
+    import optuna
+    import sqlalchemy.exc
+
+    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):].partition("?")[0]).is_file():
+        return None
+    try:
+        return optuna.load_study(study_name=name, storage=url)
+    except KeyError:
+        return None
+    except sqlalchemy.exc.SQLAlchemyError as e:
+        reason = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        raise ValueError(f"search.storage {url!r}: cannot be read as an Optuna storage ({reason})") from None
+
+
+def _run_state(run: Any) -> str:
+    if run.info.status == "FINISHED":
+        return PRUNED if run.data.tags.get(C.EARLY_STOPPED) == "true" else COMPLETE
+    return RUNNING if run.info.status in ("RUNNING", "SCHEDULED") else FAILED
+
+
+def _optuna_state(trial: Any, run: Any | None) -> str:
+    from optuna.trial import TrialState
+
+    if trial.state == TrialState.COMPLETE:
+        return PRUNED if run is not None and run.data.tags.get(C.EARLY_STOPPED) == "true" else COMPLETE
+    if trial.state == TrialState.PRUNED:
+        return PRUNED
+    return FAILED if trial.state == TrialState.FAIL else RUNNING
+
+
+def _param_key(params: dict[str, Any], space: dict[str, Any]) -> tuple[str, ...]:
+    """The parameters as MLflow logs them (``str`` of the config value): how a run is matched to its trial."""
+    return tuple(str(params.get(p)) for p in space)
+
+
+def _optuna_rows(study: Any, runs: list[Any], info: SearchInfo) -> list[dict[str, Any]]:
+    """One row per trial of the durable study, with the MLflow run of the same parameters (oldest first)."""
+    by_params: dict[tuple[str, ...], list[Any]] = {}
+    for run in runs:
+        by_params.setdefault(_param_key(run.data.params, info.space), []).append(run)
+    rows = []
+    for trial in study.get_trials(deepcopy=False):
+        matched = by_params.get(_param_key(trial.params, info.space), [])
+        run = matched.pop(0) if matched else None
+        value = trial.value if trial.value is not None else math.nan
+        rows.append({"trial": trial.number, **{p: trial.params.get(p) for p in info.space}, "objective": value,
+                     "state": _optuna_state(trial, run), "run_id": run.info.run_id if run is not None else ""})
+    return rows
+
+
+def _config_params(logged: dict[str, str], dists: dict[str, Any]) -> dict[str, Any] | None:
+    """A run's logged parameters back as values of the search's distributions; None when one does not fit."""
+    import optuna.distributions as D
+
+    out: dict[str, Any] = {}
+    for path, dist in dists.items():
+        text = logged.get(path)
+        if text is None:
+            return None
+        if isinstance(dist, D.CategoricalDistribution):
+            value = next((c for c in dist.choices if str(c) == text), None)
+            if value is None and text != "None":
+                return None
+        else:
+            value = (float if isinstance(dist, D.FloatDistribution) else int)(float(text))
+            if not dist.low <= value <= dist.high:
+                return None
+        out[path] = value
+    return out
+
+
+def _mlflow_study(runs: list[Any], info: SearchInfo) -> tuple[Any, list[dict[str, Any]]]:
+    """An in-memory study and the trial rows rebuilt from the MLflow search runs (trial numbers by start time)."""
+    import optuna
+
+    study = optuna.create_study(direction="maximize" if info.mode == "max" else "minimize")
+    dists = info.distributions()
+    rows = []
+    for number, run in enumerate(runs):
+        state, value = _run_state(run), run.data.metrics.get(info.metric, math.nan)
+        params = _config_params(run.data.params, dists)
+        rows.append({"trial": number, **{p: params.get(p) if params else run.data.params.get(p)
+                                         for p in info.space},
+                     "objective": value, "state": state, "run_id": run.info.run_id})
+        if params is not None and state in (COMPLETE, PRUNED) and math.isfinite(value):
+            study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=value))
+    return study, rows
+
+
+def _trials_frame(rows: list[dict[str, Any]], info: SearchInfo) -> pd.DataFrame:
+    """The rows with ``best``: the best objective among complete and pruned trials (every tie is marked)."""
+    frame = pd.DataFrame(rows, columns=["trial", *info.space, "objective", "state", "run_id"])
+    frame["objective"] = frame["objective"].astype(float)
+    scored = frame["state"].isin([COMPLETE, PRUNED]) & frame["objective"].notna()
+    frame["best"] = False
+    if scored.any():
+        target = frame.loc[scored, "objective"].max() if info.mode == "max" else frame.loc[scored, "objective"].min()
+        frame["best"] = scored & (frame["objective"] == target)
+    return frame.sort_values("trial", kind="stable").reset_index(drop=True)
+
+
+def read_studies(info: SearchInfo, sweep: str, source: RunSource, experiment_id: str, tracking_uri: str,
+                 project_dir: str | Path = ".") -> list[StudyTrials]:
+    """Every study the MLflow search runs name (the newest per cell and fold), its trials from the durable Optuna
+    study when it exists, else from those runs."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    url = C.optuna_storage_url(info.storage, tracking_uri, project_dir)
+    studies = []
+    for (cell, fold, search_hash), runs in _search_runs(source, experiment_id).items():
+        name = C.study_name(sweep, C.trial_key(cell, fold), search_hash)
+        study = _load_study(url, name)
+        if study is not None:
+            rows, origin = _optuna_rows(study, runs, info), f"Optuna study `{name}` in `{url}`"
+        else:
+            study, rows = _mlflow_study(runs, info)
+            origin = f"the MLflow search runs (no Optuna study `{name}` in `{url}`)"
+        studies.append(StudyTrials(cell, fold, search_hash, name, origin, study, _trials_frame(rows, info)))
+    return studies
+
+
+# ------------------------------------------------------------------------------------------------ analysis
+def importances(study: Any) -> tuple[dict[str, float] | None, str]:
+    """fANOVA parameter importances (normalised to sum 1) and how they were obtained; (None, why) when they
+    cannot say anything."""
+    import optuna
+    from optuna.importance import FanovaImportanceEvaluator, get_param_importances
+
+    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    if len(complete) < MIN_IMPORTANCE_TRIALS:
+        return None, (f"n/a: fANOVA needs at least {MIN_IMPORTANCE_TRIALS} complete trials, the study has "
+                      f"{len(complete)}")
+    values = {t.value for t in complete}
+    if len(values) == 1:
+        return None, f"n/a: all {len(complete)} complete trials have the same objective ({values.pop():.4g})"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        found = get_param_importances(study, evaluator=FanovaImportanceEvaluator(seed=0))
+    return dict(found), f"fANOVA (seed 0) over {len(complete)} complete trials"
+
+
+def _plot(draw: Any, stem: Path) -> list[Path]:
+    import matplotlib.pyplot as plt
+
+    axes = draw()
+    fig = np.atleast_1d(axes).flat[0].figure
+    try:
+        fig.set_size_inches(max(6.4, 3.2 * np.atleast_1d(axes).size), 4.0)
+        fig.tight_layout()
+        return save_figure(fig, stem)
+    finally:
+        plt.close(fig)
+
+
+def draw_plots(st: StudyTrials, metric: str, out: Path) -> dict[str, list[Path]]:
+    """The optimisation history and slice plots (``history``/``slice`` → files); empty without a complete trial."""
+    import optuna
+    from optuna.visualization import matplotlib as ovm
+
+    if not st.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        return {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return {"history": _plot(lambda: ovm.plot_optimization_history(st.study, target_name=metric),
+                                 out / f"{st.stem}-history"),
+                "slice": _plot(lambda: ovm.plot_slice(st.study, target_name=metric), out / f"{st.stem}-slice")}
+
+
+# ------------------------------------------------------------------------------------------------ rendering
+def _value(v: Any) -> str:
+    if isinstance(v, float):
+        return "—" if math.isnan(v) else f"{v:.4g}"
+    return str(v)
+
+
+def _note(st: StudyTrials, info: SearchInfo) -> str:
+    n = st.trials["state"].value_counts()
+    counts = ", ".join(f"{n.get(s, 0)} {s}" for s in STATES if n.get(s, 0))
+    return (f"Objective: {info.metric} ({info.mode}) on the search's validation split, the last value each trial "
+            f"reported. Trials: {counts or 'none'}. Pruned (ASHA): stopped early by ASHA; its objective is the value "
+            f"it had reached. Read from {st.origin}.")
+
+
+def render_markdown(st: StudyTrials, info: SearchInfo, imp: dict[str, float] | None, why: str,
+                    plots: dict[str, list[Path]]) -> str:
+    """The study's trials table (best in bold, ★), its importances and its plots, as Markdown."""
+    params = list(info.space)
+    lines = [f"**{st.title}**", "", "| Trial | " + " | ".join(f"`{p}`" for p in params) + f" | `{info.metric}` | "
+             "State |", "| ---: | " + "---: | " * len(params) + "---: | :--- |"]
+    for _, r in st.trials.iterrows():
+        cells = [str(r["trial"]), *(_value(r[p]) for p in params), _value(r["objective"])]
+        cells = [f"**{c}**" if r["best"] else c for c in cells] + [r["state"] + (" ★ best" if r["best"] else "")]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", f"Note: {_note(st, info)} ★: the best trial (its parameters are the ones refit).", "",
+              f"Parameter importances ({why}):" if imp else f"Parameter importances: {why}."]
+    if imp:
+        lines += ["", "| Parameter | Importance |", "| :--- | ---: |"]
+        lines += [f"| `{p}` | {v:.3f} |" for p, v in imp.items()]
+    for kind, files in plots.items():
+        lines += ["", f"![{st.stem} {kind}]({files[0].name})"]
+    if not plots:
+        lines += ["", "No plot: the study has no complete trial."]
+    return "\n".join(lines) + "\n"
+
+
+def render_latex(st: StudyTrials, info: SearchInfo, imp: dict[str, float] | None, why: str) -> str:
+    """A ``table`` float (booktabs) with the trials and, below, the importances; best trial in bold."""
+    params = list(info.space)
+    lines = [r"\begin{table}[!htbp]", r"\centering", r"\footnotesize", rf"\caption{{{latex_escape(st.title)}}}",
+             rf"\begin{{tabular}}{{@{{}}r{'r' * len(params)}rl@{{}}}}", r"\toprule",
+             " & ".join(["Trial", *(latex_escape(p) for p in params), latex_escape(info.metric), "State"]) + r" \\",
+             r"\midrule"]
+    for _, r in st.trials.iterrows():
+        cells = [str(r["trial"]), *(_value(r[p]) for p in params), _value(r["objective"]), r["state"]]
+        cells = [latex_escape(c) for c in cells]
+        lines.append(" & ".join(rf"\textbf{{{c}}}" if r["best"] else c for c in cells) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", r"\par\smallskip",
+              rf"{{\footnotesize\raggedright Note: {latex_escape(_note(st, info))} Bold: the best trial (refit).\par}}",
+              r"\par\smallskip"]
+    if imp:
+        lines += [rf"{{\footnotesize Parameter importances ({latex_escape(why)}):\par}}", r"\smallskip",
+                  r"\begin{tabular}{@{}lr@{}}", r"\toprule", r"Parameter & Importance \\", r"\midrule",
+                  *(rf"{latex_escape(p)} & {v:.3f} \\" for p, v in imp.items()), r"\bottomrule", r"\end{tabular}"]
+    else:
+        lines.append(rf"{{\footnotesize Parameter importances: {latex_escape(why)}.\par}}")
+    lines.append(r"\end{table}")
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------------------ files
+def _index_lines(st: StudyTrials, info: SearchInfo, formats: Sequence[str], plots: dict[str, list[Path]]
+                 ) -> list[str]:
+    links = ([f"[Markdown]({st.stem}.md)"] if "md" in formats else []) + \
+            ([f"[LaTeX]({st.stem}.tex)"] if "tex" in formats else [])
+    links += [f"{kind} " + " ".join(f"[{p.suffix[1:].upper()}]({p.name})" for p in files)
+              for kind, files in plots.items()]
+    best = st.trials[st.trials["best"]]
+    said = "no complete trial yet" if best.empty else "; ".join(
+        f"trial {r['trial']}: " + ", ".join(f"{p}={_value(r[p])}" for p in info.space) +
+        f" → {info.metric} {_value(r['objective'])}" for _, r in best.iterrows())
+    return [f"### {st.title}", "", f"{len(st.trials)} trials from {st.origin}. Best: {said}.", "",
+            " · ".join(links) or "(no file: --format has neither md nor tex)", ""]
+
+
+def _write(path: Path, text: str, output: SearchOutput) -> None:
+    atomic_write(path, text.encode("utf-8"), mode=0o644)
+    output.files.append(path)
+
+
+def write_searches(layout: ReportLayout, source: RunSource, experiment_id: str, tracking_uri: str, out: Path,
+                   formats: Sequence[str]) -> SearchOutput:
+    """Read every study of the YAML's search and write its files (see the module docstring); nothing without a
+    ``search``. Plots need ``png`` or ``pdf`` in ``formats``, like the report's other figures."""
+    output = SearchOutput()
+    if layout.search is None:
+        return output
+    info = SearchInfo.parse(layout.search)
+    output.studies = read_studies(info, layout.name, source, experiment_id, tracking_uri)
+    lines = ["## Searches", ""]
+    if not output.studies:
+        lines.append("The YAML has a search, but no search run of it is in this experiment yet.")
+    for st in output.studies:
+        imp, why = importances(st.study)
+        plots = draw_plots(st, info.metric, out) if "png" in formats or "pdf" in formats else {}
+        for kind, files in plots.items():
+            output.files += files
+            output.figures.append((files[0].stem, f"{st.title}: {_CAPTIONS[kind]} of {info.metric}."))
+        if "md" in formats:
+            _write(out / f"{st.stem}.md", render_markdown(st, info, imp, why, plots), output)
+        if "tex" in formats:
+            _write(out / f"{st.stem}.tex", render_latex(st, info, imp, why), output)
+            output.tex_inputs.append(st.stem)
+        lines += _index_lines(st, info, formats, plots)
+    output.markdown = "\n".join(lines).rstrip("\n") + "\n"
+    return output
