@@ -1,6 +1,6 @@
 """MLflow → pandas: the trial runs of one experiment, their metric histories and class-count artifacts.
 
-Reads the layout orchestration writes (see the README's MLflow section): child runs tagged
+Reads the layout orchestration writes (orchestration/README.md, MLflow layout): child runs tagged
 ``mutexmatch.role=trial``, ``mutexmatch.kind=grid``, ``mutexmatch.axis.<axis>=<level>``, ``mutexmatch.fold``,
 ``mutexmatch.split_digest``; params = the flattened RunConfig; metrics logged at ``step=`` the training step;
 ``class_counts/step_<step:08d>.json`` artifacts.
