@@ -182,7 +182,7 @@ def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
     # Tune logs every persisted checkpoint at INFO from the worker; one line per evaluation drowns the console.
     logging.getLogger("ray.train._internal.storage").setLevel(logging.WARNING)
     trial_id = tune.get_context().get_trial_id()
-    scratch = Path(tempfile.mkdtemp(prefix=f"{trial_id}_", dir=_scratch_root()))
+    scratch = _scratch(trial_id)
     folder = RunFolder(scratch / RUN_DIRNAME)
     raw, ident = _resolve(config, ctx)
     cfg = parse_config(deep_merge(raw, {"output_dir": str(folder.path),
@@ -222,11 +222,14 @@ def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _scratch_root() -> Path:
-    """Where trials keep their run folders: the worker's temporary folder, not Ray's trial folder (Ray copies that
-    one to the storage while the trainer replaces files in it). Everything in a finished or stopped trial's folder
-    is in MLflow (weights, final checkpoint, metrics) or in Tune's storage (the last checkpoint), and a restarted
-    attempt rebuilds it from Tune's checkpoint, so it is deleted then; a FAILED trial keeps it for inspection."""
+def _scratch(trial_id: str) -> Path:
+    """A new folder for this attempt's run folder and snapshots, in the worker's temporary folder, not Ray's trial
+    folder (Ray copies that one to the storage while the trainer replaces files in it). Everything in a finished or
+    stopped trial's folder is in MLflow (weights, final checkpoint, metrics) or in Tune's storage (the last
+    checkpoint), so it is deleted then; a FAILED or killed attempt's stays until the trial's next attempt on this
+    machine, which restarts from Tune's checkpoint and deletes it."""
     root = Path(tempfile.gettempdir()) / SCRATCH_DIRNAME
     root.mkdir(parents=True, exist_ok=True)
-    return root
+    for earlier in root.glob(f"{trial_id}_*"):
+        shutil.rmtree(earlier, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"{trial_id}_", dir=root))
