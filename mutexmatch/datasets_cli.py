@@ -30,8 +30,8 @@ from torchvision.datasets.utils import check_integrity
 
 from mutexmatch import imagefolder
 from mutexmatch.config import DATASET_NAMES
-from mutexmatch.datasets import (DATASETS, DatasetBundle, ImageData, cache_paths, dataset_dir, load_dataset,
-                                 svhn_splits, torchvision_files)
+from mutexmatch.datasets import (DATASETS, DatasetBundle, ImageData, cache_paths, checksum_path, dataset_dir,
+                                 load_dataset, svhn_splits, torchvision_files)
 
 PROG = "python -m mutexmatch.datasets"
 # The datasets torchvision can download, by the class that knows their URLs and md5s.
@@ -178,7 +178,10 @@ def run_check(args: argparse.Namespace) -> int:
     print(f"dataset  {args.name}")
     print("\n".join(_layout_lines(args)))
     current, others = _cache_state(args)
-    present = {s: p.is_file() for s, p in current.items()}
+    # A cache without its checksum is decoded again by the load, like a missing one.
+    states = {s: "current" if p.is_file() and checksum_path(p).is_file() else
+              "without its sha256: decoded again and written now" if p.is_file() else
+              "missing: decoded and written now" for s, p in current.items()}
     bundle = _load(args)  # decodes what is not cached yet: proves every image readable
     info = bundle.info
     print(f"images   {info.channels}x{info.image_size}x{info.image_size} uint8; mean "
@@ -192,7 +195,7 @@ def run_check(args: argparse.Namespace) -> int:
               f"{', '.join(sorted({f'{len(f):,}' for f in bundle.predefined_folds}))} images")
     print(f"cache    {', '.join(sorted({str(p.parent) for p in current.values()}))}")
     for split, path in current.items():
-        state = "current" if present[split] else "missing: decoded and written now"
+        state = states[split]
         if not path.is_file():
             state = "missing: could not be written (see the warning above)"
         print(f"  {path.name:<40} {state}")

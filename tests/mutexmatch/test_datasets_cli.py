@@ -201,6 +201,11 @@ def test_check_imagefolder_cache_states(tmp_path, fake_root, capsys):
     assert _table(out)[1]["c0"] == [4, 2]
     assert out.count("missing: decoded and written now") == 1 and out.count(" current") == 1
     assert f"{old[0]}" in out and "not read now" in out and "deleted by this load" in out
+    for sidecar in (folder / CACHE_DIRNAME).glob("test_*.pt.sha256"):
+        sidecar.unlink()  # a cache written before the checksums, or by a writer killed in between
+    with pytest.warns(UserWarning, match="no readable checksum"):
+        rc, out, _ = _run(["check", "imagefolder", "--root", folder], capsys)
+    assert rc == 0 and out.count("without its sha256: decoded again and written now") == 1
 
 
 def test_check_bad_layout_and_missing_dataset_fail_in_one_line(tmp_path, capsys):
