@@ -331,6 +331,10 @@ class Trainer:
                                   f"{state.get('config_hash')} != {config_hash(self.cfg)})")
         if state.get("split_digest") != self.split.digest():
             raise CheckpointError(f"{path}: written with another labeled split")
+        try:
+            self.split.check_file(self.run.split)  # a missing or corrupt split.json is rewritten with a warning
+        except ValueError as e:
+            raise RunFolderError(str(e)) from None
         self.model.load_state_dict(state["model"])
         self.ema.load_state_dict(state["ema"])
         self.optimizer.load_state_dict(state["optimizer"])

@@ -20,9 +20,9 @@ STEPS = ["--set", "train.iterations=8", "--set", "train.eval_interval=2", "--set
          "--set", "train.mu=2", "--set", "train.progress=false", "--set", "train.num_threads=1"]
 
 
-def _cfg(tmp_path, name="run", **train_fields):
+def _cfg(tmp_path, name="run", fold=1, **train_fields):
     return parse_config({
-        "data": {"dataset": "digits", "num_labels": 20, "fold": 1},
+        "data": {"dataset": "digits", "num_labels": 20, "fold": fold},
         "model": {"backbone": "small_cnn"},
         "train": {"iterations": 8, "eval_interval": 2, "batch_size": 4, "mu": 2, "num_threads": 1,
                   "progress": False, "keep_checkpoints": 10, **train_fields},
@@ -221,3 +221,17 @@ def test_callbacks_get_a_typed_start_event(tmp_path):
     assert starts[0].split_digest == starts[1].split_digest == first.split.digest()
     assert starts[0].resumed_from is None and starts[1].resumed_from == starts[1].run.checkpoint(4)
     assert starts[0].config_hash == json.loads((tmp_path / "run" / "run.json").read_text())["config_hash"]
+
+
+def test_resume_rewrites_a_corrupt_split_file_and_refuses_another_split(tmp_path, capsys):
+    out = tmp_path / "run"
+    Trainer(_cfg(tmp_path)).fit(stop_at=2)
+    good = (out / "split.json").read_text()
+    (out / "split.json").write_text(good[: len(good) // 2])  # a kill while the folder was copied
+    with pytest.warns(UserWarning, match="split.json: .*rewritten from the run's split"):
+        Trainer(_cfg(tmp_path), resume=True).close()
+    assert (out / "split.json").read_text() == good
+    Trainer(_cfg(tmp_path, "other", fold=2)).close()
+    (out / "split.json").write_text((tmp_path / "other" / "split.json").read_text())
+    assert main(["--resume", str(out)]) == 2
+    _one_line_error(capsys, "split.json: holds another labeled split")
