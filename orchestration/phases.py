@@ -174,10 +174,12 @@ def run_phases(launch: LaunchContext, grid_keys: list[str], phases: list[str]) -
     steps: list[Callable[[], PhaseResult | None]] = []
     if grid_keys:
         by_key = {t.key: t for t in plan.grid}
-        steps.append(lambda: launch.run(
-            "smoke" if plan.smoke else "grid", param_space={"trial": tune.grid_search(grid_keys)},
-            tune_kwargs=concurrency, expected=len(grid_keys), early_stopping=False,
-            grid={k: by_key[k] for k in grid_keys}))
+        todo = _not_finished_here(launch, grid_keys)
+        if todo:
+            steps.append(lambda: launch.run(
+                "smoke" if plan.smoke else "grid", param_space={"trial": tune.grid_search(todo)},
+                tune_kwargs=concurrency, expected=len(todo), early_stopping=False,
+                grid={k: by_key[k] for k in grid_keys}))
     steps += [lambda study=study: _run_search(launch, study) for study in plan.searches if study.phase in phases]
     if REFIT_PHASE in phases:
         steps.append(lambda: _run_refit(launch, concurrency, out))
@@ -190,6 +192,21 @@ def run_phases(launch: LaunchContext, grid_keys: list[str], phases: list[str]) -
             out.interrupted = True
             break
     return out
+
+
+def _not_finished_here(launch: LaunchContext, keys: list[str]) -> list[str]:
+    """``keys`` less those with a FINISHED run under this launch's parent. A fresh launch has none; a resumed one
+    whose Tune storage was lost would otherwise train its finished trials again — MLflow says they finished, and
+    it is trusted. (A restored phase keeps its own trial list; this only shapes a phase started afresh.)"""
+    flt = (f"tags.`{C.PARENT_RUN_ID}` = '{launch.parent.run_id}' AND attributes.status = 'FINISHED' AND "
+           f"tags.`{C.ROLE}` = '{C.ROLE_TRIAL}'")
+    done = {C.trial_key(r.data.tags.get(C.CELL), r.data.tags.get(C.FOLD))
+            for r in tracking.iter_runs(launch.client, launch.experiment_id, flt)
+            if r.data.tags.get(C.KIND) in (C.KIND_GRID, C.KIND_SMOKE)}
+    if done & set(keys):
+        print(f"[sweep] {len(done & set(keys))} grid trial(s) of this launch already FINISHED in MLflow: not run "
+              "again", flush=True)
+    return [k for k in keys if k not in done]
 
 
 def _run_search(launch: LaunchContext, study: SearchStudy) -> PhaseResult:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -381,3 +382,21 @@ def test_a_restarted_trial_continues_its_run_outside_the_synced_trial_folder(tmp
     run_trial({"trial": "k"}, ctx)  # e.g. the driver restored Tune's state from before the trial finished
     assert fake.reports[-1]["step"] == 8 and client.get_run(run.info.run_id).data.tags["mutexmatch.attempts"] == "2"
 
+
+@pytest.mark.slow
+def test_resume_without_tune_storage_trusts_mlflow(tmp_path, data_root, run_cli):
+    """``--resume`` after Tune's storage folder is lost: MLflow says which trials of the launch FINISHED, and they
+    are not trained again (before, every trial ran a second time, leaving duplicate FINISHED runs)."""
+    write_spec(tmp_path, data_root, name="lost", iterations=8, eval_interval=4, folds=[0, 1], methods=["fixmatch"])
+    first = run_cli(tmp_path, "lost.yaml")
+    assert first.returncode == 0, first.output
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    before = {r.info.run_id: r.info.end_time for r in grid_runs(client, "lost")}
+    assert len(before) == 2
+    shutil.rmtree(tmp_path / "ray_results")
+
+    again = run_cli(tmp_path, "lost.yaml", "--resume")
+    assert again.returncode == 0, again.output
+    assert "already FINISHED in MLflow: not run again" in again.output
+    after = {r.info.run_id: r.info.end_time for r in grid_runs(client, "lost")}
+    assert after == before  # no new run, and the finished ones untouched
