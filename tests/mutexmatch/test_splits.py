@@ -269,7 +269,6 @@ def test_labels_out_of_range_rejected():
         make_split(labels, dataset="x", num_labels=40, num_classes=10, fold=0)
 
 
-@pytest.mark.xfail(strict=True, reason="owner: mutexmatch/train.py (call self.split.check_file(run.split) on resume)")
 def test_the_trainer_rewrites_a_corrupt_split_file_when_it_resumes(tmp_path):
     from mutexmatch.train import main
 
