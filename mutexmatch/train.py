@@ -627,7 +627,7 @@ def _load_run_dir(run_dir: Path, overrides: Sequence[str]) -> RunConfig:
 def _interrupted(trainer: Trainer | None, args: argparse.Namespace) -> str:
     """Where a Ctrl+C stopped the run and the command that continues it."""
     if trainer is None:
-        return "[train] interrupted before training started; nothing to resume"
+        return "[train] interrupted while setting up, before the first training step"
     ckpt = trainer.last_checkpoint
     where = f"[train] interrupted at step {trainer.step} of {trainer.cfg.train.iterations}"
     if ckpt is None:

@@ -235,3 +235,10 @@ def test_resume_rewrites_a_corrupt_split_file_and_refuses_another_split(tmp_path
     (out / "split.json").write_text((tmp_path / "other" / "split.json").read_text())
     assert main(["--resume", str(out)]) == 2
     _one_line_error(capsys, "split.json: holds another labeled split")
+
+
+def test_ctrl_c_while_setting_up_says_so(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(train, "load_dataset", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+    assert main(STEPS + ["--set", f"output_dir={tmp_path / 'run'}"]) == 130
+    assert "interrupted while setting up, before the first training step" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
