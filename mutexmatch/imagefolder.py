@@ -96,6 +96,7 @@ def _walk_images(top: Path, exts: frozenset[str]) -> tuple[list[str], int]:
     found: list[str] = []
     ignored = 0
     for dirpath, dirnames, filenames in os.walk(top, followlinks=True):
+        _refuse_link_loop(Path(dirpath))
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         for name in filenames:
             if name.startswith("."):
@@ -105,6 +106,15 @@ def _walk_images(top: Path, exts: frozenset[str]) -> tuple[list[str], int]:
             else:
                 ignored += 1
     return sorted(found), ignored
+
+
+def _refuse_link_loop(folder: Path) -> None:
+    """os.walk(followlinks=True) follows a link back to one of the folder's own ancestors (inside the data root or
+    above it) again and again until the path grows too long, listing the same images over and over."""
+    real = folder.resolve()
+    for ancestor in folder.absolute().parents:
+        if ancestor.resolve() == real:
+            raise ImageFolderError(f"imagefolder: {folder} leads back to {ancestor} (a link loop); remove the link")
 
 
 def _class_folders(split_dir: Path) -> list[str]:

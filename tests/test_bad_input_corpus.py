@@ -249,8 +249,7 @@ CASES = [
     C("sweep-tracking-uri-not-a-db", S, "{t}/s.yaml --tracking-uri {t}/notes.db", "{t}/notes.db",
       files={"s.yaml": SWEEP_YAML, "notes.db": "not a database\n"}),
     C("sweep-table-metric-typo", S, "{t}/s.yaml", "test/accc",
-      files={"s.yaml": REPORT_YAML.replace("test/acc", "test/accc")}, owner="orchestration (validate "
-      "report layouts at launch)"),
+      files={"s.yaml": REPORT_YAML.replace("test/acc", "test/accc")}),
     # ---------------------------------------------------------------- reports.build
     C("report-missing", R, "{t}/nope.yaml", "'{t}/nope.yaml': file not found"),
     C("report-folder", R, "{t}/exp", "'{t}/exp': is a directory", files={"exp": None},
@@ -293,6 +292,13 @@ CASES = [
     C("datasets-imagefolder-corrupt", D, "check imagefolder --root {t}/photos",
       "photos/train/a/1.png is not a readable image", setup=lambda t: _imagefolder(t, corrupt=True)),
     C("datasets-export-no-target", D, "export digits --root {t}", "--to"),
+    C("datasets-imagefolder-link-above", D, "check imagefolder --root {t}/photos",
+      "photos/train/a/up leads back to {t}/photos (a link loop)",
+      setup=lambda t: (_imagefolder(t), (t / "photos" / "train" / "a" / "up").symlink_to(t / "photos"))),
+    C("datasets-imagefolder-link-loop", D, "check imagefolder --root {t}/photos",
+      "photos/train/a/again leads back to {t}/photos/train/a (a link loop); remove the link",
+      setup=lambda t: (_imagefolder(t), (t / "photos" / "train" / "a" / "again").symlink_to(t / "photos" / "train" /
+                                                                                             "a"))),
     # ---------------------------------------------------------------- orchestration.status
     C("status-missing", ST, "{t}/nope.yaml", "spec '{t}/nope.yaml': file not found"),
     C("status-empty", ST, "{t}/s.yaml", "spec '{t}/s.yaml': is empty", files={"s.yaml": "\n"}),
