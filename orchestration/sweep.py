@@ -132,8 +132,19 @@ def _prepare(opts: SweepOptions) -> _Launch:
     # a dry run plans without the datasets (it says which are missing); a launch needs them
     loaded = load_sweep(opts.spec_path, project, opts.overrides, need_data=not opts.dry_run)
     plan = plan_sweep(loaded, project, smoke=opts.smoke, n_trials=opts.n_trials, max_concurrent=opts.max_concurrent)
+    _check_report_layouts(loaded.spec)
     return _Launch(opts, Path(opts.spec_path), plan, tracking.resolve_tracking_uri(opts.tracking_uri, project),
                    resolve_storage(opts.storage, project), opts.experiment_name or loaded.spec.name, project)
+
+
+def _check_report_layouts(spec: Any) -> None:
+    """A table or figure the report would reject is refused now, not after days of training (the report's own
+    validation, imported lazily: the report package never imports the sweep, so the arrow stays one way)."""
+    if not (spec.tables or spec.figures):
+        return
+    from reports.layout import validate_report
+
+    validate_report(spec.model_dump(mode="json"))
 
 
 def _choose(launch: _Launch, client: Any, experiment_id: str) -> _Selection | SweepOutcome:
