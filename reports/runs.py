@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -343,6 +344,17 @@ class SqliteRunSource(RunSource):
         return _history_frame(names, rows["code"], rows["step"], rows["ts"], rows["value"])
 
 
+def _short_reason(err: BaseException) -> str:
+    """The cause in a few words ("Connection refused", "Read timed out") from MLflow's long retry message."""
+    text = str(err)
+    for pattern in (r"\[Errno -?\d+\] ([^'\")\]]+)", r"(Read timed out|Connection refused|Name or service not known)"):
+        found = re.search(pattern, text)
+        if found:
+            return found.group(1).strip().rstrip(".")
+    first = text.strip().splitlines()[0] if text.strip() else type(err).__name__
+    return first[:160]
+
+
 @contextmanager
 def _bounded_http(tracking_uri: str, label: str) -> Iterator[None]:
     """Within: MLflow's HTTP retries bounded by :data:`PROBE_HTTP_ENV` (unless the user set them), and a server
@@ -354,8 +366,11 @@ def _bounded_http(tracking_uri: str, label: str) -> Iterator[None]:
     try:
         yield
     except (MlflowException, OSError) as e:       # requests' connection errors are OSErrors
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ValueError(f"{label} {tracking_uri!r}: the tracking server does not answer ({reason[:200]}); "
+        code = re.search(r"error code (\d{3})", str(e))
+        if code:
+            raise ValueError(f"{label} {tracking_uri!r}: answers MLflow's API with HTTP {code.group(1)}: not an "
+                             "MLflow tracking server, or not its address") from None
+        raise ValueError(f"{label} {tracking_uri!r}: the tracking server does not answer ({_short_reason(e)}); "
                          "start it (`mlflow server`) or pass the store's URI") from None
     finally:
         for k, v in saved.items():

@@ -47,6 +47,7 @@ COMPLETE, PRUNED, FAILED, RUNNING = "complete", "pruned (ASHA)", "failed", "runn
 STATES = (COMPLETE, PRUNED, FAILED, RUNNING)
 _MAX_RUNS = 10_000         # search runs read in one request: a search has tens
 _STEM = re.compile(r"[^A-Za-z0-9_-]+")
+_BEST = "the best trial (the refit trains the best one over all studies of the cell)"
 _CAPTIONS = {"history": "optimisation history (each trial's objective and the best so far, by trial number)",
              "slice": "slice plot (each trial's objective against each parameter, colour = trial number)"}
 
@@ -304,13 +305,23 @@ def importances(study: Any) -> tuple[dict[str, float] | None, str]:
 
 
 def _plot(draw: Any, stem: Path) -> list[Path]:
+    """Draw one of Optuna's matplotlib plots and save it like the report's figures: no title (the caption says what
+    is plotted), whole trial numbers on the axes, and a layout that keeps the colour bar and the legend clear."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
-    axes = draw()
-    fig = np.atleast_1d(axes).flat[0].figure
+    axes = np.atleast_1d(draw())
+    fig = axes.flat[0].figure
     try:
-        fig.set_size_inches(max(6.4, 3.2 * np.atleast_1d(axes).size), 4.0)
-        fig.tight_layout()
+        fig.suptitle("")
+        for ax in fig.axes:
+            ax.set_title("")
+            if ax.get_xlabel() == "Trial":
+                ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            if ax.get_ylabel() == "Trial":  # the slice plot's colour bar
+                ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        fig.set_size_inches(max(6.4, 3.4 * axes.size + 1.2), 3.6)
+        fig.set_layout_engine("constrained")
         return save_figure(fig, stem)
     finally:
         plt.close(fig)
@@ -355,7 +366,7 @@ def render_markdown(st: StudyTrials, info: SearchInfo, imp: dict[str, float] | N
         cells = [str(r["trial"]), *(_value(r[p]) for p in params), _value(r["objective"])]
         cells = [f"**{c}**" if r["best"] else c for c in cells] + [r["state"] + (" ★ best" if r["best"] else "")]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", f"Note: {_note(st, info)} ★: the best trial (its parameters are the ones refit).", "",
+    lines += ["", f"Note: {_note(st, info)} ★: {_BEST}.", "",
               f"Parameter importances ({why}):" if imp else f"Parameter importances: {why}."]
     if imp:
         lines += ["", "| Parameter | Importance |", "| :--- | ---: |"]
@@ -379,7 +390,7 @@ def render_latex(st: StudyTrials, info: SearchInfo, imp: dict[str, float] | None
         cells = [latex_escape(c) for c in cells]
         lines.append(" & ".join(rf"\textbf{{{c}}}" if r["best"] else c for c in cells) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}", r"\par\smallskip",
-              rf"{{\footnotesize\raggedright Note: {latex_escape(_note(st, info))} Bold: the best trial (refit).\par}}",
+              rf"{{\footnotesize\raggedright Note: {latex_escape(_note(st, info))} Bold: {_BEST}.\par}}",
               r"\par\smallskip"]
     if imp:
         lines += [rf"{{\footnotesize Parameter importances ({latex_escape(why)}):\par}}", r"\smallskip",

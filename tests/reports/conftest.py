@@ -204,22 +204,25 @@ def quickstart_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Quick
     every = spec["base"]["train"]["eval_interval"]
     steps = tuple(range(every, spec["base"]["train"]["iterations"] + 1, every))
     ts = int(time.time() * 1000)
-    for method in spec["axes"]["method"]:
-        for setting in spec["axes"]["setting"]:
-            levels = {"method": method, "setting": setting}
-            cid = C.cell_id(levels.items())
-            for fold in spec["folds"]:
-                tags = C.trial_tags(parent_run_id=parent, kind=C.KIND_GRID, cell_levels=levels.items(), cell_id=cid,
-                                    fold=fold, variant=method, config_hash=f"h{cid}{fold}", commit="abc",
-                                    trial_id=f"t{cid}{fold}", launch_id="l")
-                rid = client.create_run(exp_id, tags={**tags, C.SPLIT_DIGEST: f"s{fold}"},
-                                        run_name=C.trial_key(cid, fold)).info.run_id
-                low, high = QUICKSTART_RANGES[method]
-                acc = np.linspace(low, high, len(steps)) - fold
-                client.log_batch(rid, metrics=[Metric(m, float(v) / 100.0, ts + i, s)
-                                               for i, (s, a) in enumerate(zip(steps, acc))
-                                               for m, v in ((C.TEST_ACC, a), (C.PL_ACC, min(100.0, a + 5)))])
-                client.set_terminated(rid)
+    searched = {c.get("method") for c in spec["search"]["cells"]}   # their refit runs fill the tuned rows
+    cells = [(C.KIND_GRID, {"method": m, "setting": s}) for m in spec["axes"]["method"]
+             for s in spec["axes"]["setting"]]
+    cells += [(C.KIND_REFIT, dict(C.tuned_levels(c.items()))) for _, c in cells if c["method"] in searched]
+    for kind, levels in cells:
+        method = levels["method"]
+        cid = C.cell_id(levels.items())
+        for fold in spec["folds"]:
+            tags = C.trial_tags(parent_run_id=parent, kind=kind, cell_levels=levels.items(), cell_id=cid,
+                                fold=fold, variant=method, config_hash=f"h{cid}{fold}", commit="abc",
+                                trial_id=f"t{cid}{fold}", launch_id="l")
+            rid = client.create_run(exp_id, tags={**tags, C.SPLIT_DIGEST: f"s{fold}"},
+                                    run_name=C.trial_key(cid, fold)).info.run_id
+            low, high = QUICKSTART_RANGES[method]
+            acc = np.linspace(low, high, len(steps)) - fold
+            client.log_batch(rid, metrics=[Metric(m, float(v) / 100.0, ts + i, s)
+                                           for i, (s, a) in enumerate(zip(steps, acc))
+                                           for m, v in ((C.TEST_ACC, a), (C.PL_ACC, min(100.0, a + 5)))])
+            client.set_terminated(rid)
     client.set_terminated(parent)
     spec_path = root / "quickstart.yaml"
     shutil.copy(QUICKSTART, spec_path)

@@ -8,6 +8,7 @@ import socket
 import sqlite3
 import threading
 import time
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -121,7 +122,26 @@ def test_unreachable_tracking_server_fails_fast(store, tmp_path, capsys, monkeyp
     err = _refused(capsys, [str(store.spec_path), "--tracking-uri", uri, "--out", str(tmp_path / "out")],
                    tmp_path / "out")
     assert time.monotonic() - t0 < 30
-    assert err.startswith(f"error: --tracking-uri {uri!r}: the tracking server does not answer (")
+    assert err.startswith(f"error: --tracking-uri {uri!r}: the tracking server does not answer (Connection refused)")
+
+
+def test_a_web_server_that_is_not_mlflow(store, tmp_path, capsys):
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args):       # the request log would land in the captured stderr
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Quiet)      # answers 404 to MLflow's API
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    uri = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        err = _refused(capsys, [str(store.spec_path), "--tracking-uri", uri, "--out", str(tmp_path / "out")],
+                       tmp_path / "out")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert err == (f"error: --tracking-uri {uri!r}: answers MLflow's API with HTTP 404: not an MLflow tracking "
+                   "server, or not its address\n")
 
 
 @pytest.mark.slow    # three 5-second read timeouts
