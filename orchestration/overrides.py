@@ -14,7 +14,6 @@ problems are data folders that do not exist yet, and reports those folders inste
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +26,7 @@ from mutexmatch.yamlfile import YamlFileError, read_yaml_mapping
 from orchestration.plan import SweepPlan, build_plan
 from orchestration.spec import SpecError, SweepSpec, deep_merge, parse_spec, spec_hash
 
-__all__ = ["LoadedSweep", "parse_override", "apply_overrides", "load_sweep", "plan_sweep", "overrides_tag_value"]
+__all__ = ["LoadedSweep", "parse_override", "apply_overrides", "load_sweep", "plan_sweep"]
 
 OPTION = "--set"
 # mutexmatch.config's message for a data folder that is not there (the only problem a plan can ignore)
@@ -90,7 +89,8 @@ def _blame(lines: list[str], items: Sequence[str]) -> list[str]:
         keys.append((item, key, short))
     out = []
     for line in lines:
-        hits = [item for item, key, short in keys if key in line or f"{short}=" in line]
+        hits = [item for item, key, short in keys
+                if key in line or f"{short}=" in line or line.startswith(key.split(".")[0] + ":")]
         out.append(line + (f" (from {OPTION} {hits[-1]})" if hits else ""))
     return out
 
@@ -127,8 +127,3 @@ def plan_sweep(loaded: LoadedSweep, project_dir: str | Path, **kwargs: Any) -> S
     plan = build_plan(spec, project_dir, **kwargs)
     plan.spec_hash = spec_hash(loaded.spec)
     return plan
-
-
-def overrides_tag_value(overrides: Sequence[str]) -> str:
-    """How a launch's overrides are recorded on its parent run (tag ``contract.OVERRIDES``): a JSON list."""
-    return json.dumps(list(overrides))

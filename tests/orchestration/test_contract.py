@@ -83,3 +83,20 @@ def test_the_contract_imports_only_the_standard_library():
             "assert not bad, bad\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_ui_names_description_and_link():
+    from datetime import datetime
+
+    levels = (("method", "mutexmatch"), ("setting", "cifar10-40"))
+    assert C.trial_run_name(levels, 3) == "mutexmatch · cifar10-40 · fold 3"
+    assert C.trial_run_name(levels, 0, C.KIND_SEARCH) == "mutexmatch · cifar10-40 · fold 0 · search"
+    assert C.trial_run_name(C.tuned_levels(levels), 1, C.KIND_REFIT) == "mutexmatch · cifar10-40 · fold 1 · refit"
+    assert C.parent_run_name("table1_cifar_svhn", datetime(2026, 11, 26, 7, 57, 3)) == \
+        "sweep table1_cifar_svhn · 2026-11-26 07:57"
+    tags = C.parent_display_tags("  Table 1 with the paper's loss form.\n", ["resources.gpu=1"])
+    assert tags == {"mlflow.note.content": "Table 1 with the paper's loss form.",
+                    "mutexmatch.overrides": '["resources.gpu=1"]'}
+    assert C.ui_hint("http://mlflow:5000/", "7") == \
+        "http://mlflow:5000/#/experiments/7/runs?workflowType=machine_learning"
+    assert C.ui_hint("sqlite:////x/mlflow.db", "7").startswith("mlflow ui --backend-store-uri sqlite:////x/mlflow.db")

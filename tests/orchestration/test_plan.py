@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 
 import pytest
 import yaml
@@ -64,7 +65,8 @@ def test_search_studies_per_searched_cell_and_search_fold(spec, tmp_path):
     s = plan.searches[0]
     assert (s.n_trials, s.max_concurrent, s.iterations, s.evaluations) == (3, 2, 30, 3)
     assert s.config["data"]["val_per_class"] == 5
-    assert plan.num_trials == 9 + 4 * 3
+    assert len(plan.refits) == 2 * 3  # each searched cell refit on the sweep's 3 folds
+    assert plan.num_trials == 9 + 4 * 3 + 2 * 3
     over = build_plan(spec, tmp_path, n_trials=5, max_concurrent=1)
     assert {(x.n_trials, x.max_concurrent) for x in over.searches} == {(5, 1)}
     assert over.searches[0].search_hash != s.search_hash  # more trials = another search (not skipped as done)
@@ -86,7 +88,74 @@ def test_format_plan_lists_every_trial_with_cost(spec, tmp_path):
                        skipped={plan.grid[0].key})
     lines = text.splitlines()
     assert lines[0].split() == ["cell", "fold", "kind", "iterations", "est.", "time"]
-    assert len(lines) == 2 + len(plan.grid) + len(plan.searches)
+    assert len(lines) == 2 + len(plan.grid) + len(plan.searches) + len(plan.refits)
     assert "grid (done, skipped)" in lines[2]
-    assert lines[-1].split()[2:] == ["search", "×3", "3×30", "10.0", "min"]
+    assert lines[1 + len(plan.grid) + len(plan.searches)].split()[2:] == ["search", "×3", "3×30", "10.0", "min"]
     assert "30 s" in lines[3]
+
+
+# ------------------------------------------------------------------------------------------------ --set overrides
+def _write(tmp_path, raw, name="sweep.yaml"):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))  # YAML order: the axes' order makes the cell ids
+    return path
+
+
+def test_set_gives_exactly_the_trials_of_the_same_yaml_edit(tmp_path):
+    from orchestration.overrides import load_sweep, plan_sweep
+
+    (tmp_path / "mnt").mkdir()
+    original = _write(tmp_path, SPEC)
+    edited = copy.deepcopy(SPEC)
+    edited["base"]["data"]["root"] = str(tmp_path / "mnt")
+    edited["base"]["train"]["iterations"] = 50
+    edited["search"]["space"]["algorithm.tau"]["low"] = 0.8
+    sets = [f"base.data.root={tmp_path / 'mnt'}", "base.train.iterations=50", "search.space.algorithm.tau.low=0.8"]
+    by_set = plan_sweep(load_sweep(original, tmp_path, sets), tmp_path)
+    by_edit = plan_sweep(load_sweep(_write(tmp_path, edited, "edited.yaml"), tmp_path), tmp_path)
+    unchanged = plan_sweep(load_sweep(original, tmp_path), tmp_path)
+    assert by_set.spec_hash == by_edit.spec_hash != unchanged.spec_hash
+    assert [(t.key, t.config_hash, t.config) for t in by_set.grid] == \
+        [(t.key, t.config_hash, t.config) for t in by_edit.grid]
+    assert [s.search_hash for s in by_set.searches] == [s.search_hash for s in by_edit.searches]
+    assert by_set.grid[0].config["data"]["root"] == str(tmp_path / "mnt")
+    # as in an edit, the l40 level's own iterations win over base's: only the l20 trials change
+    changed = [a.key for a, b in zip(by_set.grid, unchanged.grid) if a.config_hash != b.config_hash]
+    assert changed == [t.key for t in unchanged.grid if "l20" in t.key]
+
+
+@pytest.mark.parametrize("item, message", [
+    ("base.algorithm.tau=1.5", "algorithm.tau=1.5: must be in (0, 1] (from --set base.algorithm.tau=1.5)"),
+    ("resources.gpu=-1", "(from --set resources.gpu=-1)"),
+    ("name.x=1", "--set 'name.x=1': name='plan' is not a mapping, so it has no key 'x'"),
+    ("base.train.iterations", "--set 'base.train.iterations': expected key=value"),
+    ("base.train.iterations=[1", "--set 'base.train.iterations=[1': the value is not valid YAML"),
+])
+def test_set_errors_name_the_override(tmp_path, item, message):
+    from orchestration.overrides import load_sweep
+    from orchestration.spec import SpecError
+
+    with pytest.raises(SpecError) as err:
+        load_sweep(_write(tmp_path, SPEC), tmp_path, [item])
+    assert message in str(err.value)
+
+
+def test_planning_without_data_reports_the_missing_folder_and_keeps_hashes(tmp_path):
+    from orchestration.overrides import load_sweep, plan_sweep
+    from orchestration.spec import SpecError
+
+    raw = copy.deepcopy(SPEC)
+    raw["base"]["data"].update(dataset="cifar10", num_labels=40)
+    path = _write(tmp_path, raw)
+    with pytest.raises(SpecError, match="folder does not exist"):
+        load_sweep(path, tmp_path)
+    loaded = load_sweep(path, tmp_path, need_data=False)
+    assert loaded.missing_roots == [str(tmp_path / "data")]
+    planned = plan_sweep(loaded, tmp_path)
+    (tmp_path / "data").mkdir()
+    real = plan_sweep(load_sweep(path, tmp_path), tmp_path)
+    assert planned.spec_hash == real.spec_hash
+    assert [t.config_hash for t in planned.grid] == [t.config_hash for t in real.grid]
+    raw["base"]["algorithm"] = {"tau": 2}  # any other problem is still an error
+    with pytest.raises(SpecError, match="algorithm.tau=2"):
+        load_sweep(_write(tmp_path, raw), tmp_path, need_data=False)

@@ -5,6 +5,7 @@ prints the plan and a measured cost. (A GPU request refused on a CPU-only cluste
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,8 @@ import yaml
 from mlflow import MlflowClient
 
 from mutexmatch.splits import Split
+
+REPO = Path(__file__).resolve().parents[2]
 
 TINY = """
 name: tiny
@@ -173,9 +176,9 @@ def test_relaunch_skips_finished_trials_without_starting_ray(tiny, run_cli):
     assert "method=mutexmatch" in again.output  # the summary is still printed
     assert len(_runs(client, exp)) == before
     plan = run_cli(project, "tiny.yaml", "--dry-run", timeout=180)
-    assert plan.output.count("(done, skipped)") == 5  # 4 grid trials and the search study
+    assert "skipped (already FINISHED with the same config): 5" in plan.output  # 4 grid trials, the search study
     forced = run_cli(project, "tiny.yaml", "--dry-run", "--force", timeout=180)
-    assert forced.returncode == 0 and "(done, skipped)" not in forced.output
+    assert forced.returncode == 0 and "skipped (already" not in forced.output
 
 
 def test_dry_run_prints_plan_and_measured_cost_without_creating_a_store(tmp_path, data_root, run_cli):
@@ -183,14 +186,39 @@ def test_dry_run_prints_plan_and_measured_cost_without_creating_a_store(tmp_path
     result = run_cli(tmp_path, "tiny.yaml", "--dry-run", "--n-trials", "3", timeout=180)
     assert result.returncode == 0, result.output
     lines = result.output.splitlines()
-    header = next(i for i, ln in enumerate(lines) if ln.split()[:4] == ["cell", "fold", "kind", "iterations"])
-    rows = [ln.split() for ln in lines[header + 2:header + 2 + 5]]
-    assert [r[:4] for r in rows] == [["method=fixmatch", "0", "grid", "8"], ["method=fixmatch", "1", "grid", "8"],
-                                     ["method=mutexmatch", "0", "grid", "8"], ["method=mutexmatch", "1", "grid", "8"],
+    header = next(i for i, ln in enumerate(lines) if ln.split()[:4] == ["cell", "folds", "kind", "iterations"])
+    rows = [ln.split() for ln in lines[header + 2:header + 2 + 3]]
+    # folds folded into one row per cell; the search study's 3 trials of 8 steps
+    assert [r[:4] for r in rows] == [["method=fixmatch", "0,1", "grid", "8"], ["method=mutexmatch", "0,1", "grid", "8"],
                                      ["method=mutexmatch", "0", "search", "×3"]]
     assert rows[-1][4] == "3×8"
-    assert "ms/step" in result.output and "CPU-hours" in result.output
+    assert "cost figures: measured here on cpu" in result.output and "CPU-hours" in result.output
+    assert "unknown" not in result.output and "disk: ~" in result.output
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "ray_results").exists()
+    long = run_cli(tmp_path, "tiny.yaml", "--dry-run", "--per-trial", timeout=180)
+    assert sum(1 for ln in long.output.splitlines() if ln.startswith("method=") and " grid " in ln) == 4
+
+
+PAPER_YAMLS = sorted([*(REPO / "experiments").glob("table*.yaml"), *(REPO / "experiments").glob("ablation_*.yaml"),
+                      REPO / "experiments" / "pseudo_label_accuracy.yaml"])
+
+
+def test_dry_run_of_every_paper_yaml_plans_from_an_empty_folder(tmp_path, monkeypatch, capsys):
+    """No dataset, no GPU: each paper YAML gets a plan costed from the committed H200 measurements, one line
+    naming the missing data, and no zero or unknown estimate."""
+    from orchestration import sweep
+
+    assert len(PAPER_YAMLS) == 13
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for path in PAPER_YAMLS:
+        assert sweep.main([str(path), "--dry-run"]) == 0, path
+        out = capsys.readouterr().out.split("[sweep] wall time")[0]
+        assert out.count("warning: no data here for") == 1, out
+        assert "python -m mutexmatch.datasets download" in out or "no downloader" in out
+        assert "committed measurements for NVIDIA H200" in out and " H200-hours" in out, out
+        assert "unknown" not in out and not re.search(r"(?<![\d.,])0(\.0+)? (s|min|h|d|H200-hours)\b", out), out
+    assert list(tmp_path.iterdir()) == []  # nothing written: no store, no storage, no data
 
 
 def test_bad_spec_exits_2_with_the_field(tmp_path, data_root, run_cli):
@@ -199,3 +227,26 @@ def test_bad_spec_exits_2_with_the_field(tmp_path, data_root, run_cli):
     result = run_cli(tmp_path, "tiny.yaml", "--dry-run", timeout=120)
     assert result.returncode == 2
     assert "error: search.metric='test/acc': must be a validation metric" in result.output
+
+
+@pytest.mark.slow
+def test_parent_run_shows_description_status_and_progress_metrics(tiny, tmp_path):
+    project, result, client, exp = tiny
+    assert result.returncode == 0, result.output
+    parent = _runs(client, exp, "tags.`mutexmatch.role` = 'sweep'")[0]
+    assert parent.data.tags["mlflow.note.content"] == "(the sweep YAML has no description)"
+    assert parent.data.tags["mutexmatch.overrides"] == "[]"
+    assert "[sweep] MLflow UI: mlflow ui --backend-store-uri sqlite:///" in result.output
+    status_md = Path(client.download_artifacts(parent.info.run_id, "status.md", str(tmp_path))).read_text()
+    assert "| method=fixmatch | 0 | grid | FINISHED | 8/8 |" in status_md and " 0 PENDING" in status_md
+    history = client.get_metric_history(parent.info.run_id, "trials/finished")
+    assert len(history) >= 2 and history[0].value < history[-1].value  # refreshed as the sweep went on
+    assert parent.data.metrics["trials/pending"] == 0 and parent.data.metrics["trials/failed"] == 0
+
+
+def test_set_overrides_enter_the_resume_command(tmp_path):
+    from orchestration.launch import SweepOptions, command_line
+
+    opts = SweepOptions(spec_path=Path("x.yaml"), overrides=("base.data.root=/mnt/data sets", "resources.gpu=1"))
+    cmd = command_line(opts, "sqlite:////a/mlflow.db", "/a/rr", resume=True)
+    assert "--set 'base.data.root=/mnt/data sets' --set resources.gpu=1" in cmd and cmd.endswith("--resume")

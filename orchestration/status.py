@@ -1,0 +1,378 @@
+"""Where a sweep stands, read from MLflow only (no Ray): works from any machine that reaches the tracking server.
+
+    python -m orchestration.status experiments/X.yaml [--tracking-uri URI] [--set KEY=VALUE ...] [--watch SECONDS]
+
+Per cell × fold: FINISHED (final and best test accuracy), RUNNING (step / total, last evaluation, ETA from the
+run's own seconds per step between its last logged evaluations), PENDING (in the plan, no run yet), FAILED (the
+last line of its error), KILLED; per search study its trials; totals; accelerator-hours spent (the wall time of
+every run of the plan × the trial's share of a GPU, or its CPUs) and to go (running trials' ETA, pending trials at
+the seconds per step measured on the same cell, else on the sweep); the launches covered. A trial is the plan's
+trial only with the same cell, fold and config hash, exactly what a relaunch skips.
+
+The driver writes the same text to its parent run (artifact ``status.md``) and logs ``trials/<state>`` metrics,
+refreshed by :class:`StatusReporter`, so the MLflow UI shows progress too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Sequence
+
+from orchestration.env import apply_closed_network_env
+
+apply_closed_network_env()
+
+from orchestration import contract as C  # noqa: E402
+from orchestration import tracking  # noqa: E402
+from orchestration.plan import SweepPlan  # noqa: E402
+
+__all__ = ["TrialState", "SweepStatus", "collect", "format_status", "status_metrics", "StatusReporter", "main",
+           "format_duration", "format_hours"]
+
+STATES = ("FINISHED", "RUNNING", "PENDING", "FAILED", "KILLED")
+REFRESH_S = 120.0  # the driver's refresh period of the parent run's status
+
+
+@dataclass
+class TrialState:
+    cell: str
+    fold: str
+    kind: str
+    state: str
+    total: int                         # iterations
+    step: int | None = None
+    final: float | None = None         # test accuracy, last evaluation
+    best: float | None = None
+    s_per_step: float | None = None    # measured by the run (wall seconds between evaluations / steps)
+    eta_s: float | None = None
+    detail: str = ""
+    count: dict[str, int] = field(default_factory=dict)  # a search study: trials per state
+
+
+@dataclass
+class SweepStatus:
+    name: str
+    unit: str                          # "GPU" or "CPU"
+    share: float                       # accelerators one trial holds
+    trials: list[TrialState]
+    launches: list[str]
+    spent_s: float                     # wall seconds of the plan's runs (all attempts, all launches)
+    to_go_s: float | None              # None: nothing measured yet
+    unknown_to_go: int = 0
+    at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+
+    def counts(self) -> dict[str, int]:
+        out = dict.fromkeys(STATES, 0)
+        for t in self.trials:
+            for state, n in (t.count or {t.state: 1}).items():
+                out[state] += n
+        return out
+
+
+def _duration_s(run: Any, now: float) -> float:
+    end = run.info.end_time / 1000 if run.info.end_time else now
+    return max(0.0, end - run.info.start_time / 1000)
+
+
+def _progress(client: Any, run: Any) -> tuple[int | None, float | None, float | None]:
+    """(last logged step, seconds per step, time of that evaluation) from the run's evaluation history."""
+    hist = sorted(client.get_metric_history(run.info.run_id, C.TRAIN_LOSS), key=lambda m: m.step)
+    if not hist:
+        return None, None, None
+    last = hist[-1]
+    prev_step, prev_ts = (hist[-2].step, hist[-2].timestamp) if len(hist) > 1 else (0, run.info.start_time)
+    rate = (last.timestamp - prev_ts) / 1000 / (last.step - prev_step) if last.step > prev_step else None
+    return last.step, rate, last.timestamp / 1000
+
+
+def _pick(runs: list[Any]) -> Any:
+    """The run that speaks for a trial: a FINISHED one, else a RUNNING one, else the newest."""
+    for status in ("FINISHED", "RUNNING"):
+        found = [r for r in runs if r.info.status == status]
+        if found:
+            return max(found, key=lambda r: r.info.start_time)
+    return max(runs, key=lambda r: r.info.start_time)
+
+
+def _trial_state(client: Any, cell: str, fold: str, kind: str, total: int, runs: list[Any],
+                 now: float) -> TrialState:
+    if not runs:
+        return TrialState(cell, fold, kind, "PENDING", total)
+    run = _pick(runs)
+    m, status = run.data.metrics, run.info.status
+    st = TrialState(cell, fold, kind, status if status in STATES else "RUNNING", total,
+                    final=m.get(C.TEST_ACC), best=m.get(C.TEST_BEST_ACC))
+    if status == "FINISHED":
+        st.step, st.s_per_step = total, _duration_s(run, now) / max(total, 1)
+    elif status == "RUNNING":
+        st.step, st.s_per_step, last_ts = _progress(client, run)
+        if st.step and st.s_per_step:
+            st.eta_s = max(0.0, (total - st.step) * st.s_per_step - max(0.0, now - (last_ts or now)))
+    elif status == "FAILED":
+        error = run.data.tags.get(C.ERROR, "").strip().splitlines()
+        st.detail = error[-1] if error else "no error recorded (its worker died?)"
+    elif status == "KILLED":
+        st.detail = run.data.tags.get(C.ENDED_BY, "interrupted")
+    return st
+
+
+def _study_state(study: Any, runs: list[Any], now: float) -> TrialState:
+    """One search study: its trials per state (Optuna replaces a failed trial, so failures are counted apart)."""
+    n = {s: sum(1 for r in runs if r.info.status == s) for s in STATES if s != "PENDING"}
+    done = min(n["FINISHED"], study.n_trials)
+    count = {"FINISHED": done, "RUNNING": n["RUNNING"], "FAILED": n["FAILED"], "KILLED": n["KILLED"],
+             "PENDING": max(0, study.n_trials - done - n["RUNNING"])}
+    state = "FINISHED" if done >= study.n_trials else "RUNNING" if n["RUNNING"] else "PENDING"
+    full = [r for r in runs if r.info.status == "FINISHED" and r.data.tags.get(C.EARLY_STOPPED) != "true"]
+    rate = sum(_duration_s(r, now) for r in full) / (len(full) * study.iterations) if full else None
+    detail = ", ".join(f"{v} {k.lower()}" for k, v in count.items() if v)
+    return TrialState(study.cell.id, str(study.fold), f"search ×{study.n_trials}", state, study.iterations,
+                      s_per_step=rate, detail=detail, count=count)
+
+
+def _to_go(trials: list[TrialState]) -> tuple[float | None, int]:
+    """Seconds of trial time left, and how many trials have no rate to estimate theirs with. A FAILED or KILLED
+    trial counts in full: a relaunch runs it again."""
+    by_cell: dict[str, list[float]] = {}
+    for t in trials:
+        if t.s_per_step:
+            by_cell.setdefault(t.cell, []).append(t.s_per_step)
+    every = [r for rates in by_cell.values() for r in rates]
+    left, unknown, measured, needed = 0.0, 0, False, False
+    for t in trials:
+        rates = by_cell.get(t.cell) or every
+        rate = t.s_per_step or (sum(rates) / len(rates) if rates else None)
+        if t.count:  # a search study
+            todo = t.count["PENDING"] + t.count["RUNNING"]
+            steps = todo * t.total
+        elif t.state == "FINISHED":
+            continue
+        elif t.state == "RUNNING" and t.eta_s is not None:
+            left, measured = left + t.eta_s, True
+            continue
+        else:
+            todo, steps = 1, t.total - (t.step or 0)
+        if not todo:
+            continue
+        needed = True
+        if rate is None:
+            unknown += todo
+        else:
+            left, measured = left + steps * rate, True
+    return (left if measured or not needed else None), unknown
+
+
+def _launches(client: Any, experiment_id: str, plan: SweepPlan) -> list[str]:
+    flt = f"tags.`{C.ROLE}` = '{C.ROLE_SWEEP}' AND tags.`{C.SPEC_HASH}` = '{plan.spec_hash}'"
+    out = []
+    for run in tracking.iter_runs(client, experiment_id, flt, order_by=["attributes.start_time ASC"]):
+        started = datetime.fromtimestamp(run.info.start_time / 1000, timezone.utc)
+        out.append(f"{run.data.tags.get(C.LAUNCH_ID, run.info.run_id)} ({run.info.status}, started "
+                   f"{started:%Y-%m-%d %H:%M} UTC)")
+    return out
+
+
+def _group_runs(runs: list[Any], plan: SweepPlan) -> dict[tuple, list[Any]]:
+    """Trial runs by what they are: (kind, cell, fold, config hash) for grid/smoke, (search, hash) for a search
+    trial, (refit, cell, fold) for a refit (its config follows the search's best parameters)."""
+    grid_kind = C.KIND_SMOKE if plan.smoke else C.KIND_GRID
+    groups: dict[tuple, list[Any]] = {}
+    for run in runs:
+        tg = run.data.tags
+        kind = tg.get(C.KIND)
+        if kind == grid_kind:
+            key: tuple = (kind, tg.get(C.CELL), tg.get(C.FOLD), tg.get(C.CONFIG_HASH))
+        elif kind == C.KIND_SEARCH:
+            key = (kind, tg.get(C.SEARCH_HASH))
+        elif kind == C.KIND_REFIT:
+            key = (kind, tg.get(C.CELL), tg.get(C.FOLD))
+        else:
+            continue
+        groups.setdefault(key, []).append(run)
+    return groups
+
+
+def collect(client: Any, experiment_id: str | None, plan: SweepPlan, now: float | None = None) -> SweepStatus:
+    """The status of every trial of ``plan`` in experiment ``experiment_id`` (None: not created yet)."""
+    now = time.time() if now is None else now
+    flt = f"tags.`{C.ROLE}` = '{C.ROLE_TRIAL}'"
+    runs = list(tracking.iter_runs(client, experiment_id, flt)) if experiment_id else []
+    groups = _group_runs(runs, plan)
+    trials, used = [], []
+    for t in plan.grid:
+        found = groups.get((t.kind, t.cell.id, str(t.fold), t.config_hash), [])
+        used += found
+        trials.append(_trial_state(client, t.cell.id, str(t.fold), t.kind, t.iterations, found, now))
+    for s in plan.searches:
+        found = groups.get((C.KIND_SEARCH, s.search_hash), [])
+        used += found
+        trials.append(_study_state(s, found, now))
+    for r in plan.refits:
+        found = groups.get((C.KIND_REFIT, r.tuned_cell.id, str(r.fold)), [])
+        used += found
+        trials.append(_trial_state(client, r.tuned_cell.id, str(r.fold), C.KIND_REFIT, r.iterations, found, now))
+    res = plan.spec.resources
+    to_go, unknown = _to_go(trials)
+    return SweepStatus(plan.spec.name, "GPU" if res.gpu > 0 else "CPU", res.gpu if res.gpu > 0 else res.cpu,
+                       trials, _launches(client, experiment_id, plan) if experiment_id else [],
+                       sum(_duration_s(r, now) for r in used), to_go, unknown)
+
+
+def _pct(v: float | None) -> str:
+    return "—" if v is None else f"{100 * v:.2f}"
+
+
+def format_duration(s: float | None) -> str:
+    """Seconds for people: ``45 s``, ``12.5 min``, ``10.3 h``, ``102.7 d`` (None: ``unknown``)."""
+    if s is None:
+        return "unknown"
+    if s < 120:
+        return f"{s:.0f} s"
+    if s < 7200:
+        return f"{s / 60:.1f} min"
+    return f"{s / 3600:,.1f} h" if s < 10 * 86400 else f"{s / 86400:,.1f} d"
+
+
+def format_hours(h: float) -> str:
+    """Accelerator-hours with the digits that matter: ``2,464``, ``12.3``, ``0.00213`` (never a bare 0.0)."""
+    return f"{h:,.0f}" if h >= 100 else f"{h:.1f}" if h >= 1 else f"{h:.3g}"
+
+
+def _row(t: TrialState) -> tuple[str, ...]:
+    step = "" if t.step is None else f"{t.step}/{t.total}"
+    if t.state == "RUNNING" and not t.count:
+        rate = f"{t.s_per_step:.3g} s/step" if t.s_per_step else "no evaluation yet"
+        detail = f"ETA {format_duration(t.eta_s)} ({rate})" if t.eta_s is not None else rate
+    else:
+        detail = t.detail
+    return (t.cell, t.fold, t.kind, t.state, step, f"{_pct(t.final)} / {_pct(t.best)}", detail.replace("|", "/"))
+
+
+def format_status(st: SweepStatus) -> str:
+    """The status as Markdown (a table per trial, totals, hours, launches): the console and the artifact."""
+    head = ("cell", "fold", "kind", "state", "step", "test acc % (last / best)", "ETA / error")
+    lines = [f"# sweep {st.name}: status at {st.at:%Y-%m-%d %H:%M:%S} UTC", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(_row(t)) + " |" for t in st.trials]
+    counts = st.counts()
+    to_go = "unknown (nothing measured yet)" if st.to_go_s is None else \
+        f"≈ {format_hours(st.to_go_s * st.share / 3600)}" + (f" (+{st.unknown_to_go} trial(s) not estimated)"
+                                                    if st.unknown_to_go else "")
+    lines += ["", "**totals:** " + ", ".join(f"{n} {s}" for s, n in counts.items()) + f" ({sum(counts.values())} "
+              "trials)",
+              f"**{st.unit}-hours:** {format_hours(st.spent_s * st.share / 3600)} spent, {to_go} to go "
+              f"({st.share:g} {st.unit} per trial; to go: running trials' ETA, the rest at the measured s/step)",
+              "**launches:** " + ("; ".join(st.launches) if st.launches else "none yet")]
+    return "\n".join(lines)
+
+
+def status_metrics(st: SweepStatus) -> dict[str, float]:
+    """``trials/<state>`` counts and ``trials/<unit>_hours_spent`` for the parent run."""
+    out = {f"{C.TRIALS_METRIC}{state.lower()}": float(n) for state, n in st.counts().items()}
+    out[f"{C.TRIALS_METRIC}{st.unit.lower()}_hours_spent"] = st.spent_s * st.share / 3600
+    return out
+
+
+class StatusReporter:
+    """A daemon thread of the sweep driver: every ``interval_s`` the status goes to the parent run (artifact
+    ``status.md``, metrics ``trials/*``); :meth:`stop` writes the last one. A failed refresh is reported once and
+    never stops the sweep."""
+
+    def __init__(self, plan: SweepPlan, uri: str, experiment_id: str, parent_run_id: str,
+                 interval_s: float = REFRESH_S) -> None:
+        self.plan, self.uri, self.experiment_id, self.parent_run_id = plan, uri, experiment_id, parent_run_id
+        self.interval_s, self.refreshes, self._warned = interval_s, 0, False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="sweep-status", daemon=True)
+
+    def start(self) -> "StatusReporter":
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        self.refresh()
+        while not self._stop.wait(self.interval_s):
+            self.refresh()
+
+    def refresh(self) -> None:
+        try:
+            client = tracking.MlflowClient(self.uri)
+            st = collect(client, self.experiment_id, self.plan)
+            client.log_text(self.parent_run_id, format_status(st), C.STATUS_ARTIFACT)
+            tracking.log_metrics(client, self.parent_run_id, status_metrics(st), self.refreshes)
+            self.refreshes += 1
+        except Exception as e:  # noqa: BLE001 - progress reporting must never fail the sweep
+            if not self._warned:
+                print(f"[sweep] warning: could not write the status to the parent run: {type(e).__name__}: {e}",
+                      flush=True)
+                self._warned = True
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+        self.refresh()
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m orchestration.status", description=__doc__.split("\n\n")[0])
+    p.add_argument("spec", type=Path, help="sweep YAML (experiments/<name>.yaml)")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI or *.db path (default: $MLFLOW_TRACKING_URI, else "
+                                          "sqlite:///<cwd>/mlflow.db, as the sweep)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="the --set overrides the sweep was launched with")
+    p.add_argument("--experiment-name", help="MLflow experiment name (default: the YAML's name)")
+    p.add_argument("--watch", type=float, metavar="SECONDS", help="refresh every SECONDS until interrupted")
+    p.add_argument("--count", type=int, help="with --watch: stop after this many refreshes")
+    return p
+
+
+def _show(client: Any, experiment_id: str | None, plan: SweepPlan, clear: bool) -> None:
+    text = format_status(collect(client, experiment_id, plan))
+    print(("\033[2J\033[H" if clear else "") + text, flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from orchestration.overrides import load_sweep, plan_sweep
+    from orchestration.spec import SpecError
+
+    args = _parser().parse_args(argv)
+    for bad, message in ((args.watch is not None and args.watch <= 0, f"--watch={args.watch}: must be > 0 seconds"),
+                         (args.count is not None and args.count < 1, f"--count={args.count}: must be >= 1")):
+        if bad:
+            print(f"error: {message}", file=sys.stderr)
+            return 2
+    try:
+        loaded = load_sweep(args.spec, Path.cwd(), args.overrides, need_data=False)
+        plan = plan_sweep(loaded, Path.cwd())
+        uri = C.resolve_tracking_uri(args.tracking_uri)
+    except (SpecError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):].partition("?")[0]).is_file():
+        print(f"error: --tracking-uri {uri}: no MLflow store there (nothing launched yet, or another store: "
+              "--tracking-uri)", file=sys.stderr)
+        return 2
+    client = tracking.MlflowClient(uri)
+    exp = client.get_experiment_by_name(args.experiment_name or loaded.spec.name)
+    experiment_id = exp.experiment_id if exp is not None else None
+    shown = 0
+    try:
+        while True:
+            _show(client, experiment_id, plan, clear=args.watch is not None and sys.stdout.isatty())
+            shown += 1
+            if args.watch is None or (args.count is not None and shown >= args.count):
+                return 0
+            time.sleep(args.watch)
+    except KeyboardInterrupt:
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
