@@ -203,9 +203,10 @@ def _skipped(plan: SweepPlan, opts: SweepOptions, uri: str, exp_name: str) -> se
         client = tracking.MlflowClient(uri)
         exp = client.get_experiment_by_name(exp_name)
         if exp is not None:
-            grid, phases, _ = select(plan, client, exp.experiment_id, opts.force)
+            grid, phases, done = select(plan, client, exp.experiment_id, opts.force)
             skipped = {t.key for t in plan.grid if t.key not in grid}
             skipped |= {f"search:{s.key}" for s in plan.searches if s.phase not in phases}
+            skipped |= {r.key for r in plan.refits if r.key in done}
     except Exception as e:  # noqa: BLE001 - the plan is still worth printing
         print(f"[dry-run] could not read MLflow at {uri}: {e}")
     return skipped
@@ -250,6 +251,8 @@ def _rows(plan: SweepPlan, skipped: set[str], est: _Estimator, per_trial: bool) 
                             s.n_trials, est.trial(s.config, s.iterations, s.evaluations)))
     refits: dict[str, _Row] = {}
     for r in plan.refits:
+        if r.key in skipped:
+            continue
         key = r.tuned_cell.id + (f"/{r.fold}" if per_trial else "")
         if key not in refits:
             # the parameters exist only once the search is done

@@ -21,7 +21,7 @@ from orchestration.contract import KIND_GRID, KIND_REFIT, KIND_SMOKE, trial_key,
 from orchestration.spec import (Cell, SearchSpec, SweepSpec, expand_cells, search_cells, set_dotted, spec_hash,
                                 trial_config)
 
-__all__ = ["GridTrial", "SearchStudy", "RefitSlot", "SweepPlan", "REFIT_PHASE", "build_plan", "format_plan"]
+__all__ = ["GridTrial", "SearchStudy", "RefitSlot", "SweepPlan", "REFIT_PHASE", "build_plan"]
 
 REFIT_PHASE = "refit"  # the Tune phase (and launch-plan entry) of the refit trials
 
@@ -156,39 +156,3 @@ def build_plan(spec: SweepSpec, project_dir: str | Path, *, smoke: bool = False,
                 _, iters, evals = _budget(raw)
                 plan.refits.append(RefitSlot(cell, fold, raw, iters, evals))
     return plan
-
-
-def format_plan(plan: SweepPlan, seconds_per_trial: dict[str, float] | None = None,
-                skipped: set[str] | None = None) -> str:
-    """The plan as a text table: cell, fold, kind, iterations (× trials for a search), and the estimated cost when
-    ``seconds_per_trial`` (keyed by grid key or ``search:<key>``, seconds for one trial) is given."""
-    skipped = skipped or set()
-    rows = [("cell", "fold", "kind", "iterations", "est. time")]
-    for t in plan.grid:
-        kind = t.kind + (" (done, skipped)" if t.key in skipped else "")
-        est = _fmt_seconds(seconds_per_trial.get(t.key)) if seconds_per_trial else ""
-        rows.append((t.cell.id, str(t.fold), kind, str(t.iterations), est))
-    for s in plan.searches:
-        est = ""
-        if seconds_per_trial and f"search:{s.key}" in seconds_per_trial:
-            est = _fmt_seconds(seconds_per_trial[f"search:{s.key}"] * s.n_trials)
-        kind = f"search ×{s.n_trials}" + (" (done, skipped)" if f"search:{s.key}" in skipped else "")
-        rows.append((s.cell.id, str(s.fold), kind, f"{s.n_trials}×{s.iterations}", est))
-    for r in plan.refits:
-        est = _fmt_seconds(seconds_per_trial.get(f"refit:{r.key}")) if seconds_per_trial else ""
-        kind = KIND_REFIT + (" (done, skipped)" if r.key in skipped else " (parameters chosen by search)")
-        rows.append((r.tuned_cell.id, str(r.fold), kind, str(r.iterations), est))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
-def _fmt_seconds(s: float | None) -> str:
-    if s is None:
-        return "?"
-    if s < 120:
-        return f"{s:.0f} s"
-    if s < 7200:
-        return f"{s / 60:.1f} min"
-    return f"{s / 3600:.1f} h"

@@ -1,4 +1,4 @@
-"""Plan expansion: cells × folds minus exclude, smoke trials, search studies, and the printed plan."""
+"""Plan expansion: cells × folds minus exclude, smoke trials, search studies, refits, and --set overrides."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import copy
 import pytest
 import yaml
 
-from orchestration.plan import build_plan, format_plan
+from orchestration.plan import build_plan
 from orchestration.spec import parse_spec
 
 SPEC = yaml.safe_load("""
@@ -80,18 +80,6 @@ def test_smoke_runs_every_cell_on_the_first_fold_without_search(spec, tmp_path):
                                           "method=fixmatch,labels=l40/fold0"]
     assert {(t.kind, t.iterations, t.evaluations) for t in plan.grid} == {("smoke", 2, 2)}
     assert plan.searches == []
-
-
-def test_format_plan_lists_every_trial_with_cost(spec, tmp_path):
-    plan = build_plan(spec, tmp_path)
-    text = format_plan(plan, {t.key: 30.0 for t in plan.grid} | {f"search:{s.key}": 200.0 for s in plan.searches},
-                       skipped={plan.grid[0].key})
-    lines = text.splitlines()
-    assert lines[0].split() == ["cell", "fold", "kind", "iterations", "est.", "time"]
-    assert len(lines) == 2 + len(plan.grid) + len(plan.searches) + len(plan.refits)
-    assert "grid (done, skipped)" in lines[2]
-    assert lines[1 + len(plan.grid) + len(plan.searches)].split()[2:] == ["search", "×3", "3×30", "10.0", "min"]
-    assert "30 s" in lines[3]
 
 
 # ------------------------------------------------------------------------------------------------ --set overrides

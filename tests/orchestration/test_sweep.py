@@ -176,7 +176,8 @@ def test_relaunch_skips_finished_trials_without_starting_ray(tiny, run_cli):
     assert "method=mutexmatch" in again.output  # the summary is still printed
     assert len(_runs(client, exp)) == before
     plan = run_cli(project, "tiny.yaml", "--dry-run", timeout=180)
-    assert "skipped (already FINISHED with the same config): 5" in plan.output  # 4 grid trials, the search study
+    # 4 grid trials, the search study and the 2 refits of its best parameters
+    assert "skipped (already FINISHED with the same config): 7" in plan.output, plan.output
     forced = run_cli(project, "tiny.yaml", "--dry-run", "--force", timeout=180)
     assert forced.returncode == 0 and "skipped (already" not in forced.output
 
