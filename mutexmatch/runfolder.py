@@ -138,6 +138,22 @@ class RunFolder:
         f.flush()
         self._lock_file = f
 
+    def in_use(self) -> bool:
+        """Whether a trainer (in any process) holds the folder's lock now."""
+        if self._lock_file is not None:
+            return True
+        try:
+            f = open(self.path / LOCK)
+        except OSError:
+            return False
+        with f:
+            try:
+                fcntl.flock(f.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except OSError:
+                return True
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+            return False
+
     def unlock(self) -> None:
         if self._lock_file is not None:
             self._lock_file.close()  # closing the descriptor releases the flock

@@ -54,6 +54,7 @@ __all__ = ["TrialContext", "run_trial", "TrialCallback", "RUN_DIRNAME", "META_FI
 RUN_DIRNAME = "run"
 META_FILE = "orchestration.json"
 SCRATCH_DIRNAME = "mutexmatch_trials"  # under the worker's temporary folder: never synced by Ray
+STALE_AFTER_S = 24 * 3600  # a scratch folder untouched this long, with no trainer in it, is deleted by any trial
 
 
 @dataclass(frozen=True)
@@ -227,9 +228,13 @@ def _scratch(trial_id: str) -> Path:
     folder (Ray copies that one to the storage while the trainer replaces files in it). Everything in a finished or
     stopped trial's folder is in MLflow (weights, final checkpoint, metrics) or in Tune's storage (the last
     checkpoint), so it is deleted then; a FAILED or killed attempt's stays until the trial's next attempt on this
-    machine, which restarts from Tune's checkpoint and deletes it."""
+    machine (which restarts from Tune's checkpoint), or :data:`STALE_AFTER_S` without a trainer in it."""
     root = Path(tempfile.gettempdir()) / SCRATCH_DIRNAME
     root.mkdir(parents=True, exist_ok=True)
-    for earlier in root.glob(f"{trial_id}_*"):
-        shutil.rmtree(earlier, ignore_errors=True)
+    now = time.time()
+    for old in root.iterdir():
+        with contextlib.suppress(OSError):  # another trial may delete it first
+            stale = now - old.stat().st_mtime > STALE_AFTER_S and not RunFolder(old / RUN_DIRNAME).in_use()
+            if old.name.startswith(f"{trial_id}_") or stale:
+                shutil.rmtree(old, ignore_errors=True)
     return Path(tempfile.mkdtemp(prefix=f"{trial_id}_", dir=root))

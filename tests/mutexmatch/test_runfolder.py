@@ -75,10 +75,13 @@ def test_a_fresh_run_needs_an_empty_folder_and_overwrite_removes_only_run_files(
 
 def test_lock_is_exclusive_and_released(tmp_path):
     a, b = RunFolder(tmp_path), RunFolder(tmp_path)
+    assert not a.in_use()  # no lock file yet
     a.lock()
     a.lock()  # already held: no-op
+    assert a.in_use() and b.in_use()
     with pytest.raises(RunFolderLocked, match=f"in use by another trainer \\(pid {os.getpid()}\\)"):
         b.lock()
     a.unlock()
+    assert not b.in_use()
     b.lock()
     b.unlock()

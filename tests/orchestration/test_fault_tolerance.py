@@ -400,3 +400,29 @@ def test_resume_without_tune_storage_trusts_mlflow(tmp_path, data_root, run_cli)
     assert "already FINISHED in MLflow: not run again" in again.output
     after = {r.info.run_id: r.info.end_time for r in grid_runs(client, "lost")}
     assert after == before  # no new run, and the finished ones untouched
+
+
+def test_scratch_folders_of_dead_attempts_are_deleted_but_not_a_running_ones(tmp_path, monkeypatch):
+    """A trial's earlier attempts on this machine, and any folder idle for a day with no trainer in it, go when a
+    trial starts; a folder whose trainer still holds the run lock stays however old it looks."""
+    import time
+
+    from mutexmatch.runfolder import RunFolder
+    from orchestration import trainable
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read $TMPDIR again
+    root = tmp_path / trainable.SCRATCH_DIRNAME
+    old = time.time() - trainable.STALE_AFTER_S - 60
+    folders = {name: root / name for name in ("t1_a", "t9_dead", "t9_running", "t9_recent")}
+    for name, path in folders.items():
+        (path / trainable.RUN_DIRNAME).mkdir(parents=True)
+        if name != "t9_recent":
+            os.utime(path, (old, old))
+    running = RunFolder(folders["t9_running"] / trainable.RUN_DIRNAME)
+    running.lock()
+    os.utime(folders["t9_running"], (old, old))
+    new = trainable._scratch("t1")
+    running.unlock()
+    assert sorted(p.name for p in root.iterdir()) == sorted(["t9_running", "t9_recent", new.name])
+    assert new.name.startswith("t1_") and not list(new.iterdir())
