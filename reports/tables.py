@@ -199,7 +199,8 @@ def caption(data: TableData) -> str:
 def _note(data: TableData, markdown: bool) -> str:
     """The method notes, one line: what a cell is, protocol, split rule, marks, and Paper/Δ when shown."""
     lay = data.layout
-    rules = ", ".join(data.split_rules) if data.split_rules else "unknown (no finished run)"
+    rules = ", ".join(data.split_rules) if data.split_rules else \
+        "not logged" if any(stats.n for stats in data.cells.values()) else "unknown (no finished run)"
     metric = f"`{lay.metric}`" if markdown else lay.metric
     bold, second = ("**bold**", "*italic*") if markdown else ("bold", "underlined")
     parts = [f"Mean ± std (sample, ddof=1) over folds of {metric} ×100; protocol: {PROTOCOL_TEXT[data.protocol]}; "

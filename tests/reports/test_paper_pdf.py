@@ -99,5 +99,6 @@ def test_index_lists_markdown_latex_and_pdf(paper):
                  "(curves-main.pdf)", "(curves-main.svg)"):
         assert link in index, link
     assert "None: every table cell has at least one finished run." in index
+    assert "split rule: not logged." in (paper.out_dir / "main.md").read_text()   # the fixture logs no params
     tex = (paper.out_dir / "report.tex").read_text()
     assert r"\includegraphics[width=\linewidth,height=0.45\textheight,keepaspectratio]{curves-main}" in tex
