@@ -147,7 +147,8 @@ def _check_metrics(layout: ReportLayout, logged: set[str], name: str) -> None:
     of "—" only)."""
     wanted = [(f"tables[{i}]({t.id}).metric", t.metric) for i, t in enumerate(layout.tables)]
     for f in layout.figures:
-        if isinstance(f, CurvesFigure):
+        if isinstance(f, CurvesFigure) and "metrics" in f.model_fields_set:
+            # only metrics the YAML names: a default one a run lacks just draws no line
             wanted += [(f"figures({f.id}).metrics", m) for m in f.metrics]
         elif isinstance(f, SensitivityFigure):
             wanted.append((f"figures({f.id}).metric", f.metric))

@@ -186,3 +186,13 @@ def test_missing_default_store_says_it_is_the_default(store, tmp_path, capsys, m
     assert err.startswith(f"error: the default store (no --tracking-uri, no $MLFLOW_TRACKING_URI) "
                           f"'sqlite:///{tmp_path / 'mlflow.db'}': no such file at ")
     assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_typo_in_a_figure_metric(store, tmp_path, capsys):
+    def typo(spec):
+        spec["figures"][0]["metrics"] = ["test/acc", "train/pl_ac"]
+
+    err = _refused(capsys, [str(_spec_variant(store, tmp_path, typo)), "--tracking-uri", store.uri, "--out",
+                            str(tmp_path / "out")], tmp_path / "out")
+    assert err.startswith("error: figures(curves).metrics='train/pl_ac': no finished run of experiment 'rep' "
+                          "logged it; did you mean 'train/pl_acc'?")
