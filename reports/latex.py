@@ -26,7 +26,7 @@ __all__ = ["MAX_RUNS", "PACKAGES", "TEX_INSTALL", "latex_document", "pdflatex", 
 
 MAX_RUNS = 4
 PACKAGES = ("geometry", "booktabs", "longtable", "graphicx")
-TEX_INSTALL = "make system-deps (Debian: texlive-latex-base texlive-latex-recommended lmodern)"
+TEX_INSTALL = "`make system-deps` (Debian/Ubuntu packages: TEX_DEBS in the Makefile)"
 _TIMEOUT_S = 300
 _RERUN = re.compile(r"Rerun (LaTeX|to get)|Table widths have changed")
 _FLOATS = [r"\renewcommand{\topfraction}{0.9}", r"\renewcommand{\bottomfraction}{0.8}",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,9 +13,6 @@ import pytest
 from matplotlib.image import imread
 
 from reports.build import build_report, main
-
-TEX_APT = ("apt-get install -y --no-install-recommends texlive-latex-base texlive-latex-recommended "
-           "texlive-latex-extra")
 
 
 def _t3_two_sided_p(t: float) -> float:

@@ -12,6 +12,7 @@ from reports.layout import validate_report
 from reports.stats import CellStats
 from reports.tables import (build_table_data, format_delta, format_mean_std, format_p, latex_escape,
                             render_folds_latex, render_folds_markdown, render_latex, render_markdown)
+from reports.latex import TEX_INSTALL
 from reports.layout import PublishedValue
 
 SPEC = {
@@ -159,8 +160,7 @@ def test_grouped_latex_structure_and_compiles(data, tmp_path):
     assert r"FixMatch & \textbf{91.00$\pm$1.41}\,{\scriptsize (n=2)} & --- & --- \\" in tex
     assert r"Supervised & \underline{80.00}\,{\scriptsize (n=1)} & --- & --- \\" in tex
     pdflatex = shutil.which("pdflatex")
-    assert pdflatex, "pdflatex is required (apt-get install -y --no-install-recommends texlive-latex-base " \
-                     "texlive-latex-recommended texlive-latex-extra)"
+    assert pdflatex, f"pdflatex is required: {TEX_INSTALL}"
     (tmp_path / "t.tex").write_text("\n".join([
         r"\documentclass{article}", r"\usepackage[T1]{fontenc}", r"\usepackage{booktabs,longtable,graphicx}",
         r"\begin{document}", tex, render_folds_latex(data), render_latex(wide_table()), r"\end{document}"]))
