@@ -310,9 +310,13 @@ def _disk_line(plan: SweepPlan, skipped: set[str]) -> str:
         total += sum(_param_bytes(r.config, cache) for r in plan.refits)
     except Exception as e:  # noqa: BLE001 - the rest of the plan stands
         return f"disk: unknown ({type(e).__name__}: {e})"
-    return (f"disk: ~{total * _MLFLOW_COPIES / 1e9:,.1f} GB of MLflow artifacts (best and final weights, final "
-            f"checkpoint) and up to ~{total * _TUNE_COPIES / 1e9:,.1f} GB in the Tune storage (two checkpoints per "
+    return (f"disk: ~{_fmt_bytes(total * _MLFLOW_COPIES)} of MLflow artifacts (best and final weights, final "
+            f"checkpoint) and up to ~{_fmt_bytes(total * _TUNE_COPIES)} in the Tune storage (two checkpoints per "
             "trial), from the models' parameter counts; metrics and class counts are small")
+
+
+def _fmt_bytes(n: float) -> str:
+    return f"{n / 1e9:,.1f} GB" if n >= 1e9 else f"{n / 1e6:,.1f} MB"
 
 
 def _slots(plan: SweepPlan, opts: SweepOptions, device: str | None) -> tuple[int, str]:

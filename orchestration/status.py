@@ -261,7 +261,7 @@ def format_status(st: SweepStatus) -> str:
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(_row(t)) + " |" for t in st.trials]
     counts = st.counts()
-    to_go = "unknown (nothing measured yet)" if st.to_go_s is None else \
+    to_go = "unknown (nothing measured yet)" if st.to_go_s is None else "0" if st.to_go_s == 0 else \
         f"≈ {format_hours(st.to_go_s * st.share / 3600)}" + (f" (+{st.unknown_to_go} trial(s) not estimated)"
                                                     if st.unknown_to_go else "")
     lines += ["", "**totals:** " + ", ".join(f"{n} {s}" for s, n in counts.items()) + f" ({sum(counts.values())} "
