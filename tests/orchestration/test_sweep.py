@@ -56,10 +56,12 @@ def _write_spec(project: Path, data_root: Path, gpu: float = 0) -> Path:
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory, data_root, run_cli):
     """The tiny sweep, run once with the default tracking URI and storage (both under the project folder). The spec
-    asks for half a GPU and the sweep is told to drop it: this Ray has none."""
+    asks for no GPU, ``--set resources.gpu=0.5`` for half of one (applied before the resource check), and the sweep
+    is told to drop it: this Ray has none. Resources do not change a trial's config, so a relaunch without the
+    override finds every trial done."""
     project = tmp_path_factory.mktemp("tiny")
-    _write_spec(project, data_root, gpu=0.5)
-    result = run_cli(project, "tiny.yaml", "--gpu-policy", "drop")
+    _write_spec(project, data_root, gpu=0)
+    result = run_cli(project, "tiny.yaml", "--gpu-policy", "drop", "--set", "resources.gpu=0.5")
     client = MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
     return project, result, client, client.get_experiment_by_name("tiny")
 
@@ -236,7 +238,8 @@ def test_parent_run_shows_description_status_and_progress_metrics(tiny, tmp_path
     assert result.returncode == 0, result.output
     parent = _runs(client, exp, "tags.`mutexmatch.role` = 'sweep'")[0]
     assert parent.data.tags["mlflow.note.content"] == "(the sweep YAML has no description)"
-    assert parent.data.tags["mutexmatch.overrides"] == "[]"
+    assert parent.data.tags["mutexmatch.overrides"] == '["resources.gpu=0.5"]'
+    assert "--set resources.gpu=0.5" in parent.data.tags["mutexmatch.command"]
     assert "[sweep] MLflow UI: mlflow ui --backend-store-uri sqlite:///" in result.output
     status_md = Path(client.download_artifacts(parent.info.run_id, "status.md", str(tmp_path))).read_text()
     assert "| method=fixmatch | 0 | grid | FINISHED | 8/8 |" in status_md and " 0 PENDING" in status_md
