@@ -19,11 +19,13 @@ import time
 import torch
 from torch import Tensor
 
+from mutexmatch import metrics as M
 from mutexmatch.algorithms import StepOutput
+from mutexmatch.metrics import TERMS, term_metric
 
 __all__ = ["TERMS", "StepAccumulator"]
 
-TERMS = ("loss", "sup", "sep", "p", "n")   # logged as train/<term>; "loss" is the weighted total
+# TERMS: logged as train/<term> (mutexmatch.metrics.term_metric); "loss" is the weighted total
 # Counts summed over the unlabeled samples with a true label (the mask sum over all of them).
 _COUNTS = ("confident", "labeled", "pl_correct_confident", "pl_correct", "comp_correct", "tnc_comp_correct",
            "tnc_scored", "comp_scored")
@@ -93,7 +95,7 @@ class StepAccumulator:
 
     def term_means(self) -> dict[str, float]:
         """``train/<term>``: the means over the steps (one read of the device)."""
-        return {f"train/{t}": v for t, v in zip(TERMS, (self.terms / max(1, self.steps)).tolist())}
+        return {term_metric(t): v for t, v in zip(TERMS, (self.terms / max(1, self.steps)).tolist())}
 
     def sample_metrics(self) -> dict[str, float]:
         """The unlabeled-sample ratios (one read of the device); NaN without samples to score, none without
@@ -103,13 +105,13 @@ class StepAccumulator:
         c = dict(zip(_COUNTS, self.counts.tolist()))
         nan = float("nan")
         out = {
-            "train/mask_ratio": c["confident"] / self.ulb_seen,
-            "train/pl_acc": c["pl_correct_confident"] / c["confident"] if c["confident"] else nan,
-            "train/pl_acc_all": c["pl_correct"] / c["labeled"] if c["labeled"] else nan,
-            "train/cpa": c["comp_correct"] / c["comp_scored"] if c["comp_scored"] else nan,
+            M.MASK_RATIO: c["confident"] / self.ulb_seen,
+            M.PL_ACC: c["pl_correct_confident"] / c["confident"] if c["confident"] else nan,
+            M.PL_ACC_ALL: c["pl_correct"] / c["labeled"] if c["labeled"] else nan,
+            M.CPA: c["comp_correct"] / c["comp_scored"] if c["comp_scored"] else nan,
         }
         if c["tnc_scored"]:
-            out["train/tnc_cpa"] = c["tnc_comp_correct"] / c["tnc_scored"]
+            out[M.TNC_CPA] = c["tnc_comp_correct"] / c["tnc_scored"]
         return out
 
     def class_counts(self, with_tnc: bool) -> dict:

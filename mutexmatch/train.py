@@ -38,6 +38,7 @@ from mutexmatch.algorithms import ALGORITHMS, StepInputs
 from mutexmatch.allocator import keep_freed_memory
 from mutexmatch.atomic import atomic_write
 from mutexmatch.augment import normalize, strong_augment, weak_augment
+from mutexmatch import metrics as M
 from mutexmatch.callbacks import Callback, EvalEvent, RunSummary, StartEvent
 from mutexmatch.checkpoint import (CheckpointError, latest_checkpoint, load_checkpoint, prune_checkpoints,
                                    save_checkpoint)
@@ -451,18 +452,18 @@ class Trainer:
         window = self.history[-self.cfg.train.median_window:]
         per_step_imgs = self.cfg.train.batch_size + 2 * st.ulb_seen / n
         metrics = {
-            **terms, "test/acc": acc, "test/acc_raw": acc_raw, "test/best_acc": self.best_acc,
-            "test/median_acc": float(statistics.median(window)),
-            "train/lr": self.scheduler.get_last_lr()[0],
-            "perf/img_per_s": per_step_imgs * n / max(elapsed, 1e-9),
-            "perf/data_s": st.t_data / n, "perf/compute_s": st.t_compute / n,
+            **terms, M.TEST_ACC: acc, M.TEST_ACC_RAW: acc_raw, M.TEST_BEST_ACC: self.best_acc,
+            M.TEST_MEDIAN_ACC: float(statistics.median(window)),
+            M.TRAIN_LR: self.scheduler.get_last_lr()[0],
+            M.PERF_IMG_PER_S: per_step_imgs * n / max(elapsed, 1e-9),
+            M.PERF_DATA_S: st.t_data / n, M.PERF_COMPUTE_S: st.t_compute / n,
             **st.sample_metrics(),
         }
         val_data = self._val_data()
         if val_data is not None:
             val = self.accuracy(self.ema.module, *val_data)
             self.best_val = max(self.best_val, val)
-            metrics.update({"val/acc": val, "val/best_acc": self.best_val})
+            metrics.update({M.VAL_ACC: val, M.VAL_BEST_ACC: self.best_val})
         return EvalEvent(step=self.step, metrics=metrics, class_counts=st.class_counts(self.model.tnc is not None))
 
     def _val_data(self) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -585,7 +586,7 @@ class Trainer:
         The line is appended before the checkpoint is written: a trainer killed between the two resumes from the
         previous checkpoint, which drops the line and redoes the evaluation, so every evaluation is logged once."""
         event = self.evaluate()
-        if event.metrics["test/acc"] >= self.best_acc:  # a new best EMA test accuracy (ties: the latest)
+        if event.metrics[M.TEST_ACC] >= self.best_acc:  # a new best EMA test accuracy (ties: the latest)
             self._save_weights(self.run.best_weights)
         self.run.append_metrics(self.step, event.metrics)
         if with_checkpoint:
@@ -675,7 +676,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return INTERRUPTED
     m = summary.metrics
     print(json.dumps({"step": summary.step, "output_dir": str(summary.output_dir),
-                      **{k: m[k] for k in ("test/acc", "test/best_acc", "test/median_acc") if k in m}}))
+                      **{k: m[k] for k in (M.TEST_ACC, M.TEST_BEST_ACC, M.TEST_MEDIAN_ACC) if k in m}}))
     return 0
 
 

@@ -18,6 +18,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Iterable
 
+from mutexmatch import metrics as M
+
 # ------------------------------------------------------------------------------------------------ tags
 TAG = "mutexmatch."                 # prefix of every tag the sweep writes
 PARENT_RUN_ID = "mlflow.parentRunId"  # MLflow's own tag: a trial run's sweep (parent) run
@@ -161,13 +163,10 @@ def class_counts_artifact(step: int) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ metrics
-# Names the trainer logs (mutexmatch.train) that the layout's readers rely on.
-TEST_ACC = "test/acc"                # EMA model, at every evaluation
-TEST_BEST_ACC = "test/best_acc"
-VAL_ACC = "val/acc"
-VAL_BEST_ACC = "val/best_acc"
-PL_ACC = "train/pl_acc"
-TRAIN_LOSS = "train/loss"            # logged at every evaluation: its history gives a run's logged steps
+# Names the trainer logs, declared by the trainer (mutexmatch.metrics), that the layout's readers rely on.
+TEST_ACC, TEST_BEST_ACC, VAL_ACC, VAL_BEST_ACC = M.TEST_ACC, M.TEST_BEST_ACC, M.VAL_ACC, M.VAL_BEST_ACC
+PL_ACC = M.PL_ACC
+TRAIN_LOSS = M.term_metric("loss")   # logged at every evaluation: its history gives a run's logged steps
 VALIDATION_METRICS = (VAL_ACC, VAL_BEST_ACC)  # the only legal search objectives (never test/*)
 TRIALS_METRIC = "trials/"            # parent run: trials/finished, trials/failed, trials/running, ... (status)
 

@@ -50,6 +50,7 @@ figure's generated caption.
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
@@ -58,6 +59,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from mutexmatch.checks import validation_error_lines
+from mutexmatch.metrics import LOGGED, is_logged
 from mutexmatch.dotted import flatten_dotted
 
 from orchestration import contract
@@ -374,6 +376,7 @@ def _check_partial_cell(where: str, cell: dict[str, str], axes: Axes) -> list[st
 
 def _check_table(t: TableLayout, where: str, axes: Axes) -> list[str]:
     errors: list[str] = []
+    errors += _metric_errors(f"{where}.metric", [t.metric])
     for key in ("rows", "columns", "row_groups"):
         if getattr(t, key) is not None:
             errors += _check_axis(f"{where}.{key}", getattr(t, key), axes)
@@ -480,6 +483,17 @@ def _check_published(t: TableLayout, where: str, axes: Axes, groups: set, rows: 
     return errors
 
 
+def _metric_errors(where: str, metrics: list[str]) -> list[str]:
+    """One line per name the trainer never logs (:data:`mutexmatch.metrics.LOGGED`), with the closest one."""
+    errors = []
+    for m in metrics:
+        if not is_logged(m):
+            close = difflib.get_close_matches(m, sorted(LOGGED), n=1)
+            errors.append(f"{where}: {m!r} is not a metric the trainer logs" +
+                          (f"; did you mean {close[0]!r}?" if close else f" ({', '.join(sorted(LOGGED))})"))
+    return errors
+
+
 def _check_figure(f: CurvesFigure | HeatmapFigure | SensitivityFigure, where: str, axes: Axes) -> list[str]:
     errors: list[str] = []
     if isinstance(f, CurvesFigure):
@@ -487,12 +501,14 @@ def _check_figure(f: CurvesFigure | HeatmapFigure | SensitivityFigure, where: st
             errors += _check_partial_cell(f"{where}.cells[{i}]", cell, axes)
         if not f.metrics:
             errors.append(f"{where}.metrics=[]: name at least one metric")
+        errors += _metric_errors(f"{where}.metrics", f.metrics)
     elif isinstance(f, HeatmapFigure):
         errors += _check_partial_cell(f"{where}.cell", f.cell, axes)
         missing = [a for a in axes if a not in f.cell]
         if missing:
             errors.append(f"{where}.cell={f.cell!r}: must name a full cell; missing axes: {', '.join(missing)}")
     else:
+        errors += _metric_errors(f"{where}.metric", [f.metric])
         errors += _check_axis(f"{where}.axis", f.axis, axes)
         if f.series is not None:
             errors += _check_axis(f"{where}.series", f.series, axes)

@@ -249,8 +249,7 @@ CASES = [
     C("sweep-tracking-uri-not-a-db", S, "{t}/s.yaml --tracking-uri {t}/notes.db", "{t}/notes.db",
       files={"s.yaml": SWEEP_YAML, "notes.db": "not a database\n"}),
     C("sweep-table-metric-typo", S, "{t}/s.yaml", "test/accc",
-      files={"s.yaml": REPORT_YAML.replace("test/acc", "test/accc")},
-      owner="reports/layout.py (validate_report: metric names; the sweep calls it at launch)"),
+      files={"s.yaml": REPORT_YAML.replace("test/acc", "test/accc")}),
     # ---------------------------------------------------------------- reports.build
     C("report-missing", R, "{t}/nope.yaml", "'{t}/nope.yaml': file not found"),
     C("report-folder", R, "{t}/exp", "'{t}/exp': is a directory", files={"exp": None},
