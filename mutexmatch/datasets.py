@@ -204,6 +204,15 @@ _DATASET_DIRS = {
 
 DIGITS_NUM_TRAIN = 1300
 DIGITS_NUM_TEST = 497
+# Images per split as the readers decode the published files (mini-ImageNet's come from its CSVs instead): what the
+# memory a load takes is estimated from before anything is decoded (footprint).
+PUBLISHED_IMAGES: dict[str, dict[str, int]] = {
+    "cifar10": {"train": 50_000, "test": 10_000}, "cifar100": {"train": 50_000, "test": 10_000},
+    "svhn": {"train": 73_257, "test": 26_032, "extra": 531_131},
+    "stl10": {"train": 5_000, "test": 8_000, "unlabeled": 100_000},
+    "tinyimagenet": {"train": 100_000, "test": 10_000},
+    "digits": {"train": DIGITS_NUM_TRAIN, "test": DIGITS_NUM_TEST},
+}
 _DIGITS_SPLIT_SEED = 0
 
 
@@ -334,9 +343,52 @@ def cache_paths(name: str, root: str | Path, *, image_size: int | None = None, s
     info = _get_info(name)
     size = _resolve_image_size(info, image_size)
     ddir = dataset_dir(name, root)
-    splits = {"cifar10": ["train", "test"], "cifar100": ["train", "test"], "stl10": ["train", "test", "unlabeled"],
-              "svhn": ["train", "test"] + (["extra"] if svhn_extra else [])}.get(name, ["train", "test"])
-    return {s: _cache_path(ddir, s, size) for s in splits}
+    return {s: _cache_path(ddir, s, size) for s in _split_names(name, svhn_extra)}
+
+
+def _split_names(name: str, svhn_extra: bool) -> list[str]:
+    """The cached splits of a built-in dataset."""
+    return [s for s in PUBLISHED_IMAGES.get(name, ("train", "test")) if svhn_extra or s != "extra"]
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """What a load holds in memory, known before any image is decoded (images are uint8 ``channels x size^2``)."""
+
+    channels: int
+    size: int
+    splits: dict[str, int]  # split -> images, as cached
+    train: int              # the training set the trainer indexes (SVHN's extra appended)
+    unlabeled: int          # unlabeled-only images beside it (STL-10's unlabeled split, an image folder's unlabeled/)
+
+    def nbytes(self, images: int) -> int:
+        return images * self.channels * self.size * self.size
+
+    @property
+    def loaded_images(self) -> int:
+        """Images in host memory once loaded: every split, plus SVHN's train and extra concatenated (a copy)."""
+        return sum(self.splits.values()) + (self.train if "extra" in self.splits else 0)
+
+
+def footprint(name: str, root: str | Path, *, svhn_extra: bool = False, image_size: int | None = None
+              ) -> Footprint:
+    """The images a :func:`load_dataset` with these arguments would hold, counted without decoding any: the
+    published split sizes, mini-ImageNet's CSV rows, an image folder's files. Raises what the load would for a bad
+    name, size or folder layout."""
+    if name == imagefolder.NAME:
+        index = imagefolder.scan_folder(root)
+        splits = {s: len(files) for s, files in index.files.items()}
+        size = image_size or imagefolder.infer_image_size(index)
+        return Footprint(3, size, splits, splits["train"], splits.get(imagefolder.UNLABELED_SPLIT, 0))
+    info = _get_info(name)
+    size = _resolve_image_size(info, image_size)
+    if name == "miniimagenet":  # a missing CSV counts 0: the load names the missing files
+        csvs = {s: dataset_dir(name, root) / f"{s}.csv" for s in _split_names(name, svhn_extra)}
+        splits = {s: len(_read_csv_split(p)[0]) if p.is_file() else 0 for s, p in csvs.items()}
+    else:
+        splits = {s: PUBLISHED_IMAGES[name][s] for s in _split_names(name, svhn_extra)}
+    return Footprint(info.channels, size, splits, splits["train"] + splits.get("extra", 0),
+                     splits.get("unlabeled", 0))
 
 
 def _with_normalization(info: DatasetInfo, normalization: str) -> DatasetInfo:

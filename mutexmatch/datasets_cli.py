@@ -29,6 +29,7 @@ from torchvision.datasets import CIFAR10, CIFAR100, STL10, SVHN
 from torchvision.datasets.utils import check_integrity
 
 from mutexmatch import imagefolder
+from mutexmatch.cliwarnings import one_line_warnings
 from mutexmatch.config import DATASET_NAMES
 from mutexmatch.datasets import (DATASETS, DatasetBundle, ImageData, cache_paths, checksum_path, dataset_dir,
                                  load_dataset, svhn_splits, torchvision_files)
@@ -389,6 +390,11 @@ def _one_line(err: BaseException) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status (0 ok, 2 for any error, printed as one line)."""
+    with one_line_warnings():
+        return _run(argv)
+
+
+def _run(argv: Sequence[str] | None) -> int:
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exit_:  # --help

@@ -42,8 +42,9 @@ from mutexmatch import metrics as M
 from mutexmatch.callbacks import Callback, EvalEvent, RunSummary, StartEvent
 from mutexmatch.checkpoint import (CheckpointError, latest_checkpoint, load_checkpoint, prune_checkpoints,
                                    save_checkpoint)
+from mutexmatch.cliwarnings import one_line_warnings
 from mutexmatch.config import ConfigError, RunConfig, config_hash, load_config, parse_config, read_config_file
-from mutexmatch.datasets import DatasetBundle, DatasetError, load_dataset
+from mutexmatch.datasets import DatasetBundle, DatasetError, Footprint, footprint, load_dataset
 from mutexmatch.diagnostics import StepAccumulator
 from mutexmatch.imagefolder import ImageFolderError
 from mutexmatch.ema import ModelEMA
@@ -53,7 +54,8 @@ from mutexmatch.runfolder import RUN_MARKER, RunFolder, RunFolderError, checkpoi
 from mutexmatch.sampler import SSLSampler
 from mutexmatch.splits import Split, make_split
 
-__all__ = ["Trainer", "NonFiniteLossError", "StepMemoryError", "RunDirError", "param_groups", "main"]
+__all__ = ["Trainer", "NonFiniteLossError", "StepMemoryError", "MemoryBudgetError", "RunDirError", "check_memory",
+           "param_groups", "main"]
 
 INTERRUPTED = 130     # exit code after Ctrl+C, as the shell reports a SIGINT death (and the sweep exits)
 
@@ -64,6 +66,11 @@ class NonFiniteLossError(FloatingPointError):
 
 class StepMemoryError(ConfigError):
     """One training step does not fit in the training device's memory (``train.batch_size`` and ``train.mu``)."""
+
+
+class MemoryBudgetError(ConfigError):
+    """The run's decoded images and one training step would not fit in the memory available now (refused before
+    any image is decoded, instead of swapping for minutes until the kernel kills the process)."""
 
 
 class RunDirError(SystemExit):
@@ -138,6 +145,76 @@ def _device_memory(device: torch.device) -> int | None:
     return None
 
 
+def _host_available() -> int | None:
+    """Bytes the host can allocate without swapping: MemAvailable (free memory plus the page cache it can drop),
+    else the free pages; None where neither is known."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024  # the kernel writes kB
+    with contextlib.suppress(ValueError, OSError, AttributeError):
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return None
+
+
+def _available_memory(device: torch.device) -> dict[str, int | None]:
+    """Free bytes of each memory a run fills: the host's and, on CUDA, the device's."""
+    have = {"host": _host_available()}
+    if device.type == "cuda":
+        have["cuda"] = torch.cuda.mem_get_info(device)[0]
+    return have
+
+
+# fp32 bytes autograd saves per image and pixel in one training step: experiments/README.md's counts
+# (benchmarks/step_memory.py) less the weights that its batch-1 count scaled 64-fold, which leaves one figure per
+# backbone at every measured size (WRN-28-8 at 32, 64 and 80 px: 14.5k). Rounded down, as the check must refuse
+# only what cannot fit; a backbone not measured counts its float32 input batch alone.
+ACTIVATION_BYTES_PER_PIXEL = {"wrn28_2": 3700, "cnn13": 6400, "wrn28_8": 14400, "resnet18": 430, "wrn37_2": 3900}
+ACTIVATION_SHARE = {"fp32": 1.0, "bf16": 0.5, "fp16": 0.5}  # autocast saves about half (the table's bf16 column)
+
+
+def _step_images(cfg: RunConfig) -> int:
+    t = cfg.train
+    return t.batch_size * (1 + 2 * t.mu) if ALGORITHMS[cfg.algorithm.name].uses_unlabeled else t.batch_size
+
+
+def _step_bytes(cfg: RunConfig, fp: Footprint) -> int:
+    """A lower bound of one training step's memory: its saved activations, else its float32 input batch."""
+    per_pixel = ACTIVATION_BYTES_PER_PIXEL.get(cfg.model.backbone)
+    if per_pixel is None:
+        return _step_images(cfg) * fp.nbytes(1) * 4
+    return int(_step_images(cfg) * per_pixel * ACTIVATION_SHARE[cfg.train.precision] * fp.size ** 2)
+
+
+def _memory_needs(cfg: RunConfig, device: torch.device, fp: Footprint) -> dict[str, tuple[int, int]]:
+    """Memory -> (images it holds, bytes of one step in it) once the trainer is built."""
+    ulb_copy = fp.train + fp.unlabeled if fp.unlabeled else 0  # the trainer's cat of train and unlabeled images
+    if device.type == "cuda":  # the training images move to the device; the test images stay on the host
+        return {"host": (fp.loaded_images, 0), "cuda": (fp.train + ulb_copy, _step_bytes(cfg, fp))}
+    return {"host": (fp.loaded_images + ulb_copy, _step_bytes(cfg, fp))}
+
+
+def check_memory(cfg: RunConfig, device: torch.device) -> None:
+    """Refuse, before any image is decoded, a run whose images and one training step need more memory than is
+    available (:class:`MemoryBudgetError`, one line with both figures and what to change)."""
+    d = cfg.data
+    fp = footprint(d.dataset, d.root, svhn_extra=d.svhn_extra, image_size=d.image_size)
+    have = _available_memory(device)
+    for where, (images, step) in _memory_needs(cfg, device, fp).items():
+        free = have.get(where)
+        need = fp.nbytes(images) + step
+        if free is None or need <= free:
+            continue
+        side = f"{fp.channels}x{fp.size}x{fp.size}"
+        parts = f"{_size(fp.nbytes(images))} for {images:,} decoded images of {side}"
+        fix = "use a smaller data.image_size or fewer images"
+        if step:
+            parts += f", at least {_size(step)} for one step of {_step_images(cfg)} images ({cfg.model.backbone})"
+            fix += ", or a smaller train.batch_size or train.mu"
+        raise MemoryBudgetError(f"data.image_size={fp.size}: {d.dataset} needs {_size(need)} of {where} memory "
+                                f"({parts}), but {_size(free)} is available; {fix}")
+
+
 def _size(nbytes: int) -> str:
     return f"{nbytes / 2**30:.1f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.1f} MiB"
 
@@ -182,6 +259,8 @@ class Trainer:
         resume_state = self._find_resume_state(resume)
 
         _seed_everything(cfg.train.seed)
+        if bundle is None:
+            check_memory(cfg, self.device)
         self.bundle = bundle or load_dataset(cfg.data.dataset, cfg.data.root, download=cfg.data.download,
                                              svhn_extra=cfg.data.svhn_extra, image_size=cfg.data.image_size,
                                              normalization=cfg.data.normalization)
@@ -660,7 +739,11 @@ def _make_trainer(args: argparse.Namespace) -> Trainer:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    with one_line_warnings():
+        return _run(_parser().parse_args(argv))
+
+
+def _run(args: argparse.Namespace) -> int:
     trainer = None
     try:
         trainer = _make_trainer(args)

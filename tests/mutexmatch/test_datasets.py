@@ -19,7 +19,8 @@ import torchvision.datasets.stl10
 import torchvision.datasets.svhn
 from PIL import Image
 
-from mutexmatch.datasets import CACHE_DIRNAME, DATASETS, DatasetError, checksum_path, load_dataset
+from mutexmatch.datasets import (CACHE_DIRNAME, DATASETS, PUBLISHED_IMAGES, DatasetError, checksum_path, dataset_dir,
+                                 footprint, load_dataset)
 
 torch.set_num_threads(1)
 
@@ -257,6 +258,24 @@ def test_miniimagenet_roundtrip_and_cache(tmp_path):
                 expected = expected[:, 10:90]
             assert torch.equal(data.x[i], torch.from_numpy(expected).permute(2, 0, 1)), (split, i)
     _assert_cache_hit(tmp_path, "miniimagenet", [folder / "images"], bundle)
+
+
+def test_the_footprint_counts_what_a_load_holds_without_decoding_anything(tmp_path):
+    _write_miniimagenet(tmp_path)
+    for name, size in (("miniimagenet", 20), ("digits", 24)):
+        fp = footprint(name, tmp_path, image_size=size)
+        assert not (dataset_dir(name, tmp_path) / CACHE_DIRNAME).exists()
+        bundle = load_dataset(name, tmp_path, image_size=size)
+        assert fp.splits == {"train": len(bundle.train), "test": len(bundle.test)} and fp.train == len(bundle.train)
+        assert fp.nbytes(fp.loaded_images) == bundle.train.x.nbytes + bundle.test.x.nbytes
+    svhn = PUBLISHED_IMAGES["svhn"]
+    fp = footprint("svhn", tmp_path, svhn_extra=True)
+    assert fp.train == svhn["train"] + svhn["extra"]
+    assert fp.loaded_images == sum(svhn.values()) + fp.train  # the cached splits and their concatenation
+    assert footprint("svhn", tmp_path).loaded_images == svhn["train"] + svhn["test"]
+    assert footprint("stl10", tmp_path).unlabeled == PUBLISHED_IMAGES["stl10"]["unlabeled"]
+    with pytest.raises(ValueError, match="data.image_size for cifar10 must be its native 32"):
+        footprint("cifar10", tmp_path, image_size=64)
 
 
 def test_miniimagenet_other_size(tmp_path):

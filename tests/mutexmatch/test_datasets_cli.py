@@ -19,7 +19,8 @@ import torch
 from PIL import Image
 from torchvision.datasets import CIFAR10, STL10, SVHN
 
-from mutexmatch.datasets import CACHE_DIRNAME, DATASETS, dataset_dir, load_dataset
+from mutexmatch.cliwarnings import format_warning
+from mutexmatch.datasets import CACHE_DIRNAME, DATASETS, cache_paths, checksum_path, dataset_dir, load_dataset
 from mutexmatch.datasets_cli import _EXAMPLES, main
 from mutexmatch.fakedata import FakeSize, write_fake_dataset, write_fake_root
 
@@ -67,6 +68,24 @@ def test_help_as_module_shows_examples_for_every_command():
         assert command in proc.stdout
         for example in examples:
             assert example in proc.stdout
+
+
+@pytest.mark.slow  # a fresh interpreter: pytest records warnings in-process, so only a real run shows their form
+def test_a_warning_reaches_the_user_as_one_line(tmp_path):
+    load_dataset("digits", tmp_path)
+    checksum_path(cache_paths("digits", tmp_path)["train"]).write_text("0" * 64)  # bit-rot, as far as it knows
+    proc = subprocess.run([sys.executable, "-m", "mutexmatch.datasets", "check", "digits", "--root", str(tmp_path)],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("warning: ignoring unreadable dataset cache "), proc.stderr
+    assert "train_16px.pt (its sha256 " in lines[0] and lines[0].endswith("decoding the raw files again")
+
+
+def test_a_library_warning_keeps_its_category_and_origin_on_its_one_line():
+    assert format_warning("a\n  b", UserWarning, "/lib/x.py", 3) == "warning: a b (UserWarning at /lib/x.py:3)"
+    ours = str(REPO / "mutexmatch" / "runfolder.py")
+    assert format_warning("dropped", RuntimeWarning, ours, 181) == "warning: dropped"
 
 
 @pytest.mark.parametrize("argv, parts", [

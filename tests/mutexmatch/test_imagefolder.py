@@ -22,7 +22,7 @@ from PIL import Image
 
 from mutexmatch import imagefolder
 from mutexmatch.config import ConfigError, has_validation, parse_config
-from mutexmatch.datasets import CACHE_DIRNAME, cache_paths, load_dataset
+from mutexmatch.datasets import CACHE_DIRNAME, cache_paths, footprint, load_dataset
 from mutexmatch.fakedata import write_fake_imagefolder
 from mutexmatch.splits import make_split
 
@@ -134,7 +134,10 @@ def test_val_and_unlabeled_folders(folder) -> None:
         _save(folder / "val" / cls / "v.png", rng.integers(0, 256, (8, 8, 3), dtype=np.uint8))
     for rel in ("u0.png", "deep/er/u1.jpg", "u2.png"):
         _save(folder / "unlabeled" / rel, rng.integers(0, 256, (8, 8, 3), dtype=np.uint8))
+    fp = footprint("imagefolder", folder, image_size=8)
     b = load_dataset("imagefolder", folder, image_size=8)
+    assert fp.splits == {"train": len(b.train), "test": len(b.test), "val": 2, "unlabeled": 3}  # counted undecoded
+    assert (fp.train, fp.unlabeled) == (len(b.train), 3)
     assert b.val.y.tolist() == [0, 2]
     assert len(b.extra_unlabeled) == 3 and (b.extra_unlabeled.y == -1).all() and b.info.has_unlabeled_split
     split = make_split(b.train.y.numpy(), dataset="imagefolder", num_labels=6, num_classes=3, fold=0,

@@ -6,6 +6,10 @@ or duplicates nothing."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,7 +18,8 @@ import mutexmatch.train as train
 from mutexmatch.callbacks import Callback, StartEvent
 from mutexmatch.config import parse_config
 from mutexmatch.runfolder import RunFolder, RunFolderLocked
-from mutexmatch.train import StepMemoryError, Trainer, main
+from mutexmatch.datasets import DIGITS_NUM_TEST, DIGITS_NUM_TRAIN
+from mutexmatch.train import MemoryBudgetError, StepMemoryError, Trainer, check_memory, main
 
 STEPS = ["--set", "train.iterations=8", "--set", "train.eval_interval=2", "--set", "train.batch_size=4",
          "--set", "train.mu=2", "--set", "train.progress=false", "--set", "train.num_threads=1"]
@@ -82,6 +87,21 @@ def test_resume_recovers_from_a_half_written_last_metrics_line(tmp_path, capsys,
     with pytest.warns(RuntimeWarning, match="not a metrics line"):
         assert main(["--resume", str(out)]) == 0
     assert _logged_steps(out) == [2, 4, 6, 8]
+
+
+@pytest.mark.slow  # a fresh interpreter: pytest records warnings in-process, so only a real run shows their form
+def test_the_dropped_metrics_line_is_one_warning_line_for_the_user(tmp_path):
+    out = tmp_path / "run"
+    assert main(STEPS + ["--set", f"output_dir={out}", "--stop-at", "4"]) == 0
+    with open(out / "metrics.jsonl", "a") as f:
+        f.write('{"step": 6, "tr')
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-m", "mutexmatch.train", "--resume", str(out)], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(repo)}, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "Warning:" not in proc.stderr, proc.stderr  # Python's "file:line: RuntimeWarning:" form
+    assert [ln for ln in proc.stderr.splitlines() if "metrics" in ln] == [
+        f"warning: {out / 'metrics.jsonl'}:3: not a metrics line (interrupted write?); dropped"]
 
 
 def test_a_fresh_run_refuses_a_non_empty_output_dir_unless_overwrite(tmp_path, capsys):
@@ -187,6 +207,50 @@ def test_a_batch_larger_than_the_device_memory_is_refused_up_front(tmp_path, cap
                     "batch alone takes 4.9 MiB, more than the cpu memory (1.0 MiB)",
                     "lower train.batch_size or train.mu")
     assert not out.exists()
+
+
+def _memory(monkeypatch, **free: int) -> None:
+    monkeypatch.setattr(train, "_available_memory", lambda device: free)
+
+
+def test_an_image_size_beyond_the_memory_is_refused_before_any_image_is_decoded(tmp_path, capsys, monkeypatch):
+    _memory(monkeypatch, host=100 << 20)
+    monkeypatch.setattr(train, "load_dataset", lambda *a, **k: pytest.fail("decoded before the memory check"))
+    out, data = tmp_path / "run", tmp_path / "data"
+    sets = ["--set", f"output_dir={out}", "--set", f"data.root={data}", "--set", "data.image_size=512"]
+    assert main(STEPS + sets) == 2
+    # 1,797 digits of 1x512x512 uint8 (449.2 MiB) and the float32 input of a 20-image step (20.0 MiB)
+    _one_line_error(capsys, "data.image_size=512: digits needs 469.2 MiB of host memory (449.2 MiB for 1,797 "
+                    "decoded images of 1x512x512, at least 20.0 MiB for one step of 20 images (small_cnn)), but "
+                    "100.0 MiB is available; use a smaller data.image_size or fewer images")
+    assert not out.exists() and not data.exists()
+
+
+def test_the_memory_estimate_is_every_image_and_the_step_exactly(tmp_path, monkeypatch):
+    images = (DIGITS_NUM_TRAIN + DIGITS_NUM_TEST) * 16 * 16
+    step = 4 * (1 + 2 * 2) * 16 * 16 * 4  # small_cnn has no measured activations: its float32 input batch
+    _memory(monkeypatch, host=images + step)
+    Trainer(_cfg(tmp_path)).close()
+    _memory(monkeypatch, host=images + step - 1)
+    with pytest.raises(MemoryBudgetError, match="data.image_size=16: digits needs 0.5 MiB of host memory"):
+        Trainer(_cfg(tmp_path, "other"))
+
+
+def test_on_cuda_the_device_holds_the_training_images_and_the_measured_activations(tmp_path, monkeypatch):
+    cuda = torch.device("cuda")  # only the estimate runs: no CUDA call is made
+    cfg = parse_config({"data": {"dataset": "digits", "num_labels": 20, "image_size": 32},
+                        "model": {"backbone": "wrn28_2"}, "train": {"batch_size": 4, "mu": 2},
+                        "output_dir": str(tmp_path / "run")})
+    trained = DIGITS_NUM_TRAIN * 32 * 32  # the test images stay on the host
+    fp32 = 20 * train.ACTIVATION_BYTES_PER_PIXEL["wrn28_2"] * 32 * 32
+    _memory(monkeypatch, host=10 << 30, cuda=trained + fp32 // 2)
+    with pytest.raises(MemoryBudgetError, match=r"of cuda memory \(1.3 MiB for 1,300 decoded images of 1x32x32, "
+                       r"at least 72.3 MiB for one step of 20 images \(wrn28_2\)\), but 37.4 MiB is available"):
+        check_memory(cfg, cuda)
+    check_memory(cfg.model_copy(update={"train": cfg.train.model_copy(update={"precision": "bf16"})}), cuda)
+    _memory(monkeypatch, host=(DIGITS_NUM_TRAIN + DIGITS_NUM_TEST) * 32 * 32 - 1, cuda=10 << 30)
+    with pytest.raises(MemoryBudgetError, match="needs 1.8 MiB of host memory"):
+        check_memory(cfg, cuda)
 
 
 def test_running_out_of_memory_in_a_step_is_one_line(tmp_path, capsys, monkeypatch):
