@@ -15,8 +15,9 @@ import json
 import os
 import re
 from datetime import datetime
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from mutexmatch import metrics as M
 
@@ -171,6 +172,49 @@ VALIDATION_METRICS = (VAL_ACC, VAL_BEST_ACC)  # the only legal search objectives
 TRIALS_METRIC = "trials/"            # parent run: trials/finished, trials/failed, trials/running, ... (status)
 
 # ------------------------------------------------------------------------------------------------ store
+SQLITE_HEADER = b"SQLite format 3\x00"  # the first bytes of every SQLite database file
+# The first requests to a tracking server: MLflow's defaults (7 retries with exponential back-off, 120 s per
+# request) wait about four minutes in silence before a dead server's error. Three tries of 5 s with a 1 s back-off
+# answer within ~20 s; a user's own MLFLOW_HTTP_REQUEST_* settings win.
+FAST_FAIL_HTTP_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                      "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
+
+
+@contextmanager
+def bounded_http(tracking_uri: str, label: str) -> Iterator[None]:
+    """Within: MLflow's HTTP retries bounded by :data:`FAST_FAIL_HTTP_ENV` (unless the user set them), and a
+    server that does not answer becomes one ``ValueError`` line naming ``tracking_uri`` (``label`` says where it came
+    from). The sweep and the report both open a store through it."""
+    from mlflow.exceptions import MlflowException
+
+    saved = {k: os.environ.get(k) for k in FAST_FAIL_HTTP_ENV}
+    os.environ.update({k: v for k, v in FAST_FAIL_HTTP_ENV.items() if saved[k] is None})
+    try:
+        yield
+    except (MlflowException, OSError) as e:       # requests' connection errors are OSErrors
+        code = re.search(r"error code (\d{3})", str(e))
+        if code:
+            raise ValueError(f"{label} {tracking_uri!r}: answers MLflow's API with HTTP {code.group(1)}: not an "
+                             "MLflow tracking server, or not its address") from None
+        raise ValueError(f"{label} {tracking_uri!r}: the tracking server does not answer ({_short_reason(e)}); "
+                         "start it (`mlflow server`) or pass the store's URI") from None
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+
+
+def _short_reason(err: BaseException) -> str:
+    """The cause in a few words ("Connection refused", "Read timed out") from MLflow's long retry message."""
+    text = str(err)
+    for pattern in (r"\[Errno -?\d+\] ([^'\")\]]+)", r"(Read timed out|Connection refused|Name or service not known)"):
+        found = re.search(pattern, text)
+        if found:
+            return found.group(1).strip().rstrip(".")
+    first = text.strip().splitlines()[0] if text.strip() else type(err).__name__
+    return first[:160]
+
+
 def ui_hint(tracking_uri: str, experiment_id: str) -> str:
     """Where to look at the runs: the runs view of an ``mlflow server`` (not its GenAI overview), or for a SQLite
     store the command that serves it."""

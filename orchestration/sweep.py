@@ -84,7 +84,8 @@ def run_sweep(opts: SweepOptions) -> SweepOutcome:
     if opts.dry_run:
         return dry_run(launch.plan, opts, launch.uri, launch.storage, launch.exp_name)
     client = tracking.MlflowClient(launch.uri)
-    experiment_id = tracking.ensure_experiment(client, launch.exp_name, launch.uri)
+    with C.bounded_http(launch.uri, "--tracking-uri"):  # a dead server: one line within ~20 s, not 4 min of silence
+        experiment_id = tracking.ensure_experiment(client, launch.exp_name, launch.uri)
     resume_cmd = command_line(opts, launch.uri, launch.storage, resume=True)
     for dead in tracking.kill_dead_launches(client, experiment_id):
         print(f"[sweep] launch {dead.data.tags.get(C.LAUNCH_ID)} was interrupted (its driver is "

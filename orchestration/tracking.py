@@ -61,9 +61,6 @@ def resolve_tracking_uri(uri: str | None, project_dir: Path) -> str:
     return resolved
 
 
-_SQLITE_MAGIC = b"SQLite format 3\x00"  # the first bytes of every SQLite database file
-
-
 def _check_sqlite_path(uri: str, path: Path) -> None:
     """``ValueError`` naming ``uri`` unless ``path`` is missing (the sweep creates the store), empty or a database."""
     if path.is_dir():
@@ -72,10 +69,10 @@ def _check_sqlite_path(uri: str, path: Path) -> None:
         return
     try:
         with path.open("rb") as f:
-            head = f.read(len(_SQLITE_MAGIC))
+            head = f.read(len(C.SQLITE_HEADER))
     except OSError as e:
         raise ValueError(f"--tracking-uri {uri!r}: cannot read {path} ({e.strerror})") from None
-    if head and head != _SQLITE_MAGIC:
+    if head and head != C.SQLITE_HEADER:
         raise ValueError(f"--tracking-uri {uri!r}: {path} is not an SQLite database; give the MLflow store "
                          "(e.g. mlflow.db) or a new file name")
 

@@ -27,14 +27,11 @@ evaluations.
 from __future__ import annotations
 
 import json
-import os
-import re
 import sqlite3
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 from urllib.parse import urlparse
 from urllib.request import url2pathname
 
@@ -67,12 +64,6 @@ _PAGE = 10_000
 _CHUNK = 900                      # run ids per SQL `IN (…)`: below SQLite's historic 999-parameter limit
 # get_metric_history is one query per (run, key); threads overlap the round trips to a tracking server.
 _HISTORY_WORKERS = 8
-# The first request to a tracking server: MLflow's defaults (7 retries with exponential back-off, 120 s per
-# request) wait about four minutes in silence before a dead server's error. Three tries of 5 s with a 1 s back-off
-# answer within ~20 s; a user's own MLFLOW_HTTP_REQUEST_* settings win.
-PROBE_HTTP_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-                  "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
-_SQLITE_HEADER = b"SQLite format 3\x00"
 _BASE_COLUMNS = ["run_id", "run_name", "status", "start_time", "artifact_uri", "cell", "fold", "split_digest",
                  "variant", "config_hash", "parent_run_id"]
 
@@ -169,8 +160,8 @@ class RunSource:
 
     def experiment_id(self, name: str) -> str:
         """The id of the experiment ``name``; ``ValueError`` naming the experiments there when it is missing, or
-        naming the URI when the tracking server does not answer (within ~20 s, see :data:`PROBE_HTTP_ENV`)."""
-        with _bounded_http(self.tracking_uri, self.label):
+        naming the URI when the tracking server does not answer (within ~20 s, see :func:`orchestration.contract.bounded_http`)."""
+        with C.bounded_http(self.tracking_uri, self.label):
             exp = self.client.get_experiment_by_name(name)
             if exp is None:
                 raise ValueError(f"experiment {name!r}: not found at {self.tracking_uri}; experiments there: "
@@ -344,40 +335,6 @@ class SqliteRunSource(RunSource):
         return _history_frame(names, rows["code"], rows["step"], rows["ts"], rows["value"])
 
 
-def _short_reason(err: BaseException) -> str:
-    """The cause in a few words ("Connection refused", "Read timed out") from MLflow's long retry message."""
-    text = str(err)
-    for pattern in (r"\[Errno -?\d+\] ([^'\")\]]+)", r"(Read timed out|Connection refused|Name or service not known)"):
-        found = re.search(pattern, text)
-        if found:
-            return found.group(1).strip().rstrip(".")
-    first = text.strip().splitlines()[0] if text.strip() else type(err).__name__
-    return first[:160]
-
-
-@contextmanager
-def _bounded_http(tracking_uri: str, label: str) -> Iterator[None]:
-    """Within: MLflow's HTTP retries bounded by :data:`PROBE_HTTP_ENV` (unless the user set them), and a server
-    that does not answer becomes one ``ValueError`` line naming ``tracking_uri``."""
-    from mlflow.exceptions import MlflowException
-
-    saved = {k: os.environ.get(k) for k in PROBE_HTTP_ENV}
-    os.environ.update({k: v for k, v in PROBE_HTTP_ENV.items() if saved[k] is None})
-    try:
-        yield
-    except (MlflowException, OSError) as e:       # requests' connection errors are OSErrors
-        code = re.search(r"error code (\d{3})", str(e))
-        if code:
-            raise ValueError(f"{label} {tracking_uri!r}: answers MLflow's API with HTTP {code.group(1)}: not an "
-                             "MLflow tracking server, or not its address") from None
-        raise ValueError(f"{label} {tracking_uri!r}: the tracking server does not answer ({_short_reason(e)}); "
-                         "start it (`mlflow server`) or pass the store's URI") from None
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-
-
 def _check_sqlite_store(tracking_uri: str, path: Path, label: str) -> None:
     """``ValueError`` unless ``path`` is an SQLite file with MLflow's tables (MLflow would otherwise create an
     empty store, or fail with a traceback on a file that is not a database)."""
@@ -387,13 +344,13 @@ def _check_sqlite_store(tracking_uri: str, path: Path, label: str) -> None:
                          "wrote (run the sweep first) or the store's URI")
     try:
         with path.open("rb") as f:
-            header = f.read(len(_SQLITE_HEADER))
+            header = f.read(len(C.SQLITE_HEADER))
     except OSError as e:
         raise ValueError(f"{label} {tracking_uri!r}: cannot read {path} ({e.strerror})") from None
     if not header:
         raise ValueError(f"{label} {tracking_uri!r}: {path} is empty, not an MLflow store; give the store the "
                          "sweep wrote (mlflow.db)")
-    if header != _SQLITE_HEADER:
+    if header != C.SQLITE_HEADER:
         raise ValueError(f"{label} {tracking_uri!r}: {path} is not an SQLite database; give the MLflow "
                          "store the sweep wrote (mlflow.db)")
     try:

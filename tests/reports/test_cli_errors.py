@@ -76,9 +76,20 @@ def test_typo_in_a_table_metric(store, tmp_path, capsys):
     before = _runs_in(store.uri)
     err = _refused(capsys, [str(_spec_variant(store, tmp_path, typo)), "--tracking-uri", store.uri, "--out",
                             str(tmp_path / "out")], tmp_path / "out")
-    assert err.startswith("error: tables[0](main).metric='test/accc': no finished run of experiment 'rep' logged "
-                          "it; did you mean 'test/acc'? logged: ")
-    assert "train/pl_acc" in err and _runs_in(store.uri) == before
+    assert err.startswith("error: tables[0](main).metric: 'test/accc' is not a metric the trainer logs; did you "
+                          "mean 'test/acc'?")
+    assert _runs_in(store.uri) == before
+
+
+def test_a_metric_these_runs_never_logged(store, tmp_path, capsys):
+    """A name the trainer logs, but not for these runs (no validation split): checked against the store."""
+    def no_val(spec):
+        spec["tables"][0]["metric"] = "val/acc"
+
+    err = _refused(capsys, [str(_spec_variant(store, tmp_path, no_val)), "--tracking-uri", store.uri, "--out",
+                            str(tmp_path / "out")], tmp_path / "out")
+    assert err.startswith("error: tables[0](main).metric='val/acc': no finished run of experiment 'rep' logged it")
+    assert "train/pl_acc" in err
 
 
 def test_out_below_a_file(store, tmp_path, capsys):
@@ -194,5 +205,5 @@ def test_typo_in_a_figure_metric(store, tmp_path, capsys):
 
     err = _refused(capsys, [str(_spec_variant(store, tmp_path, typo)), "--tracking-uri", store.uri, "--out",
                             str(tmp_path / "out")], tmp_path / "out")
-    assert err.startswith("error: figures(curves).metrics='train/pl_ac': no finished run of experiment 'rep' "
-                          "logged it; did you mean 'train/pl_acc'?")
+    assert err.startswith("error: figures[0].metrics: 'train/pl_ac' is not a metric the trainer logs; did you mean "
+                          "'train/pl_acc'?")
