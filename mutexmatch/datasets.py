@@ -520,7 +520,7 @@ def _cached(path: Path, decode: Callable[[], dict], check: Callable[[dict], None
     """
     if path.is_file():
         try:
-            _verify_checksum(path)
+            verify_checksum(path)
             payload = torch.load(path, weights_only=True, mmap=True)
             if not isinstance(payload, dict) or payload.get("format") != _CACHE_FORMAT:
                 raise ValueError(f"not a format-{_CACHE_FORMAT} dataset cache")
@@ -551,7 +551,7 @@ def checksum_path(cache: Path) -> Path:
     return cache.with_name(cache.name + CHECKSUM_SUFFIX)
 
 
-def _verify_checksum(cache: Path) -> None:
+def verify_checksum(cache: Path) -> None:
     """Raise ``ValueError`` unless the cache's bytes still have the sha256 recorded beside it (bit-rot, a partial
     copy or an edit change it; a cache without one predates the checksums or lost its writer mid-way)."""
     side = checksum_path(cache)

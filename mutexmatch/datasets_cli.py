@@ -31,8 +31,8 @@ from torchvision.datasets.utils import check_integrity
 from mutexmatch import imagefolder
 from mutexmatch.cliwarnings import one_line_warnings
 from mutexmatch.config import DATASET_NAMES
-from mutexmatch.datasets import (DATASETS, DatasetBundle, ImageData, cache_paths, checksum_path, dataset_dir,
-                                 load_dataset, svhn_splits, torchvision_files)
+from mutexmatch.datasets import (CHECKSUM_SUFFIX, DATASETS, DatasetBundle, ImageData, cache_paths, checksum_path,
+                                 dataset_dir, load_dataset, svhn_splits, torchvision_files, verify_checksum)
 
 PROG = "python -m mutexmatch.datasets"
 # The datasets torchvision can download, by the class that knows their URLs and md5s.
@@ -179,10 +179,7 @@ def run_check(args: argparse.Namespace) -> int:
     print(f"dataset  {args.name}")
     print("\n".join(_layout_lines(args)))
     current, others = _cache_state(args)
-    # A cache without its checksum is decoded again by the load, like a missing one.
-    states = {s: "current" if p.is_file() and checksum_path(p).is_file() else
-              "without its sha256: decoded again and written now" if p.is_file() else
-              "missing: decoded and written now" for s, p in current.items()}
+    states = {s: _cache_file_state(p) for s, p in current.items()}
     bundle = _load(args)  # decodes what is not cached yet: proves every image readable
     info = bundle.info
     print(f"images   {info.channels}x{info.image_size}x{info.image_size} uint8; mean "
@@ -204,6 +201,20 @@ def run_check(args: argparse.Namespace) -> int:
         gone = "" if path.exists() else "; deleted by this load"
         print(f"  {path.name:<40} not read now (another image size, split set or folder content{gone})")
     return 0
+
+
+def _cache_file_state(path: Path) -> str:
+    """What the load about to run does with a cache file: read it, or decode its split again (the load re-decodes a
+    cache without its checksum, or whose bytes no longer match it, as it does a missing one)."""
+    if not path.is_file():
+        return "missing: decoded and written now"
+    if not checksum_path(path).is_file():
+        return "without its sha256: decoded again and written now"
+    try:
+        verify_checksum(path)
+    except ValueError:
+        return f"differs from its {CHECKSUM_SUFFIX}: decoded again and written now"
+    return "current"
 
 
 def _floats(values: Sequence[float]) -> str:

@@ -80,6 +80,7 @@ def test_a_warning_reaches_the_user_as_one_line(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("warning: ignoring unreadable dataset cache "), proc.stderr
     assert "train_16px.pt (its sha256 " in lines[0] and lines[0].endswith("decoding the raw files again")
+    assert re.search(r"train_16px.pt +differs from its .sha256: decoded again and written now", proc.stdout)
 
 
 def test_a_library_warning_keeps_its_category_and_origin_on_its_one_line():
