@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU checks and figures in one call of a lent GPU machine (figures: README.md, "Training on a GPU").
+# GPU checks and figures in one call of a lent GPU machine (figures: benchmarks/README.md).
 #
 #   OUT=/tmp/gpu bash benchmarks/device_check.sh [PART ...]     (default: parts 1-5)
 #

@@ -23,8 +23,8 @@ digits          nothing on disk (ships with scikit-learn); only the cache goes t
 ==============  ======================================================================================
 
 Weak-augmentation facts (flip, pad, pad mode) and normalisation statistics are static per dataset and follow the
-released MutexMatch code, except where it is wrong (see ``/work/shared/notes/official-code.md`` and the comments on
-each registry entry).
+released MutexMatch code, except where it is wrong (see the comments on each registry entry, and
+``docs/datasets.md``).
 """
 
 from __future__ import annotations

@@ -101,7 +101,7 @@ def load_sweep(path: str | Path, project_dir: str | Path, overrides: Sequence[st
     each naming the override it comes from). ``need_data=False``: data folders that do not exist are no error
     (they are returned in ``missing_roots``); every other problem still is."""
     try:
-        raw = read_yaml_mapping(path, "spec", expected="a sweep YAML mapping (name, axes, ...; see the README)")
+        raw = read_yaml_mapping(path, "spec", expected="a sweep YAML mapping (name, axes, ...; see orchestration/README.md)")
     except YamlFileError as e:
         raise SpecError(str(e)) from None
     raw = apply_overrides(raw, overrides)

@@ -1,6 +1,6 @@
 """The sweep YAML (``experiments/<name>.yaml``): schema, cells, and validation of every trial config up front.
 
-The format is fixed and shared with the reports (see the README): ``name``, ``description``, ``base`` (a partial
+The format is fixed and shared with the reports (see orchestration/README.md): ``name``, ``description``, ``base`` (a partial
 :class:`mutexmatch.config.RunConfig`), ``folds``, ``axes`` (named axes whose levels are partial RunConfig overrides;
 cells are the product of the axes), ``exclude``, ``resources``, ``smoke``, ``search`` (Optuna TPE + ASHA), and the
 report sections ``tables``/``figures``, which are kept opaque here (the reports validate them).
@@ -592,7 +592,7 @@ def read_spec_file(path: str | Path) -> dict[str, Any]:
     raise :class:`SpecError` with one line naming the file, also for a run config given instead (naming the
     trainer's command)."""
     try:
-        raw = read_yaml_mapping(path, "spec", expected="a sweep YAML mapping (name, axes, ...; see the README)")
+        raw = read_yaml_mapping(path, "spec", expected="a sweep YAML mapping (name, axes, ...; see orchestration/README.md)")
     except YamlFileError as e:
         raise SpecError(str(e)) from None
     if SWEEP_ONLY_KEY not in raw and set(raw) <= set(RunConfig.model_fields):

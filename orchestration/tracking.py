@@ -1,4 +1,4 @@
-"""The MLflow layout of a sweep (fixed; the reports read it — see the README's MLflow section). Every name in it
+"""The MLflow layout of a sweep (fixed; the reports read it — see orchestration/README.md, "MLflow layout"). Every name in it
 is defined in :mod:`orchestration.contract`.
 
 - one MLflow experiment per sweep YAML, named by its ``name``;

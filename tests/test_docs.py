@@ -86,14 +86,7 @@ def _docstrings(path: Path) -> str:
     return "\n".join(ast.get_docstring(n) or "" for n in nodes)
 
 
-# Owned by the mutexmatch restructuring (issue 18 asks for the fix); strict: the test fails once it is fixed, so
-# the mark goes away with it.
-_PENDING = {"mutexmatch/datasets.py"}
-
-
-@pytest.mark.parametrize("source", [pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="pending fix"))
-                                    if str(p.relative_to(REPO)) in _PENDING else p for p in _tracked("*.py")],
-                         ids=lambda p: str(p.relative_to(REPO)))
+@pytest.mark.parametrize("source", _tracked("*.py"), ids=lambda p: str(p.relative_to(REPO)))
 def test_no_docstring_points_outside_the_repository(source):
     assert not OUTSIDE.findall(_docstrings(source))
 
