@@ -15,11 +15,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from mutexmatch.checks import check_int
 
 __all__ = [
+    "PooledBackbone",
     "BACKBONES",
     "Backbone",
     "BackboneSpec",
@@ -51,6 +53,16 @@ class Backbone(nn.Module):
     def tie_bn_momentum_to_ema(self, ema: float) -> None:
         """Under ``algorithm.form: official``: set BatchNorm momenta from the EMA decay ``ema`` where the released
         code derives them so (its WRN: ``1 - ema``); a no-op for backbones whose momentum does not depend on it."""
+
+
+class PooledBackbone(Backbone):
+    """A backbone whose features are ``self.features`` (an ``nn.Sequential`` of convolutions) followed by global
+    average pooling: subclasses build ``features``, ``feat_dim`` and ``classifier`` only."""
+
+    features: nn.Module
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.flatten(F.adaptive_avg_pool2d(self.features(x), 1), 1)
 
 
 BackboneFactory = Callable[[int, int], Backbone]

@@ -9,12 +9,10 @@ Mean Teacher order). Convs keep their bias, as in the Mean Teacher code. The hea
 """
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.parametrizations import weight_norm
 
-from mutexmatch.models import Backbone, register_backbone
+from mutexmatch.models import PooledBackbone, register_backbone
 
 _LEAKY_SLOPE = 0.1
 
@@ -27,7 +25,7 @@ def _conv_bn_act(in_channels: int, out_channels: int, kernel_size: int, padding:
     ]
 
 
-class CNN13(Backbone):
+class CNN13(PooledBackbone):
     """CNN-13 (see module doc); feat_dim 128. Needs inputs of at least 12×12 (two pools, then a valid 3×3 conv)."""
 
     def __init__(self, num_classes: int, in_channels: int = 3, dropout: float = 0.5) -> None:
@@ -49,9 +47,6 @@ class CNN13(Backbone):
         )
         self.feat_dim = 128
         self.classifier = nn.Linear(128, num_classes)
-
-    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.flatten(F.adaptive_avg_pool2d(self.features(x), 1), 1)
 
 
 @register_backbone(

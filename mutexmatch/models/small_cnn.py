@@ -8,17 +8,15 @@ fan-out); BN weight 1, bias 0; head bias 0.
 """
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
 from torch import nn
 
-from mutexmatch.models import Backbone, register_backbone
+from mutexmatch.models import PooledBackbone, register_backbone
 
 _LEAKY_SLOPE = 0.1
 _WIDTHS = (32, 64, 128)
 
 
-class SmallCNN(Backbone):
+class SmallCNN(PooledBackbone):
     """Three conv-BN-LeakyReLU blocks (32/64/128), max-pool after the first two, global average pool; feat_dim 128."""
 
     def __init__(self, num_classes: int, in_channels: int = 1) -> None:
@@ -42,9 +40,6 @@ class SmallCNN(Backbone):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
             elif isinstance(m, nn.Linear):
                 nn.init.zeros_(m.bias)
-
-    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.flatten(F.adaptive_avg_pool2d(self.features(x), 1), 1)
 
 
 @register_backbone(
