@@ -26,8 +26,19 @@ __all__ = ["GridTrial", "SearchStudy", "RefitSlot", "SweepPlan", "REFIT_PHASE", 
 REFIT_PHASE = "refit"  # the Tune phase (and launch-plan entry) of the refit trials
 
 
+class _OnFold:
+    """``key``: ``<cell id>/fold<k>`` of a trial's or a study's cell and fold (the MLflow run name of a grid trial)."""
+
+    cell: Cell
+    fold: int
+
+    @property
+    def key(self) -> str:
+        return trial_key(self.cell.id, self.fold)
+
+
 @dataclass(frozen=True)
-class GridTrial:
+class GridTrial(_OnFold):
     """One cell on one fold. ``key`` (``<cell id>/fold<k>``) is the MLflow run name and unique in the sweep."""
 
     kind: str                 # "grid" or "smoke"
@@ -38,13 +49,9 @@ class GridTrial:
     iterations: int
     evaluations: int
 
-    @property
-    def key(self) -> str:
-        return trial_key(self.cell.id, self.fold)
-
 
 @dataclass(frozen=True)
-class SearchStudy:
+class SearchStudy(_OnFold):
     """One Optuna study: ``n_trials`` trials of ``cell`` on ``fold`` sampling ``search.space``."""
 
     index: int
@@ -57,10 +64,6 @@ class SearchStudy:
     iterations: int
     evaluations: int
     search_hash: str
-
-    @property
-    def key(self) -> str:
-        return trial_key(self.cell.id, self.fold)
 
     @property
     def phase(self) -> str:
