@@ -4,15 +4,15 @@
 - Which studies: MLflow's search runs (kind ``search``) carry their cell, fold and search hash; the study of a cell
   and fold is the newest hash's (a changed ``search`` is a new study, as in the sweep), named
   :func:`orchestration.contract.study_name`.
-- Where their trials come from: the durable Optuna study (``optuna.db`` beside the MLflow SQLite store, else
-  ``search.storage``; :func:`orchestration.contract.optuna_storage_url`) when it exists; else the MLflow search
+- Where their trials come from: the durable Optuna study (``search.storage``, by default ``optuna.db`` beside the
+  MLflow SQLite store; :func:`orchestration.contract.optuna_storage_url`) when it exists; else the MLflow search
   runs, rebuilt into an in-memory study so importances and plots work the same. A report never creates a storage.
 - States: ``complete``, ``pruned (ASHA)``, ``failed``, ``running``. Ray's OptunaSearch tells Optuna that a trial
   ASHA stopped is COMPLETE with the last value it reported, so "pruned (ASHA)" comes from the MLflow run's
   ``mutexmatch.early_stopped`` tag, the run matched to its Optuna trial by the parameters. Those trials keep their
   objective, and TPE, the best trial and the importances count them with it, as the sweep does.
 - Importances: ``optuna.importance.get_param_importances`` with the fANOVA evaluator (seeded), "n/a" with the reason
-  below :data:`MIN_IMPORTANCE_TRIALS` complete trials or when every objective is the same.
+  below :data:`MIN_IMPORTANCE_TRIALS` trials with an objective or when every objective is the same.
 - Plots: ``optuna.visualization.matplotlib``'s optimisation history and slice plot, as PNG, PDF and SVG.
 
 Files per study (stem ``search-<levels>-fold<k>``): ``<stem>.md``, ``<stem>.tex`` (``\\input`` by report.tex),
@@ -42,7 +42,7 @@ __all__ = ["MIN_IMPORTANCE_TRIALS", "STATES", "SearchInfo", "StudyTrials", "Sear
            "read_studies", "importances", "render_markdown", "render_latex", "write_searches"]
 
 MIN_IMPORTANCE_TRIALS = 3
-"""fANOVA fits a random forest to the complete trials: below three it has nothing to split on."""
+"""fANOVA fits a random forest to the trials with an objective: below three it has nothing to split on."""
 COMPLETE, PRUNED, FAILED, RUNNING = "complete", "pruned (ASHA)", "failed", "running"
 STATES = (COMPLETE, PRUNED, FAILED, RUNNING)
 _MAX_RUNS = 10_000         # search runs read in one request: a search has tens
@@ -291,17 +291,19 @@ def importances(study: Any) -> tuple[dict[str, float] | None, str]:
     import optuna
     from optuna.importance import FanovaImportanceEvaluator, get_param_importances
 
+    # Optuna's COMPLETE trials: every trial with an objective, ASHA-stopped ones included (see the module docstring)
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     if len(complete) < MIN_IMPORTANCE_TRIALS:
-        return None, (f"n/a: fANOVA needs at least {MIN_IMPORTANCE_TRIALS} complete trials, the study has "
+        return None, (f"n/a: fANOVA needs at least {MIN_IMPORTANCE_TRIALS} trials with an objective, the study has "
                       f"{len(complete)}")
     values = {t.value for t in complete}
     if len(values) == 1:
-        return None, f"n/a: all {len(complete)} complete trials have the same objective ({values.pop():.4g})"
+        return None, f"n/a: all {len(complete)} trials with an objective have the same one ({values.pop():.4g})"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         found = get_param_importances(study, evaluator=FanovaImportanceEvaluator(seed=0))
-    return dict(found), f"fANOVA (seed 0) over {len(complete)} complete trials"
+    return dict(found), (f"fANOVA (seed 0) over the {len(complete)} trials with an objective, ASHA-stopped ones at "
+                         "the value they reached")
 
 
 def _plot(draw: Any, stem: Path) -> list[Path]:

@@ -193,7 +193,7 @@ def test_importances_are_fanova_on_the_complete_trials_or_na_with_the_reason(swe
     rows = [ln for ln in md.splitlines() if ln.startswith("| `algorithm.")]
     assert {ln.split("`")[1] for ln in rows} == {"algorithm.tau", "algorithm.k"}
     assert sum(float(ln.rsplit("|", 2)[1]) for ln in rows) == pytest.approx(1.0, abs=0.002)
-    assert f"fANOVA (seed 0) over {len(complete)} complete trials" in md
+    assert f"fANOVA (seed 0) over the {len(complete)} trials with an objective" in md
 
 
 @pytest.mark.slow
