@@ -382,13 +382,21 @@ def footprint(name: str, root: str | Path, *, svhn_extra: bool = False, image_si
         return Footprint(3, size, splits, splits["train"], splits.get(imagefolder.UNLABELED_SPLIT, 0))
     info = _get_info(name)
     size = _resolve_image_size(info, image_size)
-    if name == "miniimagenet":  # a missing CSV counts 0: the load names the missing files
-        csvs = {s: dataset_dir(name, root) / f"{s}.csv" for s in _split_names(name, svhn_extra)}
-        splits = {s: len(_read_csv_split(p)[0]) if p.is_file() else 0 for s, p in csvs.items()}
+    if name == "miniimagenet":
+        splits = {s: _csv_rows(dataset_dir(name, root) / f"{s}.csv") for s in _split_names(name, svhn_extra)}
     else:
         splits = {s: PUBLISHED_IMAGES[name][s] for s in _split_names(name, svhn_extra)}
     return Footprint(info.channels, size, splits, splits["train"] + splits.get("extra", 0),
                      splits.get("unlabeled", 0))
+
+
+def _csv_rows(path: Path) -> int:
+    """Images a split CSV lists; 0 where it is missing or unreadable: a load with a cache does not read it, and
+    one without names the problem itself."""
+    try:
+        return len(_read_csv_split(path)[0])
+    except (OSError, ValueError, csv.Error):  # a UnicodeDecodeError is a ValueError
+        return 0
 
 
 def _with_normalization(info: DatasetInfo, normalization: str) -> DatasetInfo:

@@ -268,6 +268,8 @@ def test_the_footprint_counts_what_a_load_holds_without_decoding_anything(tmp_pa
         bundle = load_dataset(name, tmp_path, image_size=size)
         assert fp.splits == {"train": len(bundle.train), "test": len(bundle.test)} and fp.train == len(bundle.train)
         assert fp.nbytes(fp.loaded_images) == bundle.train.x.nbytes + bundle.test.x.nbytes
+    (tmp_path / "miniimagenet" / "test.csv").write_bytes(b"\xff\xfe junk")  # the cache still serves the load
+    assert footprint("miniimagenet", tmp_path, image_size=20).splits == {"train": 100, "test": 0}
     svhn = PUBLISHED_IMAGES["svhn"]
     fp = footprint("svhn", tmp_path, svhn_extra=True)
     assert fp.train == svhn["train"] + svhn["extra"]
