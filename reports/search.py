@@ -47,6 +47,7 @@ COMPLETE, PRUNED, FAILED, RUNNING = "complete", "pruned (ASHA)", "failed", "runn
 STATES = (COMPLETE, PRUNED, FAILED, RUNNING)
 _MAX_RUNS = 10_000         # search runs read in one request: a search has tens
 _STEM = re.compile(r"[^A-Za-z0-9_-]+")
+_SOURCES = {True: "the durable Optuna study", False: "the MLflow search runs (no Optuna study found)"}
 _BEST = "the best trial (the refit trains the best one over all studies of the cell)"
 _CAPTIONS = {"history": "optimisation history (each trial's objective and the best so far, by trial number)",
              "slice": "slice plot (each trial's objective against each parameter, colour = trial number)"}
@@ -102,6 +103,7 @@ class StudyTrials:
     origin: str                # where the trials were read, in words
     study: Any                 # optuna.Study: the durable one, or rebuilt in memory from MLflow
     trials: pd.DataFrame
+    durable: bool              # read from the Optuna storage (else rebuilt from MLflow)
 
     @property
     def stem(self) -> str:
@@ -274,13 +276,14 @@ def read_studies(info: SearchInfo, sweep: str, source: RunSource, experiment_id:
     studies = []
     for (cell, fold, search_hash), runs in _search_runs(source, experiment_id).items():
         name = C.study_name(sweep, C.trial_key(cell, fold), search_hash)
-        study = _load_study(url, name)
-        if study is not None:
-            rows, origin = _optuna_rows(study, runs, info), f"Optuna study `{name}` in `{url}`"
+        durable = _load_study(url, name)
+        if durable is not None:
+            study, rows, origin = durable, _optuna_rows(durable, runs, info), f"Optuna study `{name}` in `{url}`"
         else:
             study, rows = _mlflow_study(runs, info)
             origin = f"the MLflow search runs (no Optuna study `{name}` in `{url}`)"
-        studies.append(StudyTrials(cell, fold, search_hash, name, origin, study, _trials_frame(rows, info)))
+        studies.append(StudyTrials(cell, fold, search_hash, name, origin, study, _trials_frame(rows, info),
+                                   durable=durable is not None))
     return studies
 
 
@@ -306,9 +309,10 @@ def importances(study: Any) -> tuple[dict[str, float] | None, str]:
                          "the value they reached")
 
 
-def _plot(draw: Any, stem: Path) -> list[Path]:
+def _plot(draw: Any, stem: Path, whole: set[str]) -> list[Path]:
     """Draw one of Optuna's matplotlib plots and save it like the report's figures: no title (the caption says what
-    is plotted), whole trial numbers on the axes, and a layout that keeps the colour bar and the legend clear."""
+    is plotted), whole numbers on the axes of trial numbers and of the ``whole`` (integer) parameters, and a layout
+    that keeps the colour bar, the legend and the panels' tick labels clear."""
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
@@ -318,18 +322,18 @@ def _plot(draw: Any, stem: Path) -> list[Path]:
         fig.suptitle("")
         for ax in fig.axes:
             ax.set_title("")
-            if ax.get_xlabel() == "Trial":
+            if ax.get_xlabel() in whole | {"Trial"}:
                 ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             if ax.get_ylabel() == "Trial":  # the slice plot's colour bar
                 ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         fig.set_size_inches(max(6.4, 3.4 * axes.size + 1.2), 3.6)
-        fig.set_layout_engine("constrained")
+        fig.set_layout_engine("constrained", wspace=0.08)
         return save_figure(fig, stem)
     finally:
         plt.close(fig)
 
 
-def draw_plots(st: StudyTrials, metric: str, out: Path) -> dict[str, list[Path]]:
+def draw_plots(st: StudyTrials, info: SearchInfo, out: Path) -> dict[str, list[Path]]:
     """The optimisation history and slice plots (``history``/``slice`` → files); empty without a complete trial."""
     import optuna
     from optuna.visualization import matplotlib as ovm
@@ -338,9 +342,11 @@ def draw_plots(st: StudyTrials, metric: str, out: Path) -> dict[str, list[Path]]
         return {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return {"history": _plot(lambda: ovm.plot_optimization_history(st.study, target_name=metric),
-                                 out / f"{st.stem}-history"),
-                "slice": _plot(lambda: ovm.plot_slice(st.study, target_name=metric), out / f"{st.stem}-slice")}
+        whole = {p for p, spec in info.space.items() if spec["type"] == "int"}
+        return {"history": _plot(lambda: ovm.plot_optimization_history(st.study, target_name=info.metric),
+                                 out / f"{st.stem}-history", whole),
+                "slice": _plot(lambda: ovm.plot_slice(st.study, target_name=info.metric), out / f"{st.stem}-slice",
+                               whole)}
 
 
 # ------------------------------------------------------------------------------------------------ rendering
@@ -350,12 +356,13 @@ def _value(v: Any) -> str:
     return str(v)
 
 
-def _note(st: StudyTrials, info: SearchInfo) -> str:
+def _note(st: StudyTrials, info: SearchInfo, markdown: bool = True) -> str:
+    """What the table shows; in LaTeX the source without its Markdown quoting and storage path (index.md has them)."""
     n = st.trials["state"].value_counts()
     counts = ", ".join(f"{n.get(s, 0)} {s}" for s in STATES if n.get(s, 0))
     return (f"Objective: {info.metric} ({info.mode}) on the search's validation split, the last value each trial "
             f"reported. Trials: {counts or 'none'}. Pruned (ASHA): stopped early by ASHA; its objective is the value "
-            f"it had reached. Read from {st.origin}.")
+            f"it had reached. Read from {st.origin if markdown else _SOURCES[st.durable]}.")
 
 
 def render_markdown(st: StudyTrials, info: SearchInfo, imp: dict[str, float] | None, why: str,
@@ -391,9 +398,9 @@ def render_latex(st: StudyTrials, info: SearchInfo, imp: dict[str, float] | None
         cells = [str(r["trial"]), *(_value(r[p]) for p in params), _value(r["objective"]), r["state"]]
         cells = [latex_escape(c) for c in cells]
         lines.append(" & ".join(rf"\textbf{{{c}}}" if r["best"] else c for c in cells) + r" \\")
+    note = latex_escape(f"{_note(st, info, markdown=False)} Bold: {_BEST}.")
     lines += [r"\bottomrule", r"\end{tabular}", r"\par\smallskip",
-              rf"{{\footnotesize\raggedright Note: {latex_escape(_note(st, info))} Bold: {_BEST}.\par}}",
-              r"\par\smallskip"]
+              rf"{{\footnotesize\raggedright Note: {note}\par}}", r"\par\smallskip"]
     if imp:
         lines += [rf"{{\footnotesize Parameter importances ({latex_escape(why)}):\par}}", r"\smallskip",
                   r"\begin{tabular}{@{}lr@{}}", r"\toprule", r"Parameter & Importance \\", r"\midrule",
@@ -438,7 +445,7 @@ def write_searches(layout: ReportLayout, source: RunSource, experiment_id: str, 
         lines.append("The YAML has a search, but no search run of it is in this experiment yet.")
     for st in output.studies:
         imp, why = importances(st.study)
-        plots = draw_plots(st, info.metric, out) if "png" in formats or "pdf" in formats else {}
+        plots = draw_plots(st, info, out) if "png" in formats or "pdf" in formats else {}
         for kind, files in plots.items():
             output.files += files
             output.figures.append((files[0].stem, f"{st.title}: {_CAPTIONS[kind]} of {info.metric}."))

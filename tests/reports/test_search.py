@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
+from types import SimpleNamespace
 from pathlib import Path
 from typing import Iterator
 
@@ -24,7 +25,8 @@ import yaml
 from orchestration import contract as C
 from reports.build import BuildResult, build_report, main
 from reports.layout import TUNED_ROW, cell_id, validate_report
-from reports.search import COMPLETE, FAILED, PRUNED, MIN_IMPORTANCE_TRIALS
+from reports.search import (COMPLETE, FAILED, MIN_IMPORTANCE_TRIALS, PRUNED, RUNNING, SearchInfo, StudyTrials,
+                            importances, read_studies, render_latex)
 
 REPO = Path(__file__).resolve().parents[2]
 AXES = {"method": {"fixmatch": {"algorithm": {"name": "fixmatch"}},
@@ -76,6 +78,47 @@ def test_a_tuned_row_without_a_search_that_refits_it_is_refused_in_one_line(tmp_
     assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, err
     assert re.search(message, err), err
     assert not out.exists()
+
+
+# ------------------------------------------------------------------------------------------------ from MLflow
+def _run(run_id: str, start: int, search_hash: str, status: str = "FINISHED", tau: str = "0.8", k: str = "3",
+         value: float | None = 0.5, early: bool = False) -> SimpleNamespace:
+    tags = {C.CELL: "method=mutexmatch,setting=d20", C.FOLD: "0", C.SEARCH_HASH: search_hash}
+    tags.update({C.EARLY_STOPPED: "true"} if early else {})
+    return SimpleNamespace(info=SimpleNamespace(run_id=run_id, start_time=start, status=status),
+                           data=SimpleNamespace(tags=tags, params={"algorithm.tau": tau, "algorithm.k": k},
+                                                metrics={} if value is None else {"val/best_acc": value}))
+
+
+def test_without_a_storage_the_newest_search_is_rebuilt_from_mlflow_with_asha_stops_and_failures(tmp_path):
+    runs = [_run("old", 1, "h-old", value=0.99),  # an earlier search of the same cell: not this study
+            _run("a", 10, "h-new", tau="0.75", k="2", value=0.6),
+            _run("b", 11, "h-new", tau="0.9", value=0.7, early=True),
+            _run("c", 12, "h-new", status="FAILED", value=None), _run("d", 13, "h-new", status="RUNNING", value=None),
+            _run("e", 14, "h-new", tau="0.95", k="9", value=0.7)]
+    source = SimpleNamespace(client=SimpleNamespace(search_runs=lambda *a, **kw: runs))
+    (st,) = read_studies(SearchInfo.parse(SEARCH), "srch", source, "1", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert not (tmp_path / C.OPTUNA_DB).exists()  # looked for, never created
+    assert not st.durable and st.name == C.study_name("srch", "method=mutexmatch,setting=d20/fold0", "h-new")
+    assert list(st.trials["run_id"]) == ["a", "b", "c", "d", "e"]
+    assert list(st.trials["state"]) == [COMPLETE, PRUNED, FAILED, RUNNING, COMPLETE]
+    assert list(st.trials["best"]) == [False, True, False, False, True]  # a tie: both marked
+    assert st.trials.loc[0, "algorithm.tau"] == 0.75 and st.trials.loc[0, "algorithm.k"] == 2
+    assert [t.value for t in st.study.trials] == [0.6, 0.7, 0.7]  # the trials with an objective, for the plots
+    tex = render_latex(st, SearchInfo.parse(SEARCH), *importances(st.study))
+    assert "Read from the MLflow search runs (no Optuna study found)." in tex and "`" not in tex
+    assert tex.count(r"\textbf{") == 2 * 5  # every cell of the two tied best rows
+
+
+def test_importances_are_na_with_the_reason_when_the_trials_cannot_say_anything():
+    study = optuna.create_study()
+    dist = {"x": optuna.distributions.FloatDistribution(0, 1)}
+    for x in (0.1, 0.2):
+        study.add_trial(optuna.trial.create_trial(params={"x": x}, distributions=dist, value=1.0))
+    assert importances(study) == (None, f"n/a: fANOVA needs at least {MIN_IMPORTANCE_TRIALS} trials with an "
+                                        "objective, the study has 2")
+    study.add_trial(optuna.trial.create_trial(params={"x": 0.3}, distributions=dist, value=1.0))
+    assert importances(study) == (None, "n/a: all 3 trials with an objective have the same one (1)")
 
 
 # ------------------------------------------------------------------------------------------------ a real store
