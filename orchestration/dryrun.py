@@ -58,6 +58,10 @@ class CommittedCosts:
         return self.device.split()[-1] if self.device else "GPU"
 
 
+def _shown(path: Path) -> str:
+    return str(path.relative_to(_REPO)) if path.is_relative_to(_REPO) else str(path)
+
+
 def _from_results(path: Path) -> CommittedCosts | None:
     try:
         data = json.loads(path.read_text())
@@ -66,7 +70,7 @@ def _from_results(path: Path) -> CommittedCosts | None:
                    float(s["eval_s"])) for s in data["setups"]}
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return CommittedCosts(str(data.get("device", "GPU")), str(path), setups)
+    return CommittedCosts(str(data.get("device", "GPU")), _shown(path), setups)
 
 
 def _from_readme(path: Path) -> CommittedCosts | None:
@@ -78,7 +82,7 @@ def _from_readme(path: Path) -> CommittedCosts | None:
     if start is None:
         return None
     device = re.search(r"Measured on one (\S+ \S+)", " ".join(lines[start:start + 2]))
-    costs = CommittedCosts(device.group(1) if device else "GPU", f"{path} (GPU table)")
+    costs = CommittedCosts(device.group(1) if device else "GPU", f"{_shown(path)} (GPU table)")
     head = next((i for i in range(start, len(lines)) if lines[i].strip() == _TABLE_HEADER), None)
     for line in lines[(head or len(lines)) + 2:]:
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
