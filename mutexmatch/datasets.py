@@ -86,15 +86,15 @@ class DatasetInfo:
 
     name: str
     num_classes: int
-    channels: int
     image_size: int
     mean: tuple[float, ...]
     std: tuple[float, ...]
     flip: bool
-    pad: int
-    pad_mode: str
-    has_unlabeled_split: bool
     download_hint: str
+    channels: int = 3
+    pad: int = 4
+    pad_mode: str = "constant"
+    has_unlabeled_split: bool = False
     # The statistics the released MutexMatch code normalises with (``data.normalization: released``); None where
     # the released code has no such dataset. For SVHN, STL-10 and Tiny-ImageNet they are its constants divided by
     # 255 a second time, as it does: the published numbers for those datasets were produced that way.
@@ -113,37 +113,34 @@ class DatasetInfo:
                              f"got {self.pad_mode!r}")
 
 
+def _cifar(n: int, mean: tuple[float, ...], std: tuple[float, ...], *, per_class: int, archive: str,
+           folder: str) -> DatasetInfo:
+    """CIFAR-10/100: the released code's statistics (themselves the usual CIFAR train-set statistics) for both
+    normalisations, flip + crop 32 pad 4."""
+    return DatasetInfo(
+        name=f"cifar{n}", num_classes=n, image_size=32, mean=mean, std=std, released_mean=mean, released_std=std,
+        flip=True, train_per_class_min=per_class,
+        download_hint=f"Set `data.download: true` to let torchvision download CIFAR-{n} (about 170 MB) into "
+        f"<root>/cifar{n}/, or extract {archive} there so that <root>/cifar{n}/{folder}/ exists.")
+
+
 DATASETS: dict[str, DatasetInfo] = {
     info.name: info
     for info in [
-        # CIFAR statistics are the released code's constants (themselves the usual CIFAR train-set statistics).
-        DatasetInfo(
-            name="cifar10", num_classes=10, channels=3, image_size=32,
-            mean=_CIFAR10_MEAN, std=_CIFAR10_STD, released_mean=_CIFAR10_MEAN, released_std=_CIFAR10_STD,
-            flip=True, pad=4, pad_mode="constant", has_unlabeled_split=False, train_per_class_min=5000,
-            download_hint="Set `data.download: true` to let torchvision download CIFAR-10 (about 170 MB) into "
-            "<root>/cifar10/, or extract cifar-10-python.tar.gz there so that <root>/cifar10/cifar-10-batches-py/ "
-            "exists.",
-        ),
-        DatasetInfo(
-            name="cifar100", num_classes=100, channels=3, image_size=32,
-            mean=_CIFAR100_MEAN, std=_CIFAR100_STD, released_mean=_CIFAR100_MEAN, released_std=_CIFAR100_STD,
-            flip=True, pad=4, pad_mode="constant", has_unlabeled_split=False, train_per_class_min=500,
-            download_hint="Set `data.download: true` to let torchvision download CIFAR-100 (about 170 MB) into "
-            "<root>/cifar100/, or extract cifar-100-python.tar.gz there so that <root>/cifar100/cifar-100-python/ "
-            "exists.",
-        ),
+        _cifar(10, _CIFAR10_MEAN, _CIFAR10_STD, per_class=5000, archive="cifar-10-python.tar.gz",
+               folder="cifar-10-batches-py"),
+        _cifar(100, _CIFAR100_MEAN, _CIFAR100_STD, per_class=500, archive="cifar-100-python.tar.gz",
+               folder="cifar-100-python"),
         # SVHN: the commonly published train-set statistics (we cannot recompute them offline). The released code
         # has mean (0.4380, 0.4440, 0.4730), std (0.1751, 0.1771, 0.1744) but divides them by 255 a second time,
         # which makes its normalisation almost the identity scaled by 255 (kept as `released`).
         # No flip: digits are not mirror-invariant (released code: crop 32 pad 4 only).
         DatasetInfo(
-            name="svhn", num_classes=10, channels=3, image_size=32,
+            name="svhn", num_classes=10, image_size=32,
             mean=(0.4377, 0.4438, 0.4728), std=(0.1980, 0.2010, 0.1970),
             released_mean=_twice_divided((0.4380, 0.4440, 0.4730)),
             released_std=_twice_divided((0.1751, 0.1771, 0.1744)),
-            flip=False, pad=4, pad_mode="constant", has_unlabeled_split=False,
-            train_per_class_min=4659,  # digit 9 of the 73,257 train images
+            flip=False, train_per_class_min=4659,  # digit 9 of the 73,257 train images
             download_hint="Set `data.download: true` to let torchvision download SVHN into <root>/svhn/, or put "
             "train_32x32.mat and test_32x32.mat (plus extra_32x32.mat when svhn_extra is on) there.",
         ),
@@ -151,11 +148,10 @@ DATASETS: dict[str, DatasetInfo] = {
         # (0.2309, 0.2262, 0.2237) are divided by 255 twice (a bug, kept as `released`). Weak augmentation as in
         # the released code: flip + crop 96 pad 4 (FixMatch's paper used pad 12; we follow MutexMatch's code).
         DatasetInfo(
-            name="stl10", num_classes=10, channels=3, image_size=96,
+            name="stl10", num_classes=10, image_size=96, flip=True, has_unlabeled_split=True, train_per_class_min=500,
             mean=(0.4467, 0.4398, 0.4066), std=(0.2603, 0.2566, 0.2713),
             released_mean=_twice_divided((0.4409, 0.4279, 0.3868)),
             released_std=_twice_divided((0.2309, 0.2262, 0.2237)),
-            flip=True, pad=4, pad_mode="constant", has_unlabeled_split=True, train_per_class_min=500,
             download_hint="Set `data.download: true` to let torchvision download STL-10 (about 2.6 GB) into "
             "<root>/stl10/, or extract stl10_binary.tar.gz there so that <root>/stl10/stl10_binary/ exists.",
         ),
@@ -163,10 +159,10 @@ DATASETS: dict[str, DatasetInfo] = {
         # and weak augmentation (crop pad int(0.125 * isize) = 10, reflect, + flip). Its statistics were computed by
         # its authors on the train split (real values, not divided by 255 twice), so we use them as released.
         DatasetInfo(
-            name="miniimagenet", num_classes=100, channels=3, image_size=80,
+            name="miniimagenet", num_classes=100, image_size=80,
             mean=(0.4779, 0.4497, 0.4018), std=(0.2229, 0.2181, 0.2175),
             released_mean=(0.4779, 0.4497, 0.4018), released_std=(0.2229, 0.2181, 0.2175),
-            flip=True, pad=10, pad_mode="reflect", has_unlabeled_split=False, train_per_class_min=500,
+            flip=True, pad=10, pad_mode="reflect", train_per_class_min=500,
             download_hint="mini-ImageNet has no downloader (data.download does not apply): put train.csv and "
             "test.csv (columns filename,label; 500 train and 100 test images for each of 100 classes) and the "
             "images/ folder holding the listed files into <root>/miniimagenet/.",
@@ -174,10 +170,10 @@ DATASETS: dict[str, DatasetInfo] = {
         # Tiny-ImageNet: released code: crop 64 pad 4, no flip; ImageNet statistics (the released code divides
         # them by 255 twice, we do not).
         DatasetInfo(
-            name="tinyimagenet", num_classes=200, channels=3, image_size=64,
+            name="tinyimagenet", num_classes=200, image_size=64,
             mean=_IMAGENET_MEAN, std=_IMAGENET_STD,
             released_mean=_twice_divided(_IMAGENET_MEAN), released_std=_twice_divided(_IMAGENET_STD),
-            flip=False, pad=4, pad_mode="constant", has_unlabeled_split=False, train_per_class_min=500,
+            flip=False, train_per_class_min=500,
             download_hint="Tiny-ImageNet has no downloader here (data.download does not apply): extract "
             "tiny-imagenet-200.zip (http://cs231n.stanford.edu/tiny-imagenet-200.zip) into <root>/ so that "
             "<root>/tiny-imagenet-200/train/<wnid>/images/*.JPEG, val/images/*.JPEG and val/val_annotations.txt "
@@ -189,7 +185,7 @@ DATASETS: dict[str, DatasetInfo] = {
         DatasetInfo(
             name="digits", num_classes=10, channels=1, image_size=16,
             mean=(0.3053,), std=(0.3759,),
-            flip=False, pad=2, pad_mode="constant", has_unlabeled_split=False,
+            flip=False, pad=2, pad_mode="constant",
             train_per_class_min=126,  # digit 8 of the 1,300-image train split
             download_hint="digits ships inside scikit-learn (sklearn.datasets.load_digits); nothing to download.",
         ),
