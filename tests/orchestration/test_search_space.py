@@ -15,10 +15,16 @@ class _SharpenParams(FixMatchParams):
     sharpen_t: float = Field(0.5, gt=0, le=1, description="Temperature of the sharpened pseudo-label.")
 
 
-if "search_space_demo" not in ALGORITHMS:
+@pytest.fixture(autouse=True)
+def _registered():
+    """The demo algorithm exists only during these tests: the registry-parametrised tests elsewhere see the
+    built-in registry."""
     @register_algorithm("search_space_demo")
     class _SharpenDemo(FixMatch):
         Params = _SharpenParams
+
+    yield
+    del ALGORITHMS["search_space_demo"]
 
 
 def _spec(tmp_path, space):
