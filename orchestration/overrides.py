@@ -21,10 +21,8 @@ from typing import Any, Sequence
 
 import yaml
 
-from mutexmatch.yamlfile import YamlFileError, read_yaml_mapping
-
 from orchestration.plan import SweepPlan, build_plan
-from orchestration.spec import SpecError, SweepSpec, deep_merge, parse_spec, spec_hash
+from orchestration.spec import SpecError, SweepSpec, deep_merge, parse_spec, read_spec_file, spec_hash
 
 __all__ = ["LoadedSweep", "parse_override", "apply_overrides", "load_sweep", "plan_sweep"]
 
@@ -100,11 +98,7 @@ def load_sweep(path: str | Path, project_dir: str | Path, overrides: Sequence[st
     """The validated sweep spec of ``path`` with ``overrides`` applied; raise SpecError (one line per problem,
     each naming the override it comes from). ``need_data=False``: data folders that do not exist are no error
     (they are returned in ``missing_roots``); every other problem still is."""
-    try:
-        raw = read_yaml_mapping(path, "spec", expected="a sweep YAML mapping (name, axes, ...; see orchestration/README.md)")
-    except YamlFileError as e:
-        raise SpecError(str(e)) from None
-    raw = apply_overrides(raw, overrides)
+    raw = apply_overrides(read_spec_file(path), overrides)
     try:
         return LoadedSweep(parse_spec(raw, project_dir), tuple(overrides))
     except SpecError as e:

@@ -592,7 +592,8 @@ def read_spec_file(path: str | Path) -> dict[str, Any]:
     raise :class:`SpecError` with one line naming the file, also for a run config given instead (naming the
     trainer's command)."""
     try:
-        raw = read_yaml_mapping(path, "spec", expected="a sweep YAML mapping (name, axes, ...; see orchestration/README.md)")
+        raw = read_yaml_mapping(path, "spec",
+                                expected="a sweep YAML mapping (name, axes, ...; see orchestration/README.md)")
     except YamlFileError as e:
         raise SpecError(str(e)) from None
     if SWEEP_ONLY_KEY not in raw and set(raw) <= set(RunConfig.model_fields):

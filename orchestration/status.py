@@ -351,7 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         loaded = load_sweep(args.spec, Path.cwd(), args.overrides, need_data=False)
         plan = plan_sweep(loaded, Path.cwd())
-        uri = C.resolve_tracking_uri(args.tracking_uri)
+        uri = tracking.resolve_tracking_uri(args.tracking_uri, Path.cwd())  # refuses a file that is no database
     except (SpecError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -360,7 +360,12 @@ def main(argv: Sequence[str] | None = None) -> int:
               "--tracking-uri)", file=sys.stderr)
         return 2
     client = tracking.MlflowClient(uri)
-    exp = client.get_experiment_by_name(args.experiment_name or loaded.spec.name)
+    try:
+        with C.bounded_http(uri, "--tracking-uri"):
+            exp = client.get_experiment_by_name(args.experiment_name or loaded.spec.name)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     experiment_id = exp.experiment_id if exp is not None else None
     shown = 0
     try:

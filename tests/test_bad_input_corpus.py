@@ -218,8 +218,7 @@ CASES = [
       files={"s.yaml": _sweep(("  train:", "  data:"))}),
     C("sweep-is-a-run-config", S, "{t}/r.yaml",
       "spec '{t}/r.yaml': is a run config (sections data, train), not a sweep YAML; train it with `python -m "
-      "mutexmatch.train --config", files={"r.yaml": RUN_YAML},
-      owner="orchestration/overrides.py (read the YAML with spec.read_spec_file)"),
+      "mutexmatch.train --config", files={"r.yaml": RUN_YAML}),
     C("sweep-unknown-key", S, "{t}/s.yaml", "fold: unknown key", files={"s.yaml": SWEEP_YAML + "fold: [0]\n"}),
     C("sweep-no-axes", S, "{t}/s.yaml", "axes: required field is missing",
       files={"s.yaml": "name: corpus\nbase: {data: {dataset: digits}}\n"}),
@@ -303,11 +302,11 @@ CASES = [
     C("status-dup-level", ST, "{t}/s.yaml", "duplicate key 'fixmatch' (first at line 8, again at line 9)",
       files={"s.yaml": _sweep(("    mutexmatch:", "    fixmatch:"))}),
     C("status-is-a-run-config", ST, "{t}/r.yaml", "is a run config (sections data, train)",
-      files={"r.yaml": RUN_YAML}, owner="orchestration/overrides.py (read the YAML with spec.read_spec_file)"),
+      files={"r.yaml": RUN_YAML}),
     C("status-no-store", ST, "{t}/s.yaml", "no MLflow store there", files={"s.yaml": SWEEP_YAML}),
     C("status-watch-zero", ST, "{t}/s.yaml --watch 0", "--watch=0", files={"s.yaml": SWEEP_YAML}),
     C("status-store-not-a-db", ST, "{t}/s.yaml --tracking-uri {t}/notes.db", "{t}/notes.db",
-      files={"s.yaml": SWEEP_YAML, "notes.db": "not a database\n"}, owner="orchestration/status.py"),
+      files={"s.yaml": SWEEP_YAML, "notes.db": "not a database\n"}),
 ]
 
 
