@@ -110,7 +110,7 @@ def tuned_levels(levels: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ..
 
 
 def trial_key(cell: str, fold: int | str) -> str:
-    """``<cell id>/fold<k>``: a grid trial's MLflow run name, unique in a sweep."""
+    """``<cell id>/fold<k>``: what a grid trial is known by (launch plan, skipping, summaries), unique in a sweep."""
     return f"{cell}/fold{fold}"
 
 
@@ -131,11 +131,6 @@ def split_trial_key(key: str) -> tuple[str, str] | None:
     """``(cell id, fold)`` of a :func:`trial_key`, or None when ``key`` is not one."""
     cell, sep, fold = key.rpartition("/fold")
     return (cell, fold) if sep and fold.isdigit() else None
-
-
-def search_run_name(key: str) -> str:
-    """The run name of a search trial of the study with trial key ``key``."""
-    return f"{key}/search"
 
 
 BEST_PREFIX = "best."  # parent run: params/tags/metrics of a search's best trial

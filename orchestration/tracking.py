@@ -25,6 +25,7 @@ import subprocess
 import time
 import traceback
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -145,7 +146,8 @@ def create_parent_run(client: MlflowClient, experiment_id: str, *, launch_id: st
     tags = {C.ROLE: C.ROLE_SWEEP, C.SPEC_HASH: spec_hash, C.SPEC_PATH: str(spec_path), C.GIT_COMMIT: commit,
             C.LAUNCH_ID: launch_id, C.STORAGE: storage, C.SMOKE: str(smoke).lower(),
             C.DRIVER_HOST: socket.gethostname(), C.DRIVER_PID: str(os.getpid()), C.COMMAND: command[:5000]}
-    run = client.create_run(experiment_id, tags=tags, run_name=f"sweep {launch_id}" + (" (smoke)" if smoke else ""))
+    run = client.create_run(experiment_id, tags=tags, run_name=C.parent_run_name(Path(spec_path).stem, datetime.now(),
+                                                                                  smoke))
     client.log_text(run.info.run_id, spec_text, C.SPEC_ARTIFACT)
     return ParentInfo(run.info.run_id, launch_id, storage)
 

@@ -143,7 +143,7 @@ def _resolve(config: dict[str, Any], ctx: TrialContext) -> tuple[dict[str, Any],
     """The raw RunConfig of this trial and its identity (kind, cell, fold, run name, extra tags)."""
     if ctx.grid is not None:
         trial = ctx.grid[config["trial"]]
-        raw, kind, cell, fold, name, extra = trial.config, trial.kind, trial.cell, trial.fold, trial.key, {}
+        raw, kind, cell, fold, extra = trial.config, trial.kind, trial.cell, trial.fold, {}
     else:
         study = ctx.study
         assert study is not None
@@ -151,9 +151,9 @@ def _resolve(config: dict[str, Any], ctx: TrialContext) -> tuple[dict[str, Any],
         for path in study.search.space:
             raw = set_dotted(raw, path, param_value(path, config[path]))
         kind, cell, fold = C.KIND_SEARCH, study.cell, study.fold
-        name = C.search_run_name(study.key)
         extra = {C.SEARCH_HASH: study.search_hash, C.SEARCH_PHASE: study.phase}
     threads = raw.get("train", {}).get("num_threads") or ctx.num_threads
+    name = C.trial_run_name(cell.levels, fold, kind)  # runs are found by their tags; the name is for people
     return raw, {"kind": kind, "cell": cell, "fold": fold, "name": name, "extra": extra, "threads": threads}
 
 

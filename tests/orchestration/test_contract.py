@@ -37,7 +37,6 @@ def test_cell_id_and_trial_key_builders():
     assert C.trial_key(cell, 3) == "method=fixmatch,setting=c10-40/fold3" == C.trial_key(cell, "3")
     assert C.split_trial_key(C.trial_key(cell, 3)) == (cell, "3")
     assert C.split_trial_key("search method=x/fold1 (2/4 trials)") is None
-    assert C.search_run_name(C.trial_key(cell, 0)) == f"{cell}/fold0/search"
     assert C.best_param_prefix(cell, 1) == "best.method-fixmatch.setting-c10-40.fold1."
     tags = C.trial_tags(parent_run_id="p", kind="grid", cell_levels=[("method", "fixmatch")], cell_id="method=fixmatch",
                         fold=2, variant="fixmatch", config_hash="h", commit="c", trial_id="t", launch_id="l")

@@ -167,8 +167,8 @@ def test_sigkilled_driver_then_resume_finishes_everything_once(tmp_path, data_ro
     assert "resuming launch" in result.output
     runs = grid_runs(client, "dkill")
     assert len(runs) == 4  # exactly one run per trial
-    assert sorted(r.info.run_name for r in runs) == ["method=fixmatch/fold0", "method=fixmatch/fold1",
-                                                     "method=mutexmatch/fold0", "method=mutexmatch/fold1"]
+    assert sorted(r.info.run_name for r in runs) == ["fixmatch · fold 0", "fixmatch · fold 1",
+                                                     "mutexmatch · fold 0", "mutexmatch · fold 1"]
     assert {r.info.status for r in runs} == {"FINISHED"}
     for r in runs:
         assert logged_steps(client, r) == list(range(100, 1001, 100))
@@ -278,8 +278,8 @@ def test_terminated_driver_reports_what_finished_and_the_resume_command_works(tm
     assert resume == (f"python -m orchestration.sweep intr.yaml --tracking-uri sqlite:///{tmp_path / 'mlflow.db'} "
                       f"--storage {tmp_path / 'ray_results'} --max-concurrent 1 --resume")
     runs = grid_runs(client, "intr")
-    assert sorted((r.info.run_name, r.info.status) for r in runs) == [("method=fixmatch/fold0", "FINISHED"),
-                                                                      ("method=mutexmatch/fold0", "KILLED")]
+    assert sorted((r.info.run_name, r.info.status) for r in runs) == [("fixmatch · fold 0", "FINISHED"),
+                                                                      ("mutexmatch · fold 0", "KILLED")]
     exp = client.get_experiment_by_name("intr")
     parent = client.search_runs([exp.experiment_id], "tags.`mutexmatch.role` = 'sweep'")
     assert [p.info.status for p in parent] == ["KILLED"]
@@ -289,8 +289,8 @@ def test_terminated_driver_reports_what_finished_and_the_resume_command_works(tm
     result = run_cli(tmp_path, *args, timeout=300)
     assert result.returncode == 0, result.output
     runs = grid_runs(client, "intr")
-    assert sorted((r.info.run_name, r.info.status) for r in runs) == [("method=fixmatch/fold0", "FINISHED"),
-                                                                      ("method=mutexmatch/fold0", "FINISHED")]
+    assert sorted((r.info.run_name, r.info.status) for r in runs) == [("fixmatch · fold 0", "FINISHED"),
+                                                                      ("mutexmatch · fold 0", "FINISHED")]
     again = client.get_run(killed.info.run_id)
     assert again.data.tags["mutexmatch.attempts"] == "2"  # continued its own run
     assert logged_steps(client, again) == list(range(20, 121, 20))

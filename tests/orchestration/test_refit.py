@@ -157,8 +157,7 @@ def test_search_then_refit_trains_the_best_parameters_on_every_fold(tmp_path, da
     assert result.returncode == 0, result.output
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     refits = _runs(client, "tuned", C.KIND_REFIT)
-    assert sorted(r.info.run_name for r in refits) == ["method=mutexmatch,tuned=true/fold0",
-                                                      "method=mutexmatch,tuned=true/fold1"]
+    assert sorted(r.info.run_name for r in refits) == ["mutexmatch · fold 0 · refit", "mutexmatch · fold 1 · refit"]
     best_params = {(round(t.params["algorithm.tau"], 12), t.params["algorithm.k"])
                    for t in _best_trials(tmp_path, spec)}
     for run in refits:

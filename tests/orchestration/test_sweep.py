@@ -95,12 +95,14 @@ def test_tiny_sweep_writes_the_documented_mlflow_layout(tiny, tmp_path):
 
     grid = _runs(client, exp, "tags.`mutexmatch.kind` = 'grid'")
     assert len(grid) == 4
-    assert sorted(r.info.run_name for r in grid) == ["method=fixmatch/fold0", "method=fixmatch/fold1",
-                                                     "method=mutexmatch/fold0", "method=mutexmatch/fold1"]
+    # readable names, levels first (contract.trial_run_name); runs are found by their tags
+    assert sorted(r.info.run_name for r in grid) == ["fixmatch · fold 0", "fixmatch · fold 1",
+                                                     "mutexmatch · fold 0", "mutexmatch · fold 1"]
+    assert parent.info.run_name.startswith("sweep tiny · 20")
     assert len({r.data.tags["mutexmatch.config_hash"] for r in grid}) == 4
     for run in grid:
         t, p = run.data.tags, run.data.params
-        variant = run.info.run_name.split("/")[0].split("=")[1]
+        variant = run.info.run_name.split(" · ")[0]
         fold = int(run.info.run_name[-1])
         assert run.info.status == "FINISHED"
         assert t["mlflow.parentRunId"] == parent.info.run_id
