@@ -150,6 +150,7 @@ WEIGHTS_DIR = "weights"                   # trial run: best_model.pt, final_mode
 CHECKPOINTS_DIR = "checkpoints"           # trial run: the final checkpoint and its .sha256
 CLASS_COUNTS_DIR = "class_counts"         # trial run: one class-count file per evaluation
 CLASS_COUNTS_FILE = re.compile(r"^step_(\d+)\.json$")
+HEATMAP_ARTIFACT = "class_counts/heatmap_final.png"  # trial run: the last evaluation's class counts, drawn
 STATUS_ARTIFACT = "status.md"             # parent run: the sweep's status (orchestration.status), refreshed
 
 

@@ -22,12 +22,16 @@ import json
 import os
 import socket
 import subprocess
+import tempfile
 import time
 import traceback
+import warnings
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterator, Mapping
+
+import numpy as np
 
 from mutexmatch.callbacks import EvalEvent, RunSummary, StartEvent
 from mutexmatch.dotted import flatten_dotted
@@ -265,6 +269,7 @@ class TrialRun:
         self.attempt = attempt
         self.last_logged_step = last_logged_step
         self._run = run
+        self._last_counts: dict | None = None    # the latest evaluation's class counts, drawn at the end
 
     @classmethod
     def open(cls, client: MlflowClient, experiment_id: str, *, trial_id: str, launch_id: str,
@@ -308,6 +313,7 @@ class TrialRun:
         counts = {"step": event.step, **{k: v.tolist() for k, v in event.class_counts.items()}}
         self.client.log_text(self.run_id, json.dumps(counts), C.class_counts_artifact(event.step))
         self.last_logged_step = event.step
+        self._last_counts = event.class_counts
 
     def log_end(self, summary: RunSummary) -> None:
         """The best and final weights; with the final weights, the final checkpoint and its checksum."""
@@ -317,6 +323,24 @@ class TrialRun:
         if summary.final_checkpoint is not None and summary.final_weights is not None:
             for f in checkpoint_pair(summary.final_checkpoint):
                 self.client.log_artifact(self.run_id, str(f), C.CHECKPOINTS_DIR)
+        self._log_heatmap()
+
+    def _log_heatmap(self) -> None:
+        """The last evaluation's class counts as a heat-map PNG (the report's own drawing), so the MLflow UI shows
+        the matrices instead of raw JSON. A picture never fails a trial: a drawing error is a warning."""
+        if not self._last_counts or "pseudo_label_counts" not in self._last_counts:
+            return
+        try:
+            from reports.figures import plot_heatmaps
+
+            with tempfile.TemporaryDirectory(prefix="mm_heatmap_") as tmp:
+                files = plot_heatmaps(np.asarray(self._last_counts["pseudo_label_counts"]),
+                                      self._last_counts.get("comp_label_counts"), Path(tmp) / "heatmap_final")
+                png = next(f for f in files if f.suffix == ".png")
+                self.client.log_artifact(self.run_id, str(png), str(Path(C.HEATMAP_ARTIFACT).parent))
+        except Exception as e:  # noqa: BLE001 - see the docstring
+            warnings.warn(f"run {self.run_id}: class-count heat map not drawn ({type(e).__name__}: {e})",
+                          RuntimeWarning, stacklevel=2)
 
     def stopped(self, best_weights: Path) -> None:
         """Tune stopped the trial (ASHA or an interrupted sweep): keep its best weights; the run stays RUNNING for
