@@ -101,7 +101,7 @@ def test_ray_job_submit_runs_a_sweep_on_a_started_cluster(tmp_path, data_root, s
     exp = client.get_experiment_by_name("jobs")
     runs = client.search_runs([exp.experiment_id], "", max_results=100)
     trials = [r for r in runs if r.data.tags.get("mutexmatch.role") == "trial"]
-    assert sorted(r.info.run_name for r in trials) == ["fixmatch · fold 0", "supervised · fold 0"]
+    assert sorted(r.info.run_name for r in trials) == ["fixmatch · fold 0 · smoke", "supervised · fold 0 · smoke"]
     assert {(r.info.status, r.data.tags["mutexmatch.kind"]) for r in trials} == {("FINISHED", "smoke")}
     # --smoke: the default smoke overrides (4 iterations, evaluation every 2)
     for r in trials:
