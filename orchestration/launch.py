@@ -14,7 +14,7 @@ from typing import Any
 from orchestration import contract as C
 from orchestration import tracking
 from orchestration.plan import REFIT_PHASE, SweepPlan
-from orchestration.refit import pending_refits
+from orchestration.refit import best_by_cell, pending_refits, refit_trials
 from orchestration.spec import NAME_RULE, is_name
 
 __all__ = ["SweepError", "SweepOptions", "SweepOutcome", "check_options", "resolve_storage", "command_line", "select",
@@ -127,7 +127,8 @@ def select(plan: SweepPlan, client: Any, experiment_id: str, force: bool) -> tup
         else:
             phases.append(s.phase)
     if refit and not phases:
-        todo, finished = pending_refits(plan, client, experiment_id, force=False)
+        trials, _ = refit_trials(plan, best_by_cell(plan, client, experiment_id))
+        todo, finished = pending_refits(trials, client, experiment_id, force=False)
         skipped += finished
         refit = refit if todo else []
     return grid, phases + refit, skipped

@@ -232,7 +232,7 @@ def _run_refit(launch: LaunchContext, concurrency: dict[str, Any], out: PhasesOu
     trials, problems = refit_trials(plan, best)
     for problem in problems:
         print(f"warning: {problem}", flush=True)
-    todo, _ = pending_refits(plan, launch.client, launch.experiment_id, force=launch.opts.force)
+    todo, _ = pending_refits(trials, launch.client, launch.experiment_id, force=launch.opts.force)
     out.refit_keys = todo
     if not todo:
         return None

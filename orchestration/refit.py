@@ -66,10 +66,10 @@ def refit_trials(plan: SweepPlan, best: dict[str, BestTrial]) -> tuple[dict[str,
     return trials, [f"refit of {cell}: no FINISHED search trial, nothing to refit" for cell in missing]
 
 
-def pending_refits(plan: SweepPlan, client: Any, experiment_id: str, *, force: bool) -> tuple[list[str], list[str]]:
-    """Refit keys still to run and refit keys already FINISHED with the same parameters; the best parameters are
-    read from MLflow, so call it once the searches are done."""
-    trials, _ = refit_trials(plan, best_by_cell(plan, client, experiment_id))
+def pending_refits(trials: dict[str, GridTrial], client: Any, experiment_id: str, *,
+                   force: bool) -> tuple[list[str], list[str]]:
+    """Of ``trials`` (:func:`refit_trials`), the keys still to run and those already FINISHED with the same
+    parameters (``force``: none is finished)."""
     done = {} if force else tracking.finished_grid_hashes(client, experiment_id, kind=C.KIND_REFIT)
     todo = [k for k, t in trials.items() if t.config_hash not in done.get(k, set())]
     return todo, [k for k in trials if k not in todo]
