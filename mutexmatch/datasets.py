@@ -471,6 +471,20 @@ def torchvision_files(name: str, svhn_extra: bool = False) -> list[tuple[str, st
     raise ValueError(f"{name}: not a torchvision dataset (torchvision_files covers cifar10, cifar100, svhn, stl10)")
 
 
+def verify_published_md5s(name: str, ddir: Path, svhn_extra: bool = False, only: Sequence[str] | None = None
+                          ) -> None:
+    """Raise :class:`DatasetError` naming the first present file of ``name`` under ``ddir`` (of ``only``, relative
+    paths, when given) whose bytes do not match torchvision's published md5; a missing file is not checked here.
+
+    Nothing read from a data folder is unpickled before this passes (a crafted CIFAR meta file is code)."""
+    bad = [(rel, md5) for rel, md5 in torchvision_files(name, svhn_extra) if (only is None or rel in only)
+           and md5 is not None and (ddir / rel).is_file() and not check_integrity(str(ddir / rel), md5)]
+    if bad:
+        more = f" (and {len(bad) - 1} more file(s))" if len(bad) > 1 else ""
+        raise DatasetError(f"{name}: {ddir / bad[0][0]} does not match its published md5 {bad[0][1]}{more}: a "
+                           "corrupted or partial download; delete it and load again with data.download: true")
+
+
 def svhn_splits(svhn_extra: bool) -> list[str]:
     return ["train", "test"] + (["extra"] if svhn_extra else [])
 
@@ -489,13 +503,10 @@ def _open_torchvision(info: DatasetInfo, root: Path, ddir: Path, required: Seque
         missing = [ddir / p for p in required if not (ddir / p).is_file()]
         if missing:
             raise _missing_error(info, root, ddir, missing) from err
-        bad = [(rel, md5) for rel, md5 in torchvision_files(info.name, svhn_extra)
-               if md5 is not None and (ddir / rel).is_file() and not check_integrity(str(ddir / rel), md5)]
-        what = (f"{ddir / bad[0][0]} does not match its published md5 {bad[0][1]}" if bad else
-                f"torchvision rejected the files under {ddir} ({' '.join(str(err).split())})")
-        more = f" (and {len(bad) - 1} more file(s))" if len(bad) > 1 else ""
-        raise DatasetError(f"{info.name}: {what}{more}: a corrupted or partial download; delete it and load again "
-                           "with data.download: true") from None
+        verify_published_md5s(info.name, ddir, svhn_extra)
+        raise DatasetError(f"{info.name}: torchvision rejected the files under {ddir} ({' '.join(str(err).split())})"
+                           ": a corrupted or partial download; delete it and load again with data.download: true"
+                           ) from None
     except OSError as err:  # URLError, a refused connection, a DNS failure: only a download reaches the network
         if not download:
             raise

@@ -32,7 +32,8 @@ from mutexmatch import imagefolder
 from mutexmatch.cliwarnings import one_line_warnings
 from mutexmatch.config import DATASET_NAMES
 from mutexmatch.datasets import (CHECKSUM_SUFFIX, DATASETS, DatasetBundle, ImageData, cache_paths, checksum_path,
-                                 dataset_dir, load_dataset, svhn_splits, torchvision_files, verify_checksum)
+                                 dataset_dir, load_dataset, svhn_splits, torchvision_files, verify_checksum,
+                                 verify_published_md5s)
 
 PROG = "python -m mutexmatch.datasets"
 # The datasets torchvision can download, by the class that knows their URLs and md5s.
@@ -155,10 +156,10 @@ def _layout_lines(args: argparse.Namespace) -> list[str]:
     lines = [f"folder   {ddir}"]
     if args.name in DOWNLOADABLE:
         files = torchvision_files(args.name, args.svhn_extra)
+        verify_published_md5s(args.name, ddir, args.svhn_extra)  # a present file that is junk is not "present"
         missing = [rel for rel, _ in files if not (ddir / rel).is_file()]
-        lines.append(f"layout   {len(files) - len(missing)} of {len(files)} torchvision files present"
-                     + (f"; missing: {', '.join(missing)}" if missing else "")
-                     + f" (`{PROG} download` verifies their md5)")
+        lines.append(f"layout   {len(files) - len(missing)} of {len(files)} torchvision files present, each "
+                     "published md5 verified" + (f"; missing: {', '.join(missing)}" if missing else ""))
     return lines
 
 
@@ -261,12 +262,23 @@ def _torchvision_class_names(name: str, root: str | Path) -> list[str] | None:
         path = ddir / DOWNLOADABLE[name].base_folder / meta["filename"]
         if not path.is_file():
             return None
-        with path.open("rb") as f:  # the same latin1 pickle torchvision's CIFAR classes read
-            return list(pickle.load(f, encoding="latin1")[meta["key"]])
+        verify_published_md5s(name, ddir, only=[f"{DOWNLOADABLE[name].base_folder}/{meta['filename']}"])
+        with path.open("rb") as f:  # the same latin1 pickle torchvision's CIFAR classes read, verified above
+            try:
+                return list(_DataOnlyUnpickler(f, encoding="latin1").load()[meta["key"]])
+            except pickle.UnpicklingError as err:
+                raise CLIError(f"{name}: {path}: {err}; delete it and run `{PROG} download {name}`") from None
     if name == "stl10":
         path = ddir / STL10.base_folder / STL10.class_names_file
         return [ln for ln in path.read_text().splitlines() if ln.strip()] if path.is_file() else None
     return None
+
+
+class _DataOnlyUnpickler(pickle.Unpickler):
+    """Lists, dicts, strings and numbers only: a meta file that names a class or function is refused, not run."""
+
+    def find_class(self, module: str, name: str) -> NoReturn:
+        raise pickle.UnpicklingError(f"refused {module}.{name}: a dataset's meta file holds only data")
 
 
 def _prepare_target(to: Path, overwrite: bool, source: Path | None) -> None:

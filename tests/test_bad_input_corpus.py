@@ -78,6 +78,23 @@ def _cifar_junk(t: Path) -> None:
         (folder / name).write_bytes(b"\x80junk" * 10)
 
 
+class _Payload:
+    """A pickle that writes a file when loaded (a crafted CIFAR ``batches.meta``); the snapshot sees the file."""
+
+    def __reduce__(self):
+        return (open, ("payload-ran", "w"))
+
+
+def _cifar_cached_with_payload(t: Path) -> None:
+    """Generated CIFAR-10 files (not the published ones) with a valid decoded cache, its meta file a payload."""
+    import pickle
+
+    from mutexmatch.fakedata import FakeSize, write_fake_root
+
+    write_fake_root(t / "data", ["cifar10"], sizes={"cifar10": FakeSize(1, 1)})
+    (t / "data" / "cifar10" / "cifar-10-batches-py" / "batches.meta").write_bytes(pickle.dumps(_Payload()))
+
+
 def _imagefolder(t: Path, *, loose: bool = False, corrupt: bool = False) -> None:
     for split in ("train", "test"):
         for cls in ("a", "b"):
@@ -277,6 +294,12 @@ CASES = [
       "{t}/data/cifar10", files={"data": None}),
     C("datasets-cifar-junk", D, "check cifar10 --root {t}/data",
       "{t}/data/cifar10/cifar-10-batches-py/data_batch_1 does not match its published md5", setup=_cifar_junk),
+    C("datasets-cifar-cached-junk-payload", D, "check cifar10 --root {t}/data",
+      "{t}/data/cifar10/cifar-10-batches-py/data_batch_1 does not match its published md5 "
+      "c99cafc152244af753f735de768cd75f (and 6 more file(s))", setup=_cifar_cached_with_payload),
+    C("datasets-export-cached-junk-payload", D, "export cifar10 --root {t}/data --to {t}/out",
+      "{t}/data/cifar10/cifar-10-batches-py/batches.meta does not match its published md5",
+      setup=_cifar_cached_with_payload),
     C("datasets-download-offline", D, "download cifar10 --root {t}/data", "download cifar10: torchvision could not "
       "fetch", files={"data": None}, patch=_offline),
     C("datasets-download-no-downloader", D, "download miniimagenet --root {t}", "mini-ImageNet has no downloader"),

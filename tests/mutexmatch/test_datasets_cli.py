@@ -2,11 +2,13 @@
 
 Datasets are generated in their real on-disk formats by mutexmatch.fakedata. The download tests give torchvision
 the md5s of the generated files (patched into its classes' file lists), so its real integrity check runs and no
-network is touched; its downloaders are made to raise.
+network is touched; its downloaders are made to raise. ``check`` and ``export`` verify those md5s too (a CIFAR meta
+file is a pickle), so ``fake_root`` comes with its generated md5s published.
 """
 
 import hashlib
 import os
+import pickle
 import re
 import subprocess
 import sys
@@ -17,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 from PIL import Image
-from torchvision.datasets import CIFAR10, STL10, SVHN
+from torchvision.datasets import CIFAR10, CIFAR100, STL10, SVHN
 
 from mutexmatch.cliwarnings import format_warning
 from mutexmatch.datasets import CACHE_DIRNAME, DATASETS, cache_paths, checksum_path, dataset_dir, load_dataset
@@ -43,10 +45,20 @@ def _assert_one_line_error(rc, err, *parts):
         assert p in lines[0], (p, lines[0])
 
 
+FAKE_SIZES = {"cifar10": FakeSize(3, 2), "cifar100": FakeSize(1, 1), "stl10": FakeSize(1, 1, 3)}
+
+
 @pytest.fixture(scope="module")
-def fake_root(tmp_path_factory):
-    sizes = {"cifar10": FakeSize(3, 2), "cifar100": FakeSize(1, 1), "stl10": FakeSize(1, 1, 3)}
-    return write_fake_root(tmp_path_factory.mktemp("data"), list(sizes), sizes=sizes, seed=5)
+def fake_files(tmp_path_factory):
+    return write_fake_root(tmp_path_factory.mktemp("data"), list(FAKE_SIZES), sizes=FAKE_SIZES, seed=5)
+
+
+@pytest.fixture
+def fake_root(fake_files, monkeypatch):
+    """The generated datasets, their md5s published as torchvision's (check and export verify them)."""
+    for name in FAKE_SIZES:
+        _accept_generated_md5s(monkeypatch, name, dataset_dir(name, fake_files))
+    return fake_files
 
 
 def _class_major(data):
@@ -116,11 +128,11 @@ def _accept_generated_md5s(monkeypatch, name, ddir):
             if (ddir / fname).is_file():
                 monkeypatch.setitem(SVHN.split_list, split, [url, fname, _md5(ddir / fname)])
     else:
-        cls = STL10 if name == "stl10" else CIFAR10
+        cls = {"stl10": STL10, "cifar10": CIFAR10, "cifar100": CIFAR100}[name]
         base = ddir / cls.base_folder
         for attr in ("train_list", "test_list"):
             monkeypatch.setattr(cls, attr, [[f, _md5(base / f)] for f, _ in getattr(cls, attr)])
-        if cls is CIFAR10:
+        if cls is not STL10:
             monkeypatch.setattr(cls, "meta", {**cls.meta, "md5": _md5(base / cls.meta["filename"])})
 
     def offline(*args, **kwargs):
@@ -195,7 +207,7 @@ def test_check_lists_counts_per_split_and_class(fake_root, capsys):
     splits, rows = _table(out)
     assert splits == ["train", "test"]
     assert rows == {f"c{i}": [3, 2] for i in range(10)}  # fakedata: 3 train and 2 test images per class
-    assert "7 of 7 torchvision files present" in out
+    assert "7 of 7 torchvision files present, each published md5 verified" in out
     assert "train_32px.pt" in out and "current" in out
 
 
@@ -299,3 +311,40 @@ def test_export_refuses_a_non_empty_folder_unless_overwrite(tmp_path, fake_root,
     assert _run(["export", "cifar10", "--root", fake_root, "--to", to, "--overwrite"], capsys)[0] == 0
     assert not (to / "train" / "stale").exists() and (to / "notes.txt").read_text() == "keep"
     assert len(load_dataset("imagefolder", to).classes) == 10
+
+
+class _Payload:
+    """A pickle that creates a file when loaded: what a crafted CIFAR ``batches.meta`` can do (issue 26)."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+@pytest.mark.parametrize("command", ["check", "export"])
+def test_a_crafted_cifar_meta_is_never_unpickled(tmp_path, monkeypatch, capsys, command):
+    # Every other file verifies and the decoded cache is valid, so only the meta file's own md5 stands between
+    # the folder and its payload.
+    root = write_fake_root(tmp_path / "data", ["cifar10"], sizes={"cifar10": FakeSize(1, 1)})
+    ddir = dataset_dir("cifar10", root)
+    _accept_generated_md5s(monkeypatch, "cifar10", ddir)
+    meta, marker = ddir / CIFAR10.base_folder / "batches.meta", tmp_path / "payload-ran"
+    meta.write_bytes(pickle.dumps(_Payload(marker), protocol=2))
+    rc, _, err = _run([command, "cifar10", "--root", root, *(["--to", tmp_path / "out"] * (command == "export"))],
+                      capsys)
+    _assert_one_line_error(rc, err, f"{meta} does not match its published md5")
+    assert not marker.exists()
+
+
+def test_meta_unpickler_refuses_globals_even_behind_a_matching_md5(tmp_path, monkeypatch, capsys):
+    # Defence in depth: an md5 collision would still meet an unpickler that loads data only.
+    root = write_fake_root(tmp_path / "data", ["cifar10"], sizes={"cifar10": FakeSize(1, 1)})
+    ddir = dataset_dir("cifar10", root)
+    marker = tmp_path / "payload-ran"
+    (ddir / CIFAR10.base_folder / "batches.meta").write_bytes(pickle.dumps(_Payload(marker), protocol=2))
+    _accept_generated_md5s(monkeypatch, "cifar10", ddir)
+    rc, _, err = _run(["check", "cifar10", "--root", root], capsys)
+    _assert_one_line_error(rc, err, "batches.meta", "refused io.open", "holds only data")
+    assert not marker.exists()
