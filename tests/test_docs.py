@@ -137,3 +137,30 @@ def test_docker_guide_links_the_measured_cost_instead_of_guessing():
     text = (REPO / "docker" / "README.md").read_text()
     assert "hundreds of GPU-hours" not in text
     assert "../experiments/README.md#resources-and-cost" in text
+
+
+def _ray_start_blocks() -> list[tuple[Path, str]]:
+    """Every fenced shell block of the Markdown docs that runs ``ray start``, with its file."""
+    blocks = []
+    for doc in _tracked("*.md"):
+        for block in re.findall(r"```(?:bash|sh|console)?\n(.*?)```", doc.read_text(), flags=re.S):
+            if re.search(r"^\s*(?:\S+=\S+\s+)*ray start\b", block, flags=re.M):
+                blocks.append((doc, block))
+    return blocks
+
+
+def test_every_documented_ray_start_keeps_token_auth_and_a_loopback_dashboard():
+    # Issue 26: Ray's GCS, raylet and client ports listen on every interface whatever --node-ip-address says, so a
+    # documented `RAY_AUTH_MODE=disabled ray start` let any host on the network run code on the user's machine.
+    blocks = _ray_start_blocks()
+    assert blocks, "no documented `ray start` found: the pattern no longer matches the docs"
+    for doc, block in blocks:
+        where = doc.relative_to(REPO)
+        assert "RAY_AUTH_MODE=disabled" not in block, where
+        assert re.search(r"^export RAY_AUTH_MODE=token\b", block, flags=re.M), f"{where}: token auth not set"
+        for line in (ln for ln in block.splitlines() if re.match(r"\s*(?:\S+=\S+\s+)*ray start\b", ln)):
+            assert "--dashboard-host=127.0.0.1" in line, f"{where}: {line}"
+        text = doc.read_text()
+        assert "deliberately" in text and "--dashboard-host=0.0.0.0" in text, f"{where}: how to open it is not said"
+    disabling = re.compile(r"(?:^|\s)(?:export\s+)?RAY_AUTH_MODE=disabled(?:\s+ray\b|\s*$)", flags=re.M)
+    assert not [d for d in _tracked("*.md", "*.sh") if disabling.search(d.read_text())]
