@@ -8,7 +8,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install system-deps quickstart test test-fast test-heavy report clean
+.PHONY: install system-deps quickstart test test-fast test-heavy usb-reference report clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,11 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 install: $(VENV)/.installed
+
+## USB (semilearn) as a test-time reference for tests/mutexmatch/algorithms/usb/ (skipped without it). --no-deps:
+## its ~40 pinned requirements are not needed to run a train_step; the tests stub the optional modules it imports.
+usb-reference: install
+	$(PY) -m pip install -q --no-deps semilearn==0.3.2
 
 ## The main job on the embedded default: local Ray, MLflow in ./mlflow.db, the `digits` dataset.
 quickstart: install

@@ -1,0 +1,369 @@
+"""The USB reference harness: our algorithms and USB's (``semilearn``, the version pinned by ``make usb-reference``)
+run in lockstep, step for step, on the same weights and the same views.
+
+semilearn is a test-time reference only. It imports about eleven heavy optional modules it never uses in a
+``train_step``; :func:`import_semilearn` stubs them (after torch and torchvision are imported, so torch's own
+lazy imports never see a stub) and removes the stubs from ``sys.modules`` again, so the rest of the test session
+sees the real modules or none. USB algorithm objects are built by :func:`build_usb`: ``AlgorithmBase.__init__``
+(datasets, loaders, nets, optimiser) is swapped for one that sets only the fields a ``train_step`` reads, and
+``Tensor.cuda`` is a no-op while USB runs, so everything stays on the CPU.
+
+A test describes one algorithm by a small adapter object (duck-typed; ``test_fixmatch_lockstep.py`` is the
+smallest) and calls the ``usb_lockstep`` fixture with it, which checks every step and returns the steps' records
+for further assertions (a deliberate deviation from USB is asserted there). The adapter has:
+
+- ``name`` (ours, in the registry) and ``usb_name`` (USB's registry name);
+- ``ours_params`` (our ``algorithm.*`` values) and ``usb_args`` (USB's argument names; the rest take USB's own
+  ``get_argument`` defaults; ``ulb_loss_ratio`` is lambda_u);
+- ``terms``: our term name -> USB's ``train_step`` log key (``train/sup_loss``, ``train/unsup_loss``, ...);
+- ``logit_scale``: multiplies the logits so the masks are neither all 0 nor all 1 (checked every step, or in
+  ``min_mixed`` steps when the adapter sets that, saying why);
+- ``state(ours, usb)``: name -> (our tensor, USB's tensor) of the algorithm state to compare after every step
+  (USB's hooks are ``usb.hooks_dict["MaskingHook"]`` etc.);
+- optionally any :class:`Lockstep` field (``steps``, ``ulb_size``, ``num_classes``, ``lr``, ...).
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.machinery
+import importlib.metadata
+import importlib.util
+import inspect
+import re
+import sys
+import types
+from argparse import Namespace
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+from mutexmatch.algorithms import Algorithm, StepInputs, StepOutput, build_algorithm
+
+MAKEFILE = Path(__file__).resolve().parents[4] / "Makefile"
+# The modules semilearn imports at package import but no train_step uses.
+STUBBED = ("tqdm", "skimage.util", "torchaudio", "timm.models.layers", "transformers", "ruamel.yaml", "wandb", "aim",
+           "sklearn.metrics", "progress.bar", "torch.utils.tensorboard")
+
+
+def pinned_version() -> str:
+    """The semilearn version ``make usb-reference`` installs (the pin lives in the Makefile only)."""
+    found = re.search(r"semilearn==([0-9][0-9.]*)", MAKEFILE.read_text())
+    assert found, f"{MAKEFILE}: no semilearn==<version> pin in the usb-reference target"
+    return found.group(1)
+
+
+class _Anything:
+    """Stands for any class or function of a stubbed module (callable, subclassable, any attribute)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __call__(self, *args: Any, **kwargs: Any) -> "_Anything":
+        return _Anything()
+
+    def __getattr__(self, name: str) -> "_Anything":
+        return _Anything()
+
+
+class _StubModule(types.ModuleType):
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Anything
+
+
+@contextlib.contextmanager
+def _stubbed_modules(names: tuple[str, ...]):
+    """``sys.modules`` entries (and parent attributes) for ``names`` and their packages, restored on exit."""
+    saved: dict[str, Any] = {}
+    attrs: list[tuple[types.ModuleType, str, Any]] = []
+    for full in names:
+        parts = full.split(".")
+        for i in range(1, len(parts) + 1):
+            name = ".".join(parts[:i])
+            if name in saved or (i < len(parts) and name in ("torch", "torch.utils")):
+                continue
+            saved[name] = sys.modules.get(name)
+            stub = _StubModule(name)
+            stub.__path__, stub.__spec__ = [], importlib.machinery.ModuleSpec(name, None, is_package=True)
+            sys.modules[name] = stub
+            parent = sys.modules.get(".".join(parts[:i - 1])) if i > 1 else None
+            if parent is not None and not isinstance(parent, _StubModule):
+                attrs.append((parent, parts[i - 1], getattr(parent, parts[i - 1], None)))
+                setattr(parent, parts[i - 1], stub)
+    try:
+        yield
+    finally:
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+        for parent, attr, old in attrs:
+            if old is None:
+                delattr(parent, attr)
+            else:
+                setattr(parent, attr, old)
+
+
+def import_semilearn() -> types.ModuleType:
+    """``semilearn.core`` (``AlgorithmBase``; importing it registers every algorithm), imported once behind the
+    stubs."""
+    if "semilearn.core" in sys.modules:
+        return sys.modules["semilearn.core"]
+    import torchvision.models  # noqa: F401  (imports torch._dynamo, which probes optional modules, before the stubs)
+    with _stubbed_modules(STUBBED):
+        return importlib.import_module("semilearn.core")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# A tiny model both sides share the weights of.
+# ----------------------------------------------------------------------------------------------------------------------
+class TinyNet(nn.Module):
+    """Backbone (Linear + tanh) and a linear TPC whose logits are multiplied by ``scale``: the adapter's knob that
+    puts the confidences around its threshold, so masks are neither all 0 nor all 1."""
+
+    def __init__(self, d_in: int, width: int, num_classes: int, scale: float) -> None:
+        super().__init__()
+        self.body, self.head, self.scale = nn.Linear(d_in, width), nn.Linear(width, num_classes), scale
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.tanh(self.body(x))
+
+    def tpc(self, feats: Tensor) -> Tensor:
+        return self.scale * self.head(feats)
+
+
+class UsbNet(nn.Module):
+    """USB's model interface over a :class:`TinyNet`: ``{'logits', 'feat'}``."""
+
+    def __init__(self, net: TinyNet) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self, x: Tensor) -> dict[str, Tensor]:
+        feat = self.net(x)
+        return {"logits": self.net.tpc(feat), "feat": feat}
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Building both sides.
+# ----------------------------------------------------------------------------------------------------------------------
+def usb_defaults(cls: type) -> dict[str, Any]:
+    """An algorithm's own argument defaults (its ``get_argument``), by name."""
+    return {a.name.lstrip("-"): a.default for a in cls.get_argument()}
+
+
+def _light_base_init(self: Any, args: Namespace, net_builder: Any = None, tb_log: Any = None, logger: Any = None,
+                     **kwargs: Any) -> None:
+    """``AlgorithmBase.__init__`` without datasets, loaders, nets or optimiser: the fields a train_step reads."""
+    from semilearn.core.criterions import CELoss, ConsistencyLoss
+    self.args, self.num_classes, self.lambda_u = args, args.num_classes, args.ulb_loss_ratio
+    self.epochs, self.num_train_iter = args.epoch, args.num_train_iter
+    self.num_iter_per_epoch = int(self.num_train_iter // self.epochs)
+    self.use_cat, self.use_amp, self.amp_cm = True, False, contextlib.nullcontext
+    self.gpu, self.rank, self.distributed, self.world_size = None, 0, False, 1
+    self.it, self.epoch, self.print_fn, self.algorithm = 0, 0, lambda *a, **k: None, args.algorithm
+    self.model = self.ema_model = net_builder
+    self.ce_loss, self.consistency_loss = CELoss(), ConsistencyLoss()
+    self._hooks, self.hooks_dict = [], OrderedDict()
+    self.set_hooks()
+
+
+def build_usb(name: str, model: nn.Module, args: dict[str, Any], *, num_classes: int, ulb_size: int,
+              lb_size: int, total_steps: int) -> Any:
+    """USB's algorithm ``name`` on ``model`` (a :class:`UsbNet`), its arguments = its defaults updated by ``args``
+    (``ulb_loss_ratio`` is lambda_u), run through the algorithm's own ``__init__`` over the light base."""
+    core = import_semilearn()
+    registry = core.utils.ALGORITHMS
+    assert name in registry, f"USB has no algorithm {name!r} (it printed why an import failed); it has {list(registry.keys())}"
+    cls = registry[name]
+    full = {"algorithm": name, "num_classes": num_classes, "ulb_loss_ratio": 1.0, "epoch": 1,
+            "num_train_iter": total_steps, "ulb_dest_len": ulb_size, "lb_dest_len": lb_size, "use_wandb": False,
+            "use_aim": False, "gpu": None, **usb_defaults(cls), **args}
+    with mock.patch.object(core.AlgorithmBase, "__init__", _light_base_init):
+        alg = cls(Namespace(**full), model)
+    return alg
+
+
+def build_ours(name: str, params: dict[str, Any], *, num_classes: int, ulb_size: int) -> Algorithm:
+    """Our algorithm through the public surface (the one place to follow the trainer's seam)."""
+    return build_algorithm(name, params, num_classes, num_unlabeled=ulb_size)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The driver.
+# ----------------------------------------------------------------------------------------------------------------------
+@dataclass
+class Views:
+    """One step's inputs, shared by both sides."""
+
+    x_lb: Tensor
+    y_lb: Tensor
+    idx_ulb: Tensor
+    x_ulb_w: Tensor
+    x_ulb_s: Tensor
+
+
+@dataclass
+class Record:
+    """One lockstep step: our output, USB's loss, its log and what its hooks returned (by hook function name:
+    ``masking``, ``gen_ulb_targets``, ``dist_align``)."""
+
+    ours: StepOutput
+    usb_loss: Tensor
+    usb_log: dict[str, float]
+    usb_hooks: dict[str, Any] = field(default_factory=dict)
+
+
+class Data:
+    """Gaussian class clusters: a labeled pool, an unlabeled pool (indices 0..N-1 on both sides) and noisy views."""
+
+    def __init__(self, cfg: Any, seed: int) -> None:
+        self.g = torch.Generator().manual_seed(seed)
+        self.cfg = cfg
+        self.means = 2.0 * torch.randn(cfg.num_classes, cfg.d_in, generator=self.g)
+        self.y_lb_pool = torch.arange(cfg.lb_size) % cfg.num_classes
+        self.x_lb_pool = self._points(self.y_lb_pool)
+        self.x_ulb_pool = self._points(torch.randint(cfg.num_classes, (cfg.ulb_size,), generator=self.g))
+
+    def _points(self, y: Tensor) -> Tensor:
+        return self.means[y] + torch.randn(len(y), self.cfg.d_in, generator=self.g)
+
+    def _noisy(self, x: Tensor, sigma: float) -> Tensor:
+        return x + sigma * torch.randn(x.shape, generator=self.g)
+
+    def next(self) -> Views:
+        c = self.cfg
+        lb = torch.randperm(c.lb_size, generator=self.g)[:c.batch]
+        ulb = torch.randperm(c.ulb_size, generator=self.g)[:c.mu * c.batch]
+        x_u = self.x_ulb_pool[ulb]
+        return Views(self._noisy(self.x_lb_pool[lb], 0.1), self.y_lb_pool[lb], ulb, self._noisy(x_u, 0.1),
+                     self._noisy(x_u, 0.6))
+
+
+def _usb_step(alg: Any, v: Views, seed: int) -> tuple[Tensor, dict[str, float], dict[str, Any]]:
+    """USB's train_step on ``v`` (its own argument subset), recording what its named hooks return."""
+    hooks: dict[str, Any] = {}
+    call_hook = type(alg).call_hook
+
+    def recording(self: Any, fn_name: str, hook_name: str | None = None, *args: Any, **kwargs: Any) -> Any:
+        result = call_hook(self, fn_name, hook_name, *args, **kwargs)
+        if hook_name is not None:
+            hooks[fn_name] = result
+        return result
+
+    wanted = inspect.signature(alg.train_step).parameters
+    given = {k: getattr(v, k) for k in ("x_lb", "y_lb", "idx_ulb", "x_ulb_w", "x_ulb_s") if k in wanted}
+    torch.manual_seed(seed)
+    with mock.patch.object(type(alg), "call_hook", recording), mock.patch.object(Tensor, "cuda", lambda t, *a, **k: t):
+        out, log = alg.train_step(**given)
+    alg.it += 1
+    return out["loss"], log, hooks
+
+
+def _our_step(alg: Algorithm, model: TinyNet, v: Views, step: int, seed: int) -> StepOutput:
+    torch.manual_seed(seed)
+    feats = model(torch.cat([v.x_lb, v.x_ulb_w, v.x_ulb_s]))
+    return alg.compute(model, StepInputs(feats=feats, num_lb=len(v.y_lb), num_ulb=len(v.idx_ulb),
+                                         targets_lb=v.y_lb, ulb_idx=v.idx_ulb, step=step))
+
+
+def _grads(model: nn.Module) -> dict[str, Tensor]:
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def _sgd(model: nn.Module, lr: float) -> None:
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.grad is not None:
+                p -= lr * p.grad
+            p.grad = None
+
+
+def _check_step(adapter: Any, step: int, ours_alg: Algorithm, usb_alg: Any, rec: Record,
+                grads: tuple[dict[str, Tensor], dict[str, Tensor]]) -> None:
+    """Loss, every gradient, mask, pseudo-label, the named terms and the algorithm state: ours == USB's."""
+    at = f"{adapter.name}, step {step}"
+    torch.testing.assert_close(rec.ours.loss, rec.usb_loss, msg=lambda m: f"{at}: loss\n{m}")
+    assert grads[0].keys() == grads[1].keys(), f"{at}: parameters with a gradient differ"
+    for n in grads[0]:
+        torch.testing.assert_close(grads[0][n], grads[1][n], msg=lambda m: f"{at}: gradient of {n}\n{m}")
+    torch.testing.assert_close(rec.ours.mask, rec.usb_hooks["masking"], msg=lambda m: f"{at}: mask\n{m}")
+    assert torch.equal(rec.ours.pseudo_label, rec.usb_hooks["gen_ulb_targets"]), f"{at}: pseudo-labels differ"
+    for ours_term, usb_key in adapter.terms.items():
+        torch.testing.assert_close(rec.ours.terms[ours_term].item(), float(rec.usb_log[usb_key]),
+                                   msg=lambda m: f"{at}: term {ours_term} vs USB {usb_key}\n{m}")
+    for what, (mine, theirs) in adapter.state(ours_alg, usb_alg).items():
+        torch.testing.assert_close(torch.as_tensor(mine).float(), torch.as_tensor(theirs).float(),
+                                   msg=lambda m: f"{at}: state {what}\n{m}")
+
+
+@dataclass
+class Lockstep:
+    """Defaults of a lockstep run; an adapter's attributes of the same names override them."""
+
+    num_classes: int = 4
+    d_in: int = 6
+    width: int = 16
+    batch: int = 4
+    mu: int = 4
+    lb_size: int = 16
+    ulb_size: int = 64
+    steps: int = 6
+    lr: float = 0.05
+    seed: int = 0
+    min_mixed: int | None = None    # steps whose mask is not constant; None: every step
+
+
+def run_lockstep(adapter: Any) -> list[Record]:
+    """Build both sides from ``adapter`` and step them together, checking everything every step (see module doc)."""
+    cfg = Lockstep(**{k: getattr(adapter, k) for k in Lockstep.__dataclass_fields__ if hasattr(adapter, k)})
+    torch.manual_seed(cfg.seed)
+    ours_net = TinyNet(cfg.d_in, cfg.width, cfg.num_classes, adapter.logit_scale)
+    usb_net = TinyNet(cfg.d_in, cfg.width, cfg.num_classes, adapter.logit_scale)
+    usb_net.load_state_dict(ours_net.state_dict())
+    sizes = {"num_classes": cfg.num_classes, "ulb_size": cfg.ulb_size}
+    ours = build_ours(adapter.name, adapter.ours_params, **sizes)
+    usb = build_usb(adapter.usb_name, UsbNet(usb_net), adapter.usb_args, lb_size=cfg.lb_size,
+                    total_steps=cfg.steps, **sizes)
+    data, records = Data(cfg, cfg.seed + 1), []
+    for step in range(cfg.steps):
+        v = data.next()
+        usb_loss, usb_log, hooks = _usb_step(usb, v, cfg.seed + 100 + step)
+        usb_loss.backward()
+        out = _our_step(ours, ours_net, v, step, cfg.seed + 100 + step)
+        out.loss.backward()
+        rec = Record(out, usb_loss.detach(), usb_log, hooks)
+        _check_step(adapter, step, ours, usb, rec, (_grads(ours_net), _grads(usb_net)))
+        records.append(rec)
+        _sgd(ours_net, cfg.lr)
+        _sgd(usb_net, cfg.lr)
+        for name, p in ours_net.state_dict().items():
+            torch.testing.assert_close(p, usb_net.state_dict()[name], msg=lambda m: f"weights after SGD\n{m}")
+        usb_net.load_state_dict(ours_net.state_dict())   # lockstep: both start the next step on the same weights
+    mixed = sum(bool(r.ours.mask.min() < r.ours.mask.max()) for r in records)
+    needed = cfg.steps if cfg.min_mixed is None else cfg.min_mixed
+    assert mixed >= needed, (f"{adapter.name}: masks mixed (neither all 0 nor all 1) in {mixed} of {cfg.steps} "
+                             f"steps, wanted {needed}: change logit_scale")
+    return records
+
+
+@pytest.fixture(scope="session")
+def usb_lockstep():
+    """``run_lockstep`` when semilearn (the pinned version) is installed; skipped with the command otherwise."""
+    if importlib.util.find_spec("semilearn") is None:
+        pytest.skip("USB reference not installed: `make usb-reference` (pip install --no-deps semilearn=="
+                    f"{pinned_version()}) enables the lockstep tests")
+    installed, pinned = importlib.metadata.version("semilearn"), pinned_version()
+    assert installed == pinned, (f"semilearn {installed} is installed, the lockstep reference is {pinned}: "
+                                 "`make usb-reference`")
+    import_semilearn()
+    return run_lockstep
