@@ -9,16 +9,16 @@ import shlex
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from orchestration import contract as C
 from orchestration import tracking
-from orchestration.plan import REFIT_PHASE, SweepPlan
+from orchestration.plan import REFIT_PHASE, GridTrial, SweepPlan, expected_runs
 from orchestration.refit import best_by_cell, pending_refits, refit_trials
 from orchestration.spec import NAME_RULE, is_name
 
 __all__ = ["SweepError", "SweepOptions", "SweepOutcome", "check_options", "resolve_storage", "command_line", "select",
-           "save_launch_plan", "load_launch_plan"]
+           "save_launch_plan", "load_launch_plan", "record_expected_runs"]
 
 
 class SweepError(RuntimeError):
@@ -118,7 +118,7 @@ def select(plan: SweepPlan, client: Any, experiment_id: str, force: bool) -> tup
     done = tracking.finished_grid_hashes(client, experiment_id)
     grid, skipped = [], []
     for t in plan.grid:
-        (skipped if t.config_hash in done.get(t.key, set()) else grid).append(t.key)
+        (skipped if t.hashes & done.get(t.key, set()) else grid).append(t.key)
     phases = []
     for s in plan.searches:
         n_done = len(tracking.finished_search_runs(client, experiment_id, s.search_hash))
@@ -136,6 +136,28 @@ def select(plan: SweepPlan, client: Any, experiment_id: str, force: bool) -> tup
 
 def save_launch_plan(client: Any, run_id: str, data: dict[str, Any]) -> None:
     client.log_text(run_id, json.dumps(data, indent=2), C.LAUNCH_PLAN_ARTIFACT)
+
+
+def record_expected_runs(client: Any, run_id: str, plan: SweepPlan, refits: Iterable[GridTrial] = ()) -> None:
+    """File on parent run ``run_id`` the runs ``plan`` counts (:func:`orchestration.plan.expected_runs`, refit trials
+    ``refits`` included) under the plan's settings digest, where ``reports.build`` finds them: the report cannot
+    compute config hashes (it never imports the trainer), so the sweep that can writes them down. A smoke launch
+    records nothing (the report reads grid runs)."""
+    if plan.smoke or not plan.settings_digest:
+        return
+    client.log_text(run_id, json.dumps(expected_runs(plan, refits), indent=1, sort_keys=True),
+                    C.expected_runs_artifact(plan.settings_digest))
+    client.set_tag(run_id, C.SETTINGS_TAG + plan.settings_digest, "true")
+
+
+def record_without_launch(client: Any, experiment_id: str, plan: SweepPlan) -> None:
+    """A relaunch with nothing to do opens no parent run; its settings' expected runs go to the newest parent run of
+    the experiment (whose trials they are), so a report of exactly these settings finds them."""
+    flt = f"tags.`{C.ROLE}` = '{C.ROLE_SWEEP}'"
+    for run in tracking.iter_runs(client, experiment_id, flt, order_by=["attributes.start_time DESC"]):
+        refits = refit_trials(plan, best_by_cell(plan, client, experiment_id))[0] if plan.refits else {}
+        record_expected_runs(client, run.info.run_id, plan, refits.values())
+        return
 
 
 def load_launch_plan(client: Any, run_id: str) -> dict[str, Any]:

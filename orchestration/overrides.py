@@ -19,14 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-import yaml
-
+from orchestration import contract as C
 from orchestration.plan import SweepPlan, build_plan
 from orchestration.spec import SpecError, SweepSpec, deep_merge, parse_spec, read_spec_file, spec_hash
 
 __all__ = ["LoadedSweep", "parse_override", "apply_overrides", "load_sweep", "plan_sweep"]
 
-OPTION = "--set"
+OPTION = C.SET_OPTION
 # mutexmatch.config's message for a data folder that is not there (the only problem a plan can ignore)
 _MISSING_ROOT = re.compile(r"data\.root='([^']*)': folder does not exist")
 
@@ -36,45 +35,25 @@ class LoadedSweep:
     spec: SweepSpec
     overrides: tuple[str, ...] = ()
     missing_roots: list[str] = field(default_factory=list)  # data folders absent here (need_data=False only)
+    settings_digest: str = ""         # contract.settings_digest of the amended YAML: where its expected runs are filed
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:
-    """``a.b=value`` → (``["a", "b"]``, the value read as YAML); raise SpecError naming the override."""
-    key, sep, text = item.partition("=")
-    if not sep or not key.strip() or any(not p for p in key.strip().split(".")):
-        raise SpecError(f"{OPTION} {item!r}: expected key=value with a dotted YAML key, e.g. "
-                        f"{OPTION} base.data.root=/mnt/datasets or {OPTION} resources.gpu=1")
+    """``a.b=value`` → (``["a", "b"]``, the value read as YAML); raise SpecError naming the override. The rule is
+    the contract's (:func:`orchestration.contract.parse_set_item`): the report reads ``--set`` with it too."""
     try:
-        value = yaml.safe_load(text) if text.strip() else None
-    except yaml.YAMLError as e:
-        raise SpecError(f"{OPTION} {item!r}: the value is not valid YAML ({' '.join(str(e).split())})") from None
-    return key.strip().split("."), value
-
-
-def _set(raw: dict[str, Any], parts: list[str], value: Any, item: str) -> None:
-    node, i = raw, 0
-    while i < len(parts) - 1:
-        # the longest key present at this level: search.space keys are dotted run-config paths
-        j = next((j for j in range(len(parts), i, -1) if ".".join(parts[i:j]) in node), i + 1)
-        if j == len(parts):
-            break
-        key = ".".join(parts[i:j])
-        child = node.setdefault(key, {})
-        if child is None:
-            child = node[key] = {}
-        if not isinstance(child, dict):
-            raise SpecError(f"{OPTION} {item!r}: {'.'.join(parts[:j])}={child!r} is not a mapping, so it has no "
-                            f"key {parts[j]!r}")
-        node, i = child, j
-    node[".".join(parts[i:])] = value
+        return C.parse_set_item(item)
+    except ValueError as e:
+        raise SpecError(str(e)) from None
 
 
 def apply_overrides(raw: dict[str, Any], items: Sequence[str]) -> dict[str, Any]:
-    """``raw`` (a parsed sweep YAML; edited in place and returned) with every ``key=value`` of ``items`` set."""
-    for item in items:
-        parts, value = parse_override(item)
-        _set(raw, parts, value, item)
-    return raw
+    """``raw`` (a parsed sweep YAML; edited in place and returned) with every ``key=value`` of ``items`` set
+    (:func:`orchestration.contract.apply_set_items`)."""
+    try:
+        return C.apply_set_items(raw, items)
+    except ValueError as e:
+        raise SpecError(str(e)) from None
 
 
 def _blame(lines: list[str], items: Sequence[str]) -> list[str]:
@@ -99,8 +78,9 @@ def load_sweep(path: str | Path, project_dir: str | Path, overrides: Sequence[st
     each naming the override it comes from). ``need_data=False``: data folders that do not exist are no error
     (they are returned in ``missing_roots``); every other problem still is."""
     raw = apply_overrides(read_spec_file(path), overrides)
+    digest = C.settings_digest(raw)
     try:
-        return LoadedSweep(parse_spec(raw, project_dir), tuple(overrides))
+        return LoadedSweep(parse_spec(raw, project_dir), tuple(overrides), settings_digest=digest)
     except SpecError as e:
         lines = str(e).splitlines()
         missing = sorted({m.group(1) for line in lines if (m := _MISSING_ROOT.search(line))})
@@ -108,7 +88,7 @@ def load_sweep(path: str | Path, project_dir: str | Path, overrides: Sequence[st
         if need_data or other or not missing:
             raise SpecError("\n".join(_blame(lines, overrides))) from None
     # The schema passed (parse_spec validates it before the trial configs), so only the data folders are missing.
-    return LoadedSweep(SweepSpec.model_validate(raw), tuple(overrides), missing)
+    return LoadedSweep(SweepSpec.model_validate(raw), tuple(overrides), missing, digest)
 
 
 def plan_sweep(loaded: LoadedSweep, project_dir: str | Path, **kwargs: Any) -> SweepPlan:
@@ -120,4 +100,5 @@ def plan_sweep(loaded: LoadedSweep, project_dir: str | Path, **kwargs: Any) -> S
         spec = spec.model_copy(update={"base": deep_merge(spec.base, {"data": {"download": True}})})
     plan = build_plan(spec, project_dir, **kwargs)
     plan.spec_hash = spec_hash(loaded.spec)
+    plan.settings_digest = loaded.settings_digest
     return plan

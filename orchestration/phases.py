@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from orchestration import contract as C
 from orchestration import interrupts, tracking
-from orchestration.launch import SweepOptions
+from orchestration.launch import SweepOptions, record_expected_runs
 from orchestration.plan import REFIT_PHASE, SearchStudy, SweepPlan
 from orchestration.refit import best_by_cell, pending_refits, refit_trials
 from orchestration.search import fail_stale_trials, search_config
@@ -232,6 +232,7 @@ def _run_refit(launch: LaunchContext, concurrency: dict[str, Any], out: PhasesOu
     trials, problems = refit_trials(plan, best)
     for problem in problems:
         print(f"warning: {problem}", flush=True)
+    record_expected_runs(launch.client, launch.parent.run_id, plan, trials.values())  # the report's tuned rows: these only
     todo, _ = pending_refits(trials, launch.client, launch.experiment_id, force=launch.opts.force)
     out.refit_keys = todo
     if not todo:

@@ -13,7 +13,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from mutexmatch.config import config_hash, parse_config
 
@@ -21,7 +21,7 @@ from orchestration.contract import KIND_GRID, KIND_REFIT, KIND_SMOKE, trial_key,
 from orchestration.spec import (Cell, SearchSpec, SweepSpec, expand_cells, search_cells, set_dotted, spec_hash,
                                 trial_config)
 
-__all__ = ["GridTrial", "SearchStudy", "RefitSlot", "SweepPlan", "REFIT_PHASE", "build_plan"]
+__all__ = ["GridTrial", "SearchStudy", "RefitSlot", "SweepPlan", "REFIT_PHASE", "build_plan", "expected_runs"]
 
 REFIT_PHASE = "refit"  # the Tune phase (and launch-plan entry) of the refit trials
 
@@ -48,6 +48,12 @@ class GridTrial(_OnFold):
     config_hash: str
     iterations: int
     evaluations: int
+
+    @property
+    def hashes(self) -> frozenset[str]:
+        """The config hashes a FINISHED run may carry to count as this trial: what the sweep skips, and the only
+        runs the summary, the status and (through the recorded expected runs) the report count for it."""
+        return frozenset({self.config_hash})
 
 
 @dataclass(frozen=True)
@@ -107,10 +113,22 @@ class SweepPlan:
     grid: list[GridTrial] = field(default_factory=list)
     searches: list[SearchStudy] = field(default_factory=list)
     refits: list[RefitSlot] = field(default_factory=list)
+    settings_digest: str = ""         # of the amended sweep YAML (orchestration.overrides.load_sweep sets it)
 
     @property
     def num_trials(self) -> int:
         return len(self.grid) + sum(s.n_trials for s in self.searches) + len(self.refits)
+
+
+def expected_runs(plan: SweepPlan, refits: Iterable[GridTrial] = ()) -> dict[str, dict[str, list[str]]]:
+    """The runs ``plan`` counts, by trial key: the config hashes of its grid (or smoke) trials and of the refit
+    trials known so far, the search hashes of its studies. The sweep records it for the report
+    (``contract.expected_runs_artifact``); the report's tables take no other run."""
+    def table(trials: Iterable[GridTrial]) -> dict[str, list[str]]:
+        return {t.key: sorted(t.hashes) for t in trials}
+
+    return {"grid": table(plan.grid), "search": {s.key: [s.search_hash] for s in plan.searches},
+            "refit": table(refits)}
 
 
 def _budget(raw: dict[str, Any]) -> tuple[str, int, int]:

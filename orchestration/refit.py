@@ -71,5 +71,5 @@ def pending_refits(trials: dict[str, GridTrial], client: Any, experiment_id: str
     """Of ``trials`` (:func:`refit_trials`), the keys still to run and those already FINISHED with the same
     parameters (``force``: none is finished)."""
     done = {} if force else tracking.finished_grid_hashes(client, experiment_id, kind=C.KIND_REFIT)
-    todo = [k for k, t in trials.items() if t.config_hash not in done.get(k, set())]
+    todo = [k for k, t in trials.items() if not t.hashes & done.get(k, set())]
     return todo, [k for k in trials if k not in todo]

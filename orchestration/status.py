@@ -31,6 +31,7 @@ apply_closed_network_env()
 from orchestration import contract as C  # noqa: E402
 from orchestration import tracking  # noqa: E402
 from orchestration.plan import SweepPlan  # noqa: E402
+from orchestration.summary import refit_expected  # noqa: E402
 
 __all__ = ["TrialState", "SweepStatus", "collect", "format_status", "status_metrics", "StatusReporter", "main",
            "format_duration", "format_hours"]
@@ -65,6 +66,7 @@ class SweepStatus:
     spent_s: float                     # wall seconds of the plan's runs (all attempts, all launches)
     to_go_s: float | None              # None: nothing measured yet
     unknown_to_go: int = 0
+    ignored: list[str] = field(default_factory=list)  # FINISHED trial runs of other settings (contract.other_settings_label)
     at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
 
     def counts(self) -> dict[str, int]:
@@ -179,19 +181,17 @@ def _launches(client: Any, experiment_id: str, plan: SweepPlan) -> list[str]:
 
 
 def _group_runs(runs: list[Any], plan: SweepPlan) -> dict[tuple, list[Any]]:
-    """Trial runs by what they are: (kind, cell, fold, config hash) for grid/smoke, (search, hash) for a search
-    trial, (refit, cell, fold) for a refit (its config follows the search's best parameters)."""
+    """Trial runs by what they are: (kind, cell, fold, config hash) for grid/smoke and refit (a refit's hash
+    follows the search's best parameters), (search, hash) for a search trial."""
     grid_kind = C.KIND_SMOKE if plan.smoke else C.KIND_GRID
     groups: dict[tuple, list[Any]] = {}
     for run in runs:
         tg = run.data.tags
         kind = tg.get(C.KIND)
-        if kind == grid_kind:
+        if kind in (grid_kind, C.KIND_REFIT):
             key: tuple = (kind, tg.get(C.CELL), tg.get(C.FOLD), tg.get(C.CONFIG_HASH))
         elif kind == C.KIND_SEARCH:
             key = (kind, tg.get(C.SEARCH_HASH))
-        elif kind == C.KIND_REFIT:
-            key = (kind, tg.get(C.CELL), tg.get(C.FOLD))
         else:
             continue
         groups.setdefault(key, []).append(run)
@@ -206,22 +206,34 @@ def collect(client: Any, experiment_id: str | None, plan: SweepPlan, now: float 
     groups = _group_runs(runs, plan)
     trials, used = [], []
     for t in plan.grid:
-        found = groups.get((t.kind, t.cell.id, str(t.fold), t.config_hash), [])
+        found = [r for h in sorted(t.hashes) for r in groups.get((t.kind, t.cell.id, str(t.fold), h), [])]
         used += found
         trials.append(_trial_state(client, t.cell.id, str(t.fold), t.kind, t.iterations, found, now))
     for s in plan.searches:
         found = groups.get((C.KIND_SEARCH, s.search_hash), [])
         used += found
         trials.append(_study_state(s, found, now))
+    refits = refit_expected(client, experiment_id, plan) if experiment_id else {}
     for r in plan.refits:
-        found = groups.get((C.KIND_REFIT, r.tuned_cell.id, str(r.fold)), [])
+        hashes = sorted(refits[r.key].hashes) if r.key in refits else []
+        found = [run for h in hashes for run in groups.get((C.KIND_REFIT, r.tuned_cell.id, str(r.fold), h), [])]
         used += found
         trials.append(_trial_state(client, r.tuned_cell.id, str(r.fold), C.KIND_REFIT, r.iterations, found, now))
     res = plan.spec.resources
     to_go, unknown = _to_go(trials)
     return SweepStatus(plan.spec.name, "GPU" if res.gpu > 0 else "CPU", res.gpu if res.gpu > 0 else res.cpu,
                        trials, _launches(client, experiment_id, plan) if experiment_id else [],
-                       sum(_duration_s(r, now) for r in used), to_go, unknown)
+                       sum(_duration_s(r, now) for r in used), to_go, unknown, _ignored(runs, used, plan))
+
+
+def _ignored(runs: list[Any], used: list[Any], plan: SweepPlan) -> list[str]:
+    """FINISHED grid and refit runs that are no trial of ``plan`` (another config hash for their cell and fold)."""
+    kinds = (C.KIND_SMOKE if plan.smoke else C.KIND_GRID, C.KIND_REFIT)
+    ids = {r.info.run_id for r in used}
+    return [C.other_settings_label(r.data.tags.get(C.CELL, "?"), r.data.tags.get(C.FOLD, "?"),
+                                   r.data.tags.get(C.CONFIG_HASH, ""))
+            for r in runs if r.info.status == "FINISHED" and r.data.tags.get(C.KIND) in kinds
+            and r.info.run_id not in ids]
 
 
 def _pct(v: float | None) -> str:
@@ -269,6 +281,8 @@ def format_status(st: SweepStatus) -> str:
               f"**{st.unit}-hours:** {format_hours(st.spent_s * st.share / 3600)} spent, {to_go} to go "
               f"({st.share:g} {st.unit} per trial; to go: running trials' ETA, the rest at the measured s/step)",
               "**launches:** " + ("; ".join(st.launches) if st.launches else "none yet")]
+    if st.ignored:
+        lines.append(f"**{C.other_settings_line(st.ignored)}**")
     return "\n".join(lines)
 
 

@@ -12,37 +12,51 @@ from orchestration import contract as C
 from orchestration import tracking
 from orchestration.plan import SearchStudy, SweepPlan
 
-__all__ = ["TrialStatus", "grid_runs", "refit_runs", "grid_summary", "best_search_trial", "trial_statuses", "format_statuses"]
+__all__ = ["TrialStatus", "refit_expected", "grid_runs", "refit_runs", "grid_summary", "best_search_trial", "trial_statuses", "format_statuses"]
 
 SUMMARY_METRICS = ((C.TEST_ACC, "final"), (C.TEST_BEST_ACC, "best"))
 
 
-def grid_runs(client: Any, experiment_id: str, plan: SweepPlan) -> dict[str, Any]:
-    """Grid key → the newest FINISHED run with the planned config hash (from any launch of this experiment)."""
-    flt = f"{C.trials_filter(C.KIND_SMOKE if plan.smoke else C.KIND_GRID)} AND attributes.status = 'FINISHED'"
-    wanted = {(t.cell.id, str(t.fold), t.config_hash): t.key for t in plan.grid}
-    found: dict[str, Any] = {}
-    for run in tracking.iter_runs(client, experiment_id, flt, order_by=["attributes.start_time DESC"]):
-        tg = run.data.tags
-        key = wanted.get((tg.get(C.CELL), tg.get(C.FOLD), tg.get(C.CONFIG_HASH)))
-        if key is not None and key not in found:
-            found[key] = run
-    return found
-
-
-def refit_runs(client: Any, experiment_id: str, plan: SweepPlan) -> dict[str, Any]:
-    """Refit key → the newest FINISHED refit run of that tuned cell and fold (its parameters are the search's best
-    at the time it ran)."""
+def refit_expected(client: Any, experiment_id: str, plan: SweepPlan) -> dict[str, Any]:
+    """Refit key → the refit trial the searches' best parameters give now (none before a search has finished)."""
     if not plan.refits:
         return {}
-    flt = f"{C.trials_filter(C.KIND_REFIT)} AND attributes.status = 'FINISHED'"
-    wanted = {(r.tuned_cell.id, str(r.fold)): r.key for r in plan.refits}
+    from orchestration.refit import best_by_cell, refit_trials  # refit reads best_search_trial from here
+
+    return refit_trials(plan, best_by_cell(plan, client, experiment_id))[0]
+
+
+def _newest_matching(client: Any, experiment_id: str, kind: str, trials: dict[str, Any]
+                     ) -> tuple[dict[str, Any], list[str]]:
+    """Trial key → the newest FINISHED run of ``kind`` whose config hash is one of that trial's
+    (:attr:`orchestration.plan.GridTrial.hashes`), and the labels of FINISHED runs of other settings (their cell and
+    fold not in ``trials`` or another config hash): those enter no table."""
+    flt = f"{C.trials_filter(kind)} AND attributes.status = 'FINISHED'"
     found: dict[str, Any] = {}
+    other: list[str] = []
     for run in tracking.iter_runs(client, experiment_id, flt, order_by=["attributes.start_time DESC"]):
-        key = wanted.get((run.data.tags.get(C.CELL), run.data.tags.get(C.FOLD)))
-        if key is not None and key not in found:
-            found[key] = run
-    return found
+        tg = run.data.tags
+        key = C.trial_key(tg.get(C.CELL), tg.get(C.FOLD))
+        if key in trials and tg.get(C.CONFIG_HASH) in trials[key].hashes:
+            found.setdefault(key, run)
+        else:
+            other.append(C.other_settings_label(tg.get(C.CELL, "?"), tg.get(C.FOLD, "?"), tg.get(C.CONFIG_HASH, "")))
+    return found, other
+
+
+def grid_runs(client: Any, experiment_id: str, plan: SweepPlan) -> tuple[dict[str, Any], list[str]]:
+    """Grid key → the newest FINISHED run with a planned config hash (from any launch of this experiment), and the
+    FINISHED grid runs of other settings."""
+    kind = C.KIND_SMOKE if plan.smoke else C.KIND_GRID
+    return _newest_matching(client, experiment_id, kind, {t.key: t for t in plan.grid})
+
+
+def refit_runs(client: Any, experiment_id: str, plan: SweepPlan) -> tuple[dict[str, Any], list[str]]:
+    """Refit key → the newest FINISHED refit run with the parameters the searches' best give now, and the FINISHED
+    refit runs of other settings (another search's best, another refit base)."""
+    if not plan.refits or plan.smoke:
+        return {}, []
+    return _newest_matching(client, experiment_id, C.KIND_REFIT, refit_expected(client, experiment_id, plan))
 
 
 def _mean_std(values: list[float]) -> str:
@@ -56,7 +70,9 @@ def _mean_std(values: list[float]) -> str:
 def grid_summary(client: Any, experiment_id: str, plan: SweepPlan) -> str:
     """Test accuracy (%) per cell: mean ± std over the finished folds, final (last evaluation) and best; a searched
     cell's refit (``…,tuned=true``) is a row of its own."""
-    runs = {**grid_runs(client, experiment_id, plan), **refit_runs(client, experiment_id, plan)}
+    (grid, other), (refit, other_refit) = grid_runs(client, experiment_id, plan), refit_runs(client, experiment_id,
+                                                                                            plan)
+    runs = {**grid, **refit}
     slots = [(t.cell.id, t.key) for t in plan.grid] + [(r.tuned_cell.id, r.key) for r in plan.refits]
     cells: dict[str, list[Any]] = {}
     for cell, key in slots:
@@ -73,7 +89,8 @@ def grid_summary(client: Any, experiment_id: str, plan: SweepPlan) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    ignored = C.other_settings_line(other + other_refit)
+    return "\n".join(lines + ([ignored] if ignored else []))
 
 
 def best_search_trial(client: Any, experiment_id: str, study: SearchStudy) -> tuple[dict[str, str], float, Any] | None:

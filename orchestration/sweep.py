@@ -44,7 +44,8 @@ from orchestration.cluster import check_resources, init_ray  # noqa: E402
 from orchestration.dryrun import dry_run  # noqa: E402
 from orchestration.interrupts import handle_interrupts  # noqa: E402
 from orchestration.launch import (SweepError, SweepOptions, SweepOutcome, check_options, command_line,  # noqa: E402
-                                  load_launch_plan, resolve_storage, save_launch_plan, select)
+                                  load_launch_plan, record_expected_runs, record_without_launch, resolve_storage,
+                                  save_launch_plan, select)
 from orchestration.overrides import load_sweep, plan_sweep  # noqa: E402
 from orchestration.phases import LaunchContext, run_phases  # noqa: E402
 from orchestration.plan import SweepPlan  # noqa: E402
@@ -164,6 +165,7 @@ def _choose(launch: _Launch, client: Any, experiment_id: str) -> _Selection | Sw
     if grid_keys or phases:
         return _Selection(grid_keys, phases, skipped)
     out = SweepOutcome(status="nothing-to-do", experiment_id=experiment_id, skipped=skipped)
+    record_without_launch(client, experiment_id, plan)
     out.summary = grid_summary(client, experiment_id, plan)
     print(f"[sweep] every trial of {launch.spec_path} already has a FINISHED run with the same config in "
           f"experiment {launch.exp_name!r}; nothing to do (--force runs them again).\n\n{out.summary}", flush=True)
@@ -207,6 +209,7 @@ def _open_parent(launch: _Launch, client: Any, experiment_id: str, chosen: _Sele
         command=command_line(launch.opts, launch.uri, launch.storage, resume=False))
     save_launch_plan(client, parent.run_id, {"grid": chosen.grid_keys, "phases": chosen.phases,
                                              "skipped": chosen.skipped})
+    record_expected_runs(client, parent.run_id, launch.plan)
     print(f"[sweep] launch {launch_id}: {len(chosen.grid_keys)} grid trial(s), {len(chosen.phases)} search "
           f"stud(y/ies); {len(chosen.skipped)} skipped; MLflow {launch.uri} experiment {launch.exp_name!r} "
           f"parent run {parent.run_id}", flush=True)

@@ -3,11 +3,12 @@
 ::
 
     python -m reports.build experiments/quickstart.yaml [--tracking-uri URI] [--out DIR]
-        [--protocol best|final|median20] [--format md,tex,pdf,png] [--experiment-name NAME]
+        [--protocol best|final|median20] [--format md,tex,pdf,png] [--experiment-name NAME] [--set KEY=VALUE ...]
 
-Reads the YAML itself (its ``name``, ``axes``, ``folds``, ``exclude``, ``tables`` and ``figures``; no
-orchestration, no Ray), reads the experiment's FINISHED grid trial runs from MLflow (the newest per cell and fold),
-and writes to ``--out`` (default ``reports/out/<name>``):
+Reads the YAML itself (its ``name``, ``axes``, ``folds``, ``exclude``, ``tables`` and ``figures``, amended by
+``--set`` with the sweep's rule; no orchestration, no Ray), reads the experiment's FINISHED grid trial runs from
+MLflow (the newest per cell and fold whose config hash these settings give, as their launches recorded it; others
+are named in one line), and writes to ``--out`` (default ``reports/out/<name>``):
 
 - ``<table>.md`` / ``<table>.tex``: the table (caption, note line, marks, published numbers and Δ, paired comparison);
 - ``<table>_folds.md`` / ``<table>_folds.tex``: the per-fold appendix table;
@@ -34,11 +35,13 @@ from typing import Any, Sequence
 import pandas as pd
 
 from mutexmatch.atomic import atomic_write
-from orchestration.contract import TRACKING_URI_ENV
+from orchestration import contract as C
+from orchestration.contract import TRACKING_URI_ENV, apply_set_items, settings_digest
 from reports.drawing import DrawnFigure, all_cells, draw_figure, level_labels
 from reports.latex import TEX_INSTALL, compile_pdf, latex_document, pdflatex
 from reports.layout import PROTOCOLS, CurvesFigure, ReportLayout, SensitivityFigure, cell_id, validate_report
-from reports.runs import MetricCache, RunSource, open_run_source, resolve_tracking_uri, select_trials
+from reports.runs import (MetricCache, RunSource, open_run_source, read_settings, resolve_tracking_uri,
+                          select_trials, split_by_settings)
 from reports.search import SearchOutput, with_refit_trials, write_searches
 from reports.specfile import load_spec
 from reports.tables import (PROTOCOL_TEXT, TableData, build_table_data, caption, render_folds_latex,
@@ -65,6 +68,9 @@ class BuildResult:
     files: list[Path] = field(default_factory=list)
     pdf: Path | None = None
     searches: SearchOutput = field(default_factory=SearchOutput)   # the YAML's search: trials, importances, plots
+    ignored: list[str] = field(default_factory=list)   # FINISHED runs of other settings (never in a table)
+    settings_note: str = ""                            # how runs were chosen when no launch recorded its settings
+    overrides: tuple[str, ...] = ()                    # the --set items the settings were given with
 
 
 def _write(path: Path, text: str, result: BuildResult) -> None:
@@ -106,25 +112,29 @@ def _check_formats(formats: Sequence[str]) -> list[str]:
 
 def build_report(spec_path: str | Path, tracking_uri: str | None = None, out_dir: str | Path | None = None,
                  protocol: str | None = None, formats: Sequence[str] = DEFAULT_FORMATS,
-                 experiment_name: str | None = None) -> BuildResult:
+                 experiment_name: str | None = None, overrides: Sequence[str] = ()) -> BuildResult:
     """Build every table and figure the YAML lays out; see the module docstring for the files written.
 
-    ``protocol`` overrides every table's and sensitivity figure's protocol; ``formats`` is any of md, tex, pdf, png.
-    Raises ``ValueError`` (one line per problem) for a bad YAML, layout, argument, store, experiment or metric.
+    ``protocol`` overrides every table's and sensitivity figure's protocol; ``formats`` is any of md, tex, pdf, png;
+    ``overrides`` are the sweep's ``--set key=value`` items (the same rule: :func:`orchestration.contract.apply_set_items`),
+    which choose the runs of those settings. Raises ``ValueError`` (one line per problem) for a bad YAML, layout,
+    argument, store, experiment or metric.
     """
     if protocol is not None and protocol not in PROTOCOLS:
         raise ValueError(f"--protocol {protocol!r}: must be one of {', '.join(PROTOCOLS)}")
     formats = _check_formats(formats)
-    layout = validate_report(load_spec(spec_path))
+    raw = apply_set_items(load_spec(spec_path), overrides)
+    digest = settings_digest(raw)
+    layout = validate_report(raw)
     uri = resolve_tracking_uri(tracking_uri)
     out = Path(out_dir) if out_dir is not None else Path("reports") / "out" / layout.name
     _check_out(out)
     with open_run_source(uri, label=_uri_label(tracking_uri)) as source:
-        return _build(layout, source, uri, out, protocol, formats, experiment_name)
+        return _build(layout, source, uri, out, protocol, formats, experiment_name, digest, tuple(overrides))
 
 
 def _require_runs(layout: ReportLayout, source: RunSource, name: str, trials: pd.DataFrame,
-                  used: pd.DataFrame) -> None:
+                  used: pd.DataFrame, ignored: list[str]) -> None:
     """``ValueError`` naming the experiment, the store and what is there when no finished run belongs to a cell of
     the YAML: a report of "—" only would look like a result."""
     cells = {cell_id(c, layout.axes) for c in all_cells(layout)}
@@ -138,6 +148,8 @@ def _require_runs(layout: ReportLayout, source: RunSource, name: str, trials: pd
         found = f"grid trial runs: {found}"
         if not used.empty:
             found += f"; the FINISHED ones are of other cells ({', '.join(sorted(set(used['cell']))[:3])} …)"
+    if ignored:
+        found += f"; {C.other_settings_line(ignored, shown=2)}"
     raise ValueError(f"experiment {name!r} at {source.tracking_uri}: no FINISHED grid trial run of this YAML's cells "
                      f"and folds {folds} ({found}); experiments there: {', '.join(source.experiment_names())}")
 
@@ -209,23 +221,26 @@ def _figures(layout: ReportLayout, metrics: MetricCache, used: pd.DataFrame, uri
 
 
 def _build(layout: ReportLayout, source: RunSource, uri: str, out: Path, protocol: str | None,
-           formats: Sequence[str], experiment_name: str | None) -> BuildResult:
+           formats: Sequence[str], experiment_name: str | None, digest: str,
+           overrides: tuple[str, ...]) -> BuildResult:
     name = experiment_name or layout.name
     experiment_id = source.experiment_id(name)
-    trials = source.trials(experiment_id, list(layout.axes))
+    settings = read_settings(source, experiment_id, digest, overrides)
+    trials, ignored = split_by_settings(source.trials(experiment_id, list(layout.axes)), settings.hashes("grid"))
     used, duplicates, unfinished = select_trials(trials, layout.folds)
-    _require_runs(layout, source, name, trials, used)
+    _require_runs(layout, source, name, trials, used, ignored)
     _check_metrics(layout, source.metric_keys(used["run_id"]), name)
     # tables' tuned rows read refit runs, whose cell ids (tuned=true) no grid cell has
-    table_runs, duplicates, unfinished = with_refit_trials(layout, source, experiment_id,
-                                                           (used, duplicates, unfinished))
+    (table_runs, duplicates, unfinished), ignored_refits = with_refit_trials(
+        layout, source, experiment_id, (used, duplicates, unfinished), settings.hashes("refit"))
     out.mkdir(parents=True, exist_ok=True)
-    result = BuildResult(out_dir=out, index=out / "index.md")
+    result = BuildResult(out_dir=out, index=out / "index.md", ignored=ignored + ignored_refits,
+                         settings_note=settings.note, overrides=overrides)
     metrics = MetricCache(source)
     _tables(layout, metrics, table_runs, protocol, formats, out, result)
     if "png" in formats or "pdf" in formats:
         _figures(layout, metrics, used, uri, protocol, out, result)
-    result.searches = write_searches(layout, source, experiment_id, uri, out, formats)
+    result.searches = write_searches(layout, source, experiment_id, uri, out, formats, settings.hashes("search"))
     result.files += result.searches.files
     if "tex" in formats:
         figures = [(fid, f.caption) for fid, f in result.figures.items()] + result.searches.figures
@@ -308,7 +323,12 @@ def _index(layout: ReportLayout, result: BuildResult, formats: Sequence[str], tr
     lines = [f"# Report: {layout.name}", "",
              f"MLflow experiment `{layout.name}` (id {experiment_id}) at `{tracking_uri}`. "
              f"Grid trial runs used: {len(used)} FINISHED, the newest per cell and fold of folds "
-             f"{', '.join(map(str, layout.folds))}."]
+             f"{', '.join(map(str, layout.folds))} with a config hash these settings give (the YAML"
+             + (" with " + " ".join(f"`--set {i}`" for i in result.overrides) if result.overrides else "")
+             + ")."]
+    for line in (C.other_settings_line(result.ignored), result.settings_note):
+        if line:
+            lines.append(f"**{line[0].upper()}{line[1:]}.**")
     if protocol_override:
         lines.append(f"Protocol for every table and figure: {PROTOCOL_TEXT[protocol_override]} (--protocol).")
     lines += ["", *_files_section(layout, result, formats), "", *_missing_section(layout, result), ""]
@@ -321,6 +341,7 @@ def _index(layout: ReportLayout, result: BuildResult, formats: Sequence[str], tr
 def _summary(result: BuildResult) -> str:
     """What main prints: files written and, when some table cells have no finished run, which."""
     lines = [f"wrote {len(result.files)} files to {result.out_dir} (index: {result.index})"]
+    lines += [line for line in (C.other_settings_line(result.ignored), result.settings_note) if line]
     empty = [f"{tid}: {'; '.join(cells)}" for tid, cells in result.missing.items() if cells]
     if empty:
         lines.append(f"cells with no finished run (shown as —): {' | '.join(empty)}")
@@ -344,13 +365,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="comma-separated subset of md,tex,pdf,png (png: every figure as PNG, PDF and SVG; "
                              "pdf: report.pdf, needs pdflatex)")
     parser.add_argument("--experiment-name", default=None, help="MLflow experiment (default: the YAML's name)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="the --set items of the sweep launch to report (repeatable); the tables count only the "
+                             "runs whose config these settings give")
     args = parser.parse_args(argv)
     # One artifact download per heat-map fold: tqdm bars would bury the build's own output.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     try:
         result = build_report(args.spec, tracking_uri=args.tracking_uri, out_dir=args.out, protocol=args.protocol,
                               formats=[f.strip() for f in args.format.split(",") if f.strip()],
-                              experiment_name=args.experiment_name)
+                              experiment_name=args.experiment_name, overrides=args.overrides)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -30,6 +30,7 @@ import json
 import sqlite3
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Sequence
 from urllib.parse import urlparse
@@ -51,6 +52,9 @@ __all__ = [
     "SqliteRunSource",
     "resolve_tracking_uri",
     "open_run_source",
+    "Settings",
+    "read_settings",
+    "split_by_settings",
     "select_trials",
     "summarise",
     "load_class_counts",
@@ -384,6 +388,61 @@ def open_run_source(tracking_uri: str, bulk_sqlite: bool = True, label: str = "-
     source = ApiRunSource(tracking_uri)
     source.label = label
     return source
+
+
+@dataclass
+class Settings:
+    """Which runs the YAML (with ``--set``) counts: its settings digest and the runs its launches recorded
+    (:func:`orchestration.contract.expected_runs_artifact`); ``expected`` is None for a store whose launches predate
+    the record (then runs are chosen by cell and fold only, and ``note`` says so)."""
+
+    digest: str
+    expected: dict[str, dict[str, set[str]]] | None = None
+    note: str = ""
+
+    def hashes(self, section: str) -> dict[str, set[str]] | None:
+        return None if self.expected is None else self.expected.get(section, {})
+
+
+def read_settings(source: RunSource, experiment_id: str, digest: str, overrides: Sequence[str] = ()) -> Settings:
+    """The expected runs every launch of these settings recorded (their union: a hash-rule change or a refit
+    recorded later adds to it). ``ValueError`` when the experiment's launches recorded other settings only, naming
+    the ``--set`` each launch was run with."""
+    flt = f"tags.`{C.ROLE}` = '{C.ROLE_SWEEP}'"
+    parents = source.client.search_runs([experiment_id], flt, max_results=_PAGE)
+    mine = [p for p in parents if p.data.tags.get(C.SETTINGS_TAG + digest) == "true"]
+    if not mine:
+        recorded = [p for p in parents if any(k.startswith(C.SETTINGS_TAG) for k in p.data.tags)]
+        if not recorded:
+            return Settings(digest, None, "no launch of this experiment recorded which runs its settings count (a "
+                                          "store from before that record): runs are chosen by cell and fold only")
+        sets = sorted({" ".join(f"--set {i}" for i in json.loads(p.data.tags.get(C.OVERRIDES, "[]"))) or "no --set"
+                       for p in recorded})
+        given = " ".join(f"--set {i}" for i in overrides) or "no --set"
+        raise ValueError(f"experiment at {source.tracking_uri}: no launch of this YAML with these settings ({given}; "
+                         f"settings digest {digest}); its launches ran with: {'; '.join(sets)}. Pass the --set of "
+                         "the launch to report, or launch these settings (finished trials are skipped)")
+    expected: dict[str, dict[str, set[str]]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for p in mine:
+            path = source.client.download_artifacts(p.info.run_id, C.expected_runs_artifact(digest), tmp)
+            for section, table in json.loads(Path(path).read_text()).items():
+                for key, hashes in table.items():
+                    expected.setdefault(section, {}).setdefault(key, set()).update(hashes)
+    return Settings(digest, expected)
+
+
+def split_by_settings(trials: pd.DataFrame, expected: dict[str, set[str]] | None) -> tuple[pd.DataFrame, list[str]]:
+    """(the runs whose config hash is one the settings expect for their cell and fold, the labels of the FINISHED
+    runs that are not: those enter no table). ``expected`` None: every run is kept."""
+    if expected is None or trials.empty:
+        return trials, []
+    keys = [C.trial_key(c, f) for c, f in zip(trials["cell"], trials["fold"])]
+    ok = pd.Series([h in expected.get(k, ()) for k, h in zip(keys, trials["config_hash"])], index=trials.index,
+                   dtype=bool)
+    other = trials[~ok & (trials["status"] == "FINISHED")].sort_values(["cell", "fold", "start_time"])
+    labels = [C.other_settings_label(c, f, h) for c, f, h in zip(other["cell"], other["fold"], other["config_hash"])]
+    return trials[ok].reset_index(drop=True), labels
 
 
 def select_trials(trials: pd.DataFrame, folds: Iterable[int]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:

@@ -35,7 +35,7 @@ from mutexmatch.atomic import atomic_write
 from orchestration import contract as C
 from reports.figures import save_figure
 from reports.layout import ReportLayout
-from reports.runs import RunSource, select_trials
+from reports.runs import RunSource, select_trials, split_by_settings
 from reports.tables import latex_escape
 
 __all__ = ["MIN_IMPORTANCE_TRIALS", "STATES", "SearchInfo", "StudyTrials", "SearchOutput", "with_refit_trials",
@@ -129,27 +129,35 @@ class SearchOutput:
 
 # ------------------------------------------------------------------------------------------------ refit runs
 def with_refit_trials(layout: ReportLayout, source: RunSource, experiment_id: str,
-                      grid: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
-                      ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+                      grid: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame],
+                      expected: dict[str, set[str]] | None = None
+                      ) -> tuple[tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame], list[str]]:
     """The grid's (used, duplicates, unfinished) plus, when a table has ``tuned_rows``, the refit runs (kind
-    ``refit``) split the same way (:func:`reports.runs.select_trials`). Their cell ids end in ``tuned=true``, so they
-    can only fill a tuned row, never a grid cell's statistics."""
+    ``refit``) whose config hash the settings expect (``expected``: trial key → hashes; None keeps all) split the
+    same way (:func:`reports.runs.select_trials`), and the FINISHED refit runs of other settings. Their cell ids end
+    in ``tuned=true``, so they can only fill a tuned row, never a grid cell's statistics."""
     if not any(t.tuned_rows for t in layout.tables):
-        return grid
-    refit = select_trials(source.trials(experiment_id, [*layout.axes, C.TUNED_AXIS], kind=C.KIND_REFIT),
-                          layout.folds)
-    return tuple(g if r.empty else r if g.empty else pd.concat([g, r], ignore_index=True)  # type: ignore[return-value]
-                 for g, r in zip(grid, refit))
+        return grid, []
+    trials, ignored = split_by_settings(source.trials(experiment_id, [*layout.axes, C.TUNED_AXIS], kind=C.KIND_REFIT),
+                                        expected)
+    refit = select_trials(trials, layout.folds)
+    return tuple(g if r.empty else r if g.empty else pd.concat([g, r], ignore_index=True)  # type: ignore[misc]
+                 for g, r in zip(grid, refit)), ignored
 
 
 # ------------------------------------------------------------------------------------------------ reading
-def _search_runs(source: RunSource, experiment_id: str) -> dict[tuple[str, int, str], list[Any]]:
-    """The MLflow search runs of the newest study of each (cell, fold), keyed by (cell, fold, search hash)."""
+def _search_runs(source: RunSource, experiment_id: str, expected: dict[str, set[str]] | None = None
+                 ) -> dict[tuple[str, int, str], list[Any]]:
+    """The MLflow search runs of the newest study of each (cell, fold), keyed by (cell, fold, search hash); with
+    ``expected`` (trial key → search hashes the settings give), only those studies."""
     runs = source.client.search_runs([experiment_id], C.trials_filter(C.KIND_SEARCH), max_results=_MAX_RUNS)
     groups: dict[tuple[str, int, str], list[Any]] = {}
     for run in runs:
         tags = run.data.tags
         fold = tags.get(C.FOLD, "")
+        if expected is not None and tags.get(C.SEARCH_HASH) not in expected.get(C.trial_key(tags.get(C.CELL), fold),
+                                                                                 ()):
+            continue
         if fold.isdigit():
             groups.setdefault((tags.get(C.CELL, ""), int(fold), tags.get(C.SEARCH_HASH, "")), []).append(run)
     newest: dict[tuple[str, int], tuple[int, str]] = {}
@@ -266,7 +274,7 @@ def _trials_frame(rows: list[dict[str, Any]], info: SearchInfo) -> pd.DataFrame:
 
 
 def read_studies(info: SearchInfo, sweep: str, source: RunSource, experiment_id: str, tracking_uri: str,
-                 project_dir: str | Path = ".") -> list[StudyTrials]:
+                 project_dir: str | Path = ".", expected: dict[str, set[str]] | None = None) -> list[StudyTrials]:
     """Every study the MLflow search runs name (the newest per cell and fold), its trials from the durable Optuna
     study when it exists, else from those runs."""
     import optuna
@@ -274,7 +282,7 @@ def read_studies(info: SearchInfo, sweep: str, source: RunSource, experiment_id:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     url = C.optuna_storage_url(info.storage, tracking_uri, project_dir)
     studies = []
-    for (cell, fold, search_hash), runs in _search_runs(source, experiment_id).items():
+    for (cell, fold, search_hash), runs in _search_runs(source, experiment_id, expected).items():
         name = C.study_name(sweep, C.trial_key(cell, fold), search_hash)
         durable = _load_study(url, name)
         if durable is not None:
@@ -432,14 +440,15 @@ def _write(path: Path, text: str, output: SearchOutput) -> None:
 
 
 def write_searches(layout: ReportLayout, source: RunSource, experiment_id: str, tracking_uri: str, out: Path,
-                   formats: Sequence[str]) -> SearchOutput:
-    """Read every study of the YAML's search and write its files (see the module docstring); nothing without a
-    ``search``. Plots need ``png`` or ``pdf`` in ``formats``, like the report's other figures."""
+                   formats: Sequence[str], expected: dict[str, set[str]] | None = None) -> SearchOutput:
+    """Read every study of the YAML's search (only the studies ``expected`` names, when given: trial key → search
+    hashes of these settings) and write its files (see the module docstring); nothing without a ``search``. Plots
+    need ``png`` or ``pdf`` in ``formats``, like the report's other figures."""
     output = SearchOutput()
     if layout.search is None:
         return output
     info = SearchInfo.parse(layout.search)
-    output.studies = read_studies(info, layout.name, source, experiment_id, tracking_uri)
+    output.studies = read_studies(info, layout.name, source, experiment_id, tracking_uri, expected=expected)
     lines = ["## Searches", ""]
     if not output.studies:
         lines.append("The YAML has a search, but no search run of it is in this experiment yet.")
