@@ -23,7 +23,9 @@ SPECS = sorted(EXPERIMENTS.glob("*.yaml"))
 RUNS = sorted((EXPERIMENTS / "runs").glob("*.yaml"))
 # Sweeps that are not paper-scale benchmarks: the quickstart and the CPU-sized digits variants.
 CPU_SCALE = {"quickstart.yaml", "cifar10_cpu.yaml"} | {p.name for p in SPECS if p.name.startswith("digits_")}
-PAPER_SCALE = [p for p in SPECS if p.name not in CPU_SCALE]
+# Benchmarks of other papers, on their own schedule (each has its own test below).
+OTHER_BENCHMARKS = {"usb_classic_cv.yaml"}
+PAPER_SCALE = [p for p in SPECS if p.name not in CPU_SCALE | OTHER_BENCHMARKS]
 
 
 @pytest.fixture(scope="module")
@@ -147,6 +149,35 @@ def test_paper_scale_sweeps_use_the_paper_schedule(path: Path, project: Path) ->
         assert cfg.data.root == str(project / "data"), where
         if "form" in ALGORITHMS[cfg.algorithm.name].Params.model_fields:
             assert "form" in raw["algorithm"], f"{where}: the loss form is left to the default"
+
+
+def test_usb_classic_cv_uses_usbs_settings(project: Path) -> None:
+    """USB's config/classic_cv/*.yaml: WRN-28-2 on every dataset, B=64, mu=7 (Pseudo-Label 1), 2^20 steps evaluated
+    every 5120, EMA 0.999, SGD 0.03 Nesterov with cosine 7/16, weight decay 5e-4 (CIFAR-100 1e-3), SVHN with its
+    extra split, three folds; 9 settings, each with a published number on every row."""
+    path = EXPERIMENTS / "usb_classic_cv.yaml"
+    spec = load_spec(path, project)
+    assert spec.folds == [0, 1, 2]
+    settings = set()
+    for cell in expand_cells(spec):
+        raw = trial_config(spec, cell, 0, project_dir=project)
+        cfg = parse_config(raw)
+        where = f"{path.name} {cell.id}"
+        settings.add((cfg.data.dataset, cfg.data.num_labels))
+        assert cfg.model.backbone == "wrn28_2", where
+        mu = 1 if cfg.algorithm.name == "pseudolabel" else 7
+        assert (cfg.train.iterations, cfg.train.eval_interval, cfg.train.ema) == (2**20, 5120, 0.999), where
+        assert (cfg.train.batch_size, cfg.train.mu) == (64, mu), where
+        assert (cfg.optim.lr, cfg.optim.momentum, cfg.optim.nesterov, cfg.optim.schedule, cfg.optim.cosine_factor) \
+            == (0.03, 0.9, True, "cosine", 7 / 16), where
+        assert cfg.optim.weight_decay == (1e-3 if cfg.data.dataset == "cifar100" else 5e-4), where
+        assert cfg.data.svhn_extra == (cfg.data.dataset == "svhn"), where
+    assert settings == {(d, n) for d, ns in (("cifar10", (40, 250, 4000)), ("cifar100", (400, 2500, 10000)),
+                                             ("svhn", (40, 250, 1000))) for n in ns}
+    (table,) = validate_report(_raw(path)).tables
+    published = table.published_values()
+    rows = {r for (_, r, _) in published}
+    assert rows == set(spec.axes["method"]) and len(published) == 9 * len(rows)
 
 
 @pytest.mark.parametrize("path", PAPER_SCALE, ids=_ids(PAPER_SCALE))
