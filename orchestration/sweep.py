@@ -32,7 +32,7 @@ import warnings
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from orchestration.env import apply_closed_network_env
 
@@ -43,6 +43,7 @@ from orchestration import tracking  # noqa: E402
 from orchestration.cluster import check_resources, init_ray  # noqa: E402
 from orchestration.dryrun import dry_run  # noqa: E402
 from orchestration.interrupts import handle_interrupts  # noqa: E402
+from orchestration.launchlock import LaunchRunning, launch_lock  # noqa: E402
 from orchestration.launch import (SweepError, SweepOptions, SweepOutcome, check_options, command_line,  # noqa: E402
                                   load_launch_plan, record_expected_runs, record_without_launch, resolve_storage,
                                   save_launch_plan, select)
@@ -84,6 +85,14 @@ def run_sweep(opts: SweepOptions) -> SweepOutcome:
     launch = _prepare(opts)
     if opts.dry_run:
         return dry_run(launch.plan, opts, launch.uri, launch.storage, launch.exp_name)
+    # held from before the store is first opened to the end: a second launch is refused, never a duplicate
+    with launch_lock(launch.uri, launch.exp_name, command_line(opts, launch.uri, launch.storage,
+                                                               resume=opts.resume)) as name_launch:
+        return _run_locked(launch, name_launch)
+
+
+def _run_locked(launch: _Launch, name_launch: Callable[[str], None]) -> SweepOutcome:
+    opts = launch.opts
     client = tracking.MlflowClient(launch.uri)
     with C.bounded_http(launch.uri, "--tracking-uri"):  # a dead server: one line within ~20 s, not 4 min of silence
         experiment_id = tracking.ensure_experiment(client, launch.exp_name, launch.uri)
@@ -92,6 +101,7 @@ def run_sweep(opts: SweepOptions) -> SweepOutcome:
         print(f"[sweep] launch {dead.data.tags.get(C.LAUNCH_ID)} was interrupted (its driver is "
               f"gone); its runs are now KILLED." + ("" if opts.resume else f" To continue it: {resume_cmd}"),
               flush=True)
+    _refuse_live_launches(launch, client, experiment_id)
     chosen = _choose(launch, client, experiment_id)
     if isinstance(chosen, SweepOutcome):
         return chosen
@@ -99,6 +109,7 @@ def run_sweep(opts: SweepOptions) -> SweepOutcome:
     started_ray, request = _start_ray(opts, launch.plan)
     commit = tracking.git_commit(Path(__file__).resolve().parent.parent)  # the code that runs, not the cwd
     parent = _open_parent(launch, client, experiment_id, chosen, commit)
+    name_launch(parent.launch_id)
     tracking.log_params_and_tags(client, parent.run_id, {}, C.parent_display_tags(launch.plan.spec.description,
                                                                                    opts.overrides))
     print(f"[sweep] MLflow UI: {C.ui_hint(launch.uri, experiment_id)}", flush=True)
@@ -126,6 +137,22 @@ def run_sweep(opts: SweepOptions) -> SweepOutcome:
     outcome = _finish(launch, client, experiment_id, parent, chosen, interrupted, errors, resume_cmd)
     reporter.refresh()  # the final statuses (interrupted runs are KILLED only now)
     return outcome
+
+
+def _refuse_live_launches(launch: _Launch, client: Any, experiment_id: str) -> None:
+    """A launch of this experiment whose driver is alive on this host (a tracking server: the lock file cannot see
+    it) is refused in one line; one RUNNING on another host gets a warning, as its driver cannot be checked."""
+    here, elsewhere = tracking.live_launches(client, experiment_id)
+    if here:
+        t = here[0].data.tags
+        raise LaunchRunning(f"experiment {launch.exp_name!r} in {launch.uri}: launch {t.get(C.LAUNCH_ID)} (driver "
+                            f"pid {t.get(C.DRIVER_PID)}, parent run {here[0].info.run_id}) is running; wait for it "
+                            "to end, or stop it (Ctrl+C in its terminal) and continue it with --resume; two "
+                            "launches at once would train the same trials twice")
+    for run in elsewhere:
+        print(f"warning: launch {run.data.tags.get(C.LAUNCH_ID)} of experiment {launch.exp_name!r} is RUNNING on "
+              f"{run.data.tags.get(C.DRIVER_HOST)}; if it is alive, trials both launches select train twice",
+              flush=True)
 
 
 def _prepare(opts: SweepOptions) -> _Launch:

@@ -48,7 +48,8 @@ from mlflow.entities import Metric, Param, Run, RunTag, ViewType  # noqa: E402
 __all__ = [
     "resolve_tracking_uri", "artifact_location", "ensure_experiment", "git_commit", "flatten_params",
     "create_parent_run", "find_resumable_parent", "find_trial_run", "iter_runs",
-    "finished_grid_hashes", "finished_search_runs", "end_run", "kill_dead_launches", "end_open_children",
+    "finished_grid_hashes", "finished_search_runs", "end_run", "kill_dead_launches", "live_launches",
+    "end_open_children",
     "log_metrics", "log_params_and_tags", "ParentInfo", "TrialRun",
 ]
 
@@ -233,6 +234,20 @@ def kill_dead_launches(client: MlflowClient, experiment_id: str) -> list[Run]:
         end_run(client, run.info.run_id, "KILLED")
         dead.append(run)
     return dead
+
+
+def live_launches(client: MlflowClient, experiment_id: str) -> tuple[list[Run], list[Run]]:
+    """Parent runs of other launches still RUNNING: (those whose driver is alive on this host, those on other hosts,
+    whose liveness cannot be seen from here). Call after :func:`kill_dead_launches`."""
+    host, here, elsewhere = socket.gethostname(), [], []
+    flt = f"tags.`{C.ROLE}` = '{C.ROLE_SWEEP}' AND attributes.status = 'RUNNING'"
+    for run in iter_runs(client, experiment_id, flt):
+        pid = run.data.tags.get(C.DRIVER_PID, "")
+        if run.data.tags.get(C.DRIVER_HOST) != host:
+            elsewhere.append(run)
+        elif pid.isdigit() and int(pid) != os.getpid() and _pid_alive(int(pid)):
+            here.append(run)
+    return here, elsewhere
 
 
 def log_metrics(client: MlflowClient, run_id: str, metrics: Mapping[str, float], step: int,

@@ -583,7 +583,8 @@ def test_working_dir_upload_skips_local_state(tmp_path):
         shutil.copy(REPO / name, tmp_path / name)
     # .git too: its history only grows, and a job upload is capped at 512 MiB.
     kept_out = (*LOCAL_STATE, ".git")
-    planted = {"mutexmatch/train.py", "orchestration/sweep.py", "experiments/quickstart.yaml", "mlflow.db",
+    lock = ".mlflow.db.quickstart.launch.lock"  # orchestration/launchlock.py, beside the default store
+    planted = {"mutexmatch/train.py", "orchestration/sweep.py", "experiments/quickstart.yaml", "mlflow.db", lock,
                *(f"{d}/x.bin" for d in kept_out if d != "mlflow.db")}
     for rel in planted:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -591,5 +592,5 @@ def test_working_dir_upload_skips_local_state(tmp_path):
     packed: set[str] = set()
     _dir_travel(tmp_path, [], lambda p: packed.add(p.relative_to(tmp_path).as_posix()), include_gitignore=True)
     assert {"mutexmatch/train.py", "orchestration/sweep.py", "experiments/quickstart.yaml"} <= packed
-    leaked = {p for p in packed if "/" in p and p.split("/")[0] in kept_out or p == "mlflow.db"}
+    leaked = {p for p in packed if "/" in p and p.split("/")[0] in kept_out or p in ("mlflow.db", lock)}
     assert not leaked, f"the job upload would include {sorted(leaked)}"

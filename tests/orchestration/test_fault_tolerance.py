@@ -426,3 +426,73 @@ def test_scratch_folders_of_dead_attempts_are_deleted_but_not_a_running_ones(tmp
     running.unlock()
     assert sorted(p.name for p in root.iterdir()) == sorted(["t9_running", "t9_recent", new.name])
     assert new.name.startswith("t1_") and not list(new.iterdir())
+
+
+# ------------------------------------------------------------------------------------------------ two launches at once
+HOLDER = """
+import sys, time
+from orchestration.launchlock import launch_lock
+with launch_lock(sys.argv[1], sys.argv[2], "python -m orchestration.sweep first.yaml") as name_launch:
+    name_launch("20261126-190000-abcd")
+    print("held", flush=True)
+    time.sleep(120)
+"""
+
+
+def _refused_second_launch(tmp_path, monkeypatch, capsys, uri: str, first: subprocess.Popen) -> str:
+    """The second launch, in this process with Ray's start turned into an error, while ``first`` lives (killed
+    after): refused with exit status 2 in one line, which is returned."""
+    import ray
+
+    from orchestration import sweep
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the second launch got as far as starting Ray")
+
+    monkeypatch.setattr(ray, "init", refuse)
+    write_spec(tmp_path, tmp_path / "data", name="twice", iterations=4, folds=[0], methods=["fixmatch"])
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()  # what creating the test's store logged
+    try:
+        rc = sweep.main([str(tmp_path / "twice.yaml"), "--tracking-uri", uri])
+    finally:
+        first.kill()
+        first.wait()
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert rc == 2 and len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_a_second_launch_on_a_fresh_store_is_refused_in_one_line_naming_the_first(tmp_path, monkeypatch, capsys,
+                                                                                  sweep_env):
+    # Issue 26: both launches trained every trial (two FINISHED runs per cell, fold and hash), and on a fresh store
+    # the second crashed in MLflow's schema migration with a traceback.
+    db = tmp_path / "mlflow.db"
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, f"sqlite:///{db}", "twice"], env=sweep_env,
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    line = _refused_second_launch(tmp_path, monkeypatch, capsys, f"sqlite:///{db}", holder)
+    assert f"experiment 'twice' in sqlite:///{db}: another launch is running (launch 20261126-190000-abcd, " \
+           f"driver pid {holder.pid}" in line and "--resume" in line, line
+    assert not db.exists()  # refused before the store was opened
+
+
+def test_a_second_launch_while_a_live_driver_holds_a_running_parent_is_refused(tmp_path, monkeypatch, capsys):
+    """A tracking server has no lock file both drivers see: a RUNNING parent whose driver is alive on this host is
+    the check (a sleeping process stands in for the first driver)."""
+    import socket
+
+    from orchestration import contract as C
+    from orchestration import tracking
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    exp = tracking.ensure_experiment(client, "twice", uri)
+    first = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    parent = client.create_run(exp, tags={C.ROLE: C.ROLE_SWEEP, C.LAUNCH_ID: "20261126-190000-abcd",
+                                          C.DRIVER_HOST: socket.gethostname(), C.DRIVER_PID: str(first.pid)})
+    line = _refused_second_launch(tmp_path, monkeypatch, capsys, uri, first)
+    assert f"launch 20261126-190000-abcd (driver pid {first.pid}, parent run {parent.info.run_id}) is running" \
+           in line, line
+    assert [r.info.run_id for r in client.search_runs([exp])] == [parent.info.run_id]  # nothing added

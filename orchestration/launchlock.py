@@ -1,0 +1,77 @@
+"""One launch of an experiment at a time: two drivers of the same sweep would train every trial twice.
+
+A launch holds an exclusive ``flock`` on a lock file beside its SQLite store (``.<db>.<experiment>.launch.lock``)
+from before it first touches the store until it ends; the kernel drops the lock when the driver dies, however it
+dies, so a stale lock never blocks anyone. A second launch that finds it held is refused in one line naming the
+launch that holds it (written into the file). Taking the lock before the store is opened also keeps two launches
+from creating a fresh store's schema at once (MLflow's migrations would fail with a traceback).
+
+A tracking server has no file both drivers see; there :func:`orchestration.tracking.live_launches` (a RUNNING parent
+run whose driver is alive) is the check.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import socket
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import IO, Callable, Iterator
+
+__all__ = ["launch_lock", "lock_path", "LaunchRunning"]
+
+
+class LaunchRunning(ValueError):
+    """Another launch of the same experiment holds the lock (one line: who, and what to do)."""
+
+
+def lock_path(tracking_uri: str, experiment: str) -> Path | None:
+    """The lock file of ``experiment`` in a SQLite store, or None (a tracking server, an in-memory store)."""
+    if not tracking_uri.startswith("sqlite:///"):
+        return None
+    db = tracking_uri[len("sqlite:///"):].partition("?")[0]
+    if db in ("", ":memory:"):
+        return None
+    db_path = Path(db)
+    return db_path.parent / f".{db_path.name}.{re.sub(r'[^A-Za-z0-9_.-]', '_', experiment)}.launch.lock"
+
+
+def _describe(f: IO[str], text: str) -> None:
+    f.seek(0)
+    f.truncate()
+    f.write(text)
+    f.flush()
+
+
+@contextmanager
+def launch_lock(tracking_uri: str, experiment: str, command: str) -> Iterator[Callable[[str], None]]:
+    """Hold the launch lock of ``experiment`` for the block, or raise :class:`LaunchRunning` at once.
+
+    Yields ``name(launch)``: records the launch id once it exists, so a refused launch can name it."""
+    path = lock_path(tracking_uri, experiment)
+    try:
+        f = path.open("a+", encoding="utf-8") if path is not None else None
+    except OSError:  # no folder or no write access there: the store cannot be written either, and MLflow says so
+        f = None
+    if f is None:
+        yield lambda launch: None
+        return
+    who = f"driver pid {os.getpid()} on {socket.gethostname()} since {datetime.now():%Y-%m-%d %H:%M:%S}: {command}"
+    with f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = " ".join(f.read().split()) or "a launch that has not said which yet"
+            raise LaunchRunning(f"experiment {experiment!r} in {tracking_uri}: another launch is running ({holder}); "
+                                "wait for it to end, or stop it (Ctrl+C in its terminal) and continue it with "
+                                "--resume; two launches at once would train the same trials twice") from None
+        _describe(f, who)
+        try:
+            yield lambda launch: _describe(f, f"launch {launch}, {who}")
+        finally:
+            _describe(f, "")
+            fcntl.flock(f, fcntl.LOCK_UN)
