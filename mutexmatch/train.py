@@ -53,6 +53,7 @@ from mutexmatch.prefetch import Prefetcher, to_device
 from mutexmatch.runfolder import RUN_MARKER, RunFolder, RunFolderError, checkpoint_step
 from mutexmatch.sampler import SSLSampler
 from mutexmatch.splits import Split, make_split
+from mutexmatch.steptime import checkpoint_steps_done, confirm_cost, measure_run
 
 __all__ = ["Trainer", "NonFiniteLossError", "StepMemoryError", "MemoryBudgetError", "RunDirError", "check_memory",
            "param_groups", "main"]
@@ -728,16 +729,28 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--overwrite", action="store_true",
                         help="start fresh in a non-empty output_dir, replacing the run files there")
     parser.add_argument("--stop-at", type=int, default=None, help="stop at this step (schedule of the full run)")
+    parser.add_argument("--yes", action="store_true",
+                        help="start a CPU run whose measured ETA exceeds an hour without asking")
     return parser
 
 
-def _make_trainer(args: argparse.Namespace) -> Trainer:
+def _make_trainer(args: argparse.Namespace) -> Trainer | None:
+    """The run's trainer, after the line that says what it will cost (steps, ETA, output folder); None when the
+    user declined a long CPU run (nothing written)."""
     if args.resume is not None:
         if args.config is not None or args.overwrite:
             raise RunDirError("--resume DIR uses the config saved in DIR and continues its run; do not pass "
                               "--config or --overwrite")
-        return Trainer(_load_run_dir(args.resume, args.overrides), resume=True)
-    return Trainer(load_config(args.config, args.overrides), overwrite=args.overwrite)
+        cfg, kwargs = _load_run_dir(args.resume, args.overrides), {"resume": True}
+        done = checkpoint_steps_done(cfg.output_dir)
+    else:
+        cfg, kwargs, done = load_config(args.config, args.overrides), {"overwrite": args.overwrite}, 0
+        if not args.overwrite:
+            RunFolder(cfg.output_dir).require_empty(overwrite=False)  # before the measurement's work
+    cost, bundle = measure_run(cfg, done)
+    if not confirm_cost(cfg, done, cost, assume_yes=args.yes):
+        return None
+    return Trainer(cfg, bundle=bundle, **kwargs)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -749,6 +762,8 @@ def _run(args: argparse.Namespace) -> int:
     trainer = None
     try:
         trainer = _make_trainer(args)
+        if trainer is None:
+            return 1
         with warnings.catch_warnings():
             warnings.simplefilter("default")
             summary = trainer.fit(stop_at=args.stop_at)

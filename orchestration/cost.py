@@ -12,29 +12,15 @@ evaluation (EMA and raw model on the test set, EMA model on the validation split
 from __future__ import annotations
 
 import json
-import statistics
-import tempfile
-from dataclasses import dataclass
 from typing import Any
 
 from mutexmatch.config import parse_config
+from mutexmatch.steptime import StepCost, measure_cost
 
 from orchestration.plan import SweepPlan
 from orchestration.spec import deep_merge
 
 __all__ = ["StepCost", "measure_cost", "estimate_plan"]
-
-_EVAL_SLICE = 256
-
-
-@dataclass(frozen=True)
-class StepCost:
-    step_s: float
-    eval_s: float
-    device: str
-
-    def trial_seconds(self, iterations: int, evaluations: int) -> float:
-        return iterations * self.step_s + evaluations * self.eval_s
 
 
 def _cost_key(raw: dict[str, Any]) -> str:
@@ -45,28 +31,6 @@ def _cost_key(raw: dict[str, Any]) -> str:
            "prec": t.precision, "compile": t.compile, "eb": t.eval_batch_size, "threads": t.num_threads,
            "device": t.device}
     return json.dumps(key, sort_keys=True)
-
-
-def measure_cost(raw: dict[str, Any], *, device: str, num_threads: int, warmup: int = 2, steps: int = 5,
-                 eval_repeats: int = 1) -> StepCost:
-    """Seconds per training step (median of ``steps`` timed steps, robust to bursts of other load) and per
-    evaluation (best of ``eval_repeats`` timings) of the trial config ``raw`` on ``device``."""
-    from mutexmatch.train import Trainer
-
-    with tempfile.TemporaryDirectory(prefix="mm_cost_") as tmp:
-        threads = raw.get("train", {}).get("num_threads") or num_threads
-        cfg = parse_config(deep_merge(raw, {"output_dir": tmp, "train": {"device": device, "num_threads": threads,
-                                                                            "progress": False}}))
-        trainer = Trainer(cfg)
-        try:
-            for _ in range(warmup):
-                trainer.time_step()
-            step_s = statistics.median(trainer.time_step() for _ in range(steps))
-            trainer.time_evaluation(8)  # the first call pays one-off set-up costs
-            eval_s = min(trainer.time_evaluation(_EVAL_SLICE) for _ in range(eval_repeats))
-            return StepCost(step_s, eval_s, trainer.device.type)
-        finally:
-            trainer.close()
 
 
 def estimate_plan(plan: SweepPlan, *, device: str, num_threads: int, skip: set[str] = frozenset()

@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
+from mutexmatch.steptime import format_duration
 from orchestration.env import apply_closed_network_env
 
 apply_closed_network_env()
@@ -238,17 +239,6 @@ def _ignored(runs: list[Any], used: list[Any], plan: SweepPlan) -> list[str]:
 
 def _pct(v: float | None) -> str:
     return "—" if v is None else f"{100 * v:.2f}"
-
-
-def format_duration(s: float | None) -> str:
-    """Seconds for people: ``45 s``, ``12.5 min``, ``10.3 h``, ``102.7 d`` (None: ``unknown``)."""
-    if s is None:
-        return "unknown"
-    if s < 120:
-        return f"{s:.0f} s"
-    if s < 7200:
-        return f"{s / 60:.1f} min"
-    return f"{s / 3600:,.1f} h" if s < 10 * 86400 else f"{s / 86400:,.1f} d"
 
 
 def format_hours(h: float) -> str:
