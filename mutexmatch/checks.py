@@ -6,13 +6,26 @@ from __future__ import annotations
 
 import math
 import numbers
+import reprlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
-__all__ = ["validation_error_lines", "interval_text", "in_interval", "within", "at_least", "check_int"]
+__all__ = ["validation_error_lines", "shown", "interval_text", "in_interval", "within", "at_least", "check_int"]
+
+SHOWN_CHARS = 80  # a value echoed in a message: enough to recognise it, never the whole of a huge one
+_SHOWN = reprlib.Repr()
+_SHOWN.maxlevel, _SHOWN.maxlist, _SHOWN.maxtuple, _SHOWN.maxdict, _SHOWN.maxset = 3, 6, 6, 6, 6
+_SHOWN.maxstring = _SHOWN.maxother = _SHOWN.maxlong = SHOWN_CHARS
+
+
+def shown(value: Any) -> str:
+    """``repr(value)`` as a message echoes it: the same for a scalar or a short list, shortened with ``...`` past
+    :data:`SHOWN_CHARS` (a value built from YAML aliases printed whole made a 428 KB error line)."""
+    text = _SHOWN.repr(value)
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 3] + "..."
 
 
 def _dotted(loc: Sequence[Any]) -> str:
@@ -40,7 +53,7 @@ def validation_error_lines(err: "ValidationError", *, where: Callable[[Sequence[
         elif not field or e["type"] == "assertion_error" or e["type"] == "value_error" and "\n" in msg:
             lines.append(msg)
         else:
-            lines.append(f"{field}={e.get('input')!r}: {msg}")
+            lines.append(f"{field}={shown(e.get('input'))}: {msg}")
     return lines
 
 
@@ -91,5 +104,5 @@ def check_int(field: str, value: Any, *, low: int, high: int | None = None, note
     if (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low
             or high is not None and value > high):
         allowed = f">= {low}" if high is None else f"in [{low}, {high}]"
-        raise ValueError(f"{field}={value!r}: must be an integer {allowed}{note}")
+        raise ValueError(f"{field}={shown(value)}: must be an integer {allowed}{note}")
     return int(value)

@@ -6,7 +6,10 @@
   value silently winning (a duplicated sweep level would otherwise train the wrong method under the first name);
 - every way a file can fail to be a YAML mapping (missing, a directory, binary or not UTF-8, a syntax error, empty,
   a list or scalar at top level) raises :class:`YamlFileError` with one line naming the file, and the line and
-  column where the parser stopped.
+  column where the parser stopped;
+- a file larger than :data:`MAX_BYTES` is refused before it is read (a 50 MB YAML took a minute to parse), and a
+  document holding more than :data:`MAX_VALUES` values once its aliases are expanded before it is built (a 343-byte
+  "billion laughs" file of nested ``*alias`` lists grew past 3 GB in whatever printed or copied it).
 
 Standard library and PyYAML only, so the reports can use it without importing torch.
 """
@@ -18,7 +21,12 @@ from typing import Any
 
 import yaml
 
-__all__ = ["YamlFileError", "UniqueKeyLoader", "read_yaml", "read_yaml_mapping"]
+__all__ = ["YamlFileError", "UniqueKeyLoader", "read_yaml", "read_yaml_mapping", "load_text", "MAX_BYTES", "MAX_VALUES"]
+
+# The experiment YAMLs are at most a few KB and hold at most ~400 values (scalars, lists and mappings) after their
+# aliases are expanded; these bounds leave room for far larger configs and none for a bomb.
+MAX_BYTES = 1 << 20
+MAX_VALUES = 20_000
 
 
 class YamlFileError(ValueError):
@@ -56,6 +64,10 @@ def _text(path: Path, what: str) -> str:
     if not path.is_file():
         raise YamlFileError(f"{where}: file not found")
     try:
+        size = path.stat().st_size
+        if size > MAX_BYTES:
+            raise YamlFileError(f"{where}: is {size / 2**20:.1f} MiB, larger than the {MAX_BYTES >> 20} MiB a YAML "
+                                "config may have; give the config file, not a data file")
         data = path.read_bytes()
     except OSError as err:
         raise YamlFileError(f"{where}: cannot be read ({err.strerror or err})") from None
@@ -79,16 +91,47 @@ def _syntax_error(where: str, err: yaml.YAMLError) -> YamlFileError:
     return YamlFileError(f"{where}: not valid YAML at line {mark.line + 1}, column {mark.column + 1}: {detail}")
 
 
-def read_yaml(path: str | Path, what: str = "YAML file") -> Any:
-    """The parsed content of ``path`` (any YAML value; None for an empty document); raise :class:`YamlFileError`
-    naming ``what`` and the file for anything that is not readable, valid YAML with unique keys."""
-    path = Path(path)
-    where = _where(path, what)
-    text = _text(path, what)
+def _expanded_values(node: yaml.Node, sizes: dict[int, int]) -> int:
+    """How many values ``node`` holds with every alias expanded (an alias is the node it names, counted again each
+    time it is used); linear in the size of the text, however large the expansion."""
+    if id(node) not in sizes:
+        if isinstance(node, yaml.SequenceNode):
+            children = node.value
+        elif isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        else:
+            children = []
+        sizes[id(node)] = 1 + sum(_expanded_values(c, sizes) for c in children)
+    return sizes[id(node)]
+
+
+def load_text(text: str, where: str) -> Any:
+    """``text`` parsed by :class:`UniqueKeyLoader` within :data:`MAX_VALUES`; any failure is a
+    :class:`YamlFileError` starting with ``where``."""
+    loader = UniqueKeyLoader(text)
     try:
-        return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        values = _expanded_values(node, {})
+        if values > MAX_VALUES:
+            raise YamlFileError(f"{where}: holds {values:,} values once its aliases (*name) are expanded, more than "
+                                f"the {MAX_VALUES:,} a config may have; write the values out instead of repeating "
+                                "aliases")
+        return loader.construct_document(node)
     except yaml.YAMLError as err:
         raise _syntax_error(where, err) from None
+    except RecursionError:
+        raise YamlFileError(f"{where}: nested too deeply to be a config") from None
+    finally:
+        loader.dispose()
+
+
+def read_yaml(path: str | Path, what: str = "YAML file") -> Any:
+    """The parsed content of ``path`` (any YAML value; None for an empty document); raise :class:`YamlFileError`
+    naming ``what`` and the file for anything that is not readable, valid YAML with unique keys, or too large."""
+    path = Path(path)
+    return load_text(_text(path, what), _where(path, what))
 
 
 def read_yaml_mapping(path: str | Path, what: str = "YAML file", expected: str = "a mapping of keys") -> dict:

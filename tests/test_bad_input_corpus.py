@@ -62,6 +62,15 @@ PNG_1PX = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010800000
                         "0a49444154789c6360000000020001e221bc330000000049454e44ae426082")
 
 
+# "Billion laughs": five levels of nine aliases, 242 bytes that expand to 74,738 values (a 343-byte one of the
+# same shape took more than 3 GB); and four levels inside one field, small enough to build but huge to print.
+BOMB = "".join(f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]\n" for a, b in zip("abcd", "bcde"))
+BOMB = 'a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]\n' + BOMB
+ECHO_BOMB = 'train: {seed: [&a [1, 1, 1, 1, 1, 1, 1, 1, 1], &b [*a, *a, *a, *a, *a, *a, *a, *a, *a], ' \
+            '&c [*b, *b, *b, *b, *b, *b, *b, *b, *b], [*c, *c, *c, *c, *c, *c, *c, *c, *c]]}\n'
+LARGE_YAML = "# a comment line of a large file\n" * 40_000  # 1.3 MB: over the 1 MiB a YAML config may have
+
+
 def _sweep(*edits: tuple[str, str]) -> str:
     """SWEEP_YAML with textual replacements (the corpus is about text the user typed, so it is edited as text)."""
     text = SWEEP_YAML
@@ -171,6 +180,12 @@ CASES = [
       files={"r.yaml": RUN_YAML + "---\n" + RUN_YAML}),
     C("train-config-python-tag", T, "--config {t}/r.yaml", "could not determine a constructor for the tag",
       files={"r.yaml": "output_dir: !!python/object/apply:os.getcwd []\n"}),
+    C("train-config-alias-bomb", T, "--config {t}/r.yaml", "'{t}/r.yaml': holds 74,738 values once its aliases",
+      files={"r.yaml": BOMB}),
+    C("train-config-alias-echo", T, "--config {t}/r.yaml", "train.seed=[[1, 1, 1, 1, 1, 1, ...], [[1, 1, 1, 1, 1, 1, ...], [1, 1, 1, 1, 1, 1, ...], ...",
+      files={"r.yaml": ECHO_BOMB}),
+    C("train-config-too-large", T, "--config {t}/r.yaml", "'{t}/r.yaml': is 1.3 MiB, larger than the 1 MiB",
+      files={"r.yaml": LARGE_YAML}),
     C("train-config-is-a-sweep", T, "--config {t}/s.yaml",
       "'{t}/s.yaml': is a sweep YAML (it has `axes:`), not a run config; run it with `python -m orchestration.sweep",
       files={"s.yaml": SWEEP_YAML}),
@@ -233,6 +248,10 @@ CASES = [
       files={"s.yaml": SWEEP_YAML + "axes:\n  labels: {l20: {}}\n"}),
     C("sweep-dup-in-base", S, "{t}/s.yaml", "duplicate key 'data' (first at line 3, again at line 4)",
       files={"s.yaml": _sweep(("  train:", "  data:"))}),
+    C("sweep-alias-bomb", S, "{t}/s.yaml --dry-run", "spec '{t}/s.yaml': holds 74,778 values once its aliases",
+      files={"s.yaml": SWEEP_YAML + BOMB}),
+    C("sweep-too-large", S, "{t}/s.yaml --dry-run", "spec '{t}/s.yaml': is 1.3 MiB",
+      files={"s.yaml": SWEEP_YAML + LARGE_YAML}),
     C("sweep-is-a-run-config", S, "{t}/r.yaml",
       "spec '{t}/r.yaml': is a run config (sections data, train), not a sweep YAML; train it with `python -m "
       "mutexmatch.train --config", files={"r.yaml": RUN_YAML}),
@@ -276,6 +295,8 @@ CASES = [
       files={"s.yaml": _sweep(("base:\n", "base: [\n"))}),
     C("report-dup-level", R, "{t}/s.yaml", "'fixmatch'",
       files={"s.yaml": REPORT_YAML.replace("    mutexmatch:", "    fixmatch:")}),
+    C("report-alias-bomb", R, "{t}/s.yaml", "'{t}/s.yaml': holds 74,",
+      files={"s.yaml": REPORT_YAML + BOMB}),
     C("report-binary", R, "{t}/s.yaml", "'{t}/s.yaml': is a binary file", files={"s.yaml": b"\x00\x01"}),
     C("report-latin1", R, "{t}/s.yaml", "'{t}/s.yaml': is not UTF-8 text", files={"s.yaml": b"name: caf\xe9\n"}),
     C("report-store-not-a-db", R, "{t}/s.yaml --tracking-uri {t}/notes.db", "{t}/notes.db",
@@ -467,6 +488,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(case: Case, isolated: 
     assert rc == 2, err
     assert case.expect.replace("{t}", str(t)) in err, err
     assert len(_error_lines(err)) == 1, err
+    assert len(err) < 1000, f"{len(err):,} characters on stderr"  # an echoed value is bounded too
     assert _snapshot(t) == before
 
 
