@@ -16,7 +16,8 @@ from torch import nn
 from pydantic import create_model
 
 from mutexmatch.algorithms import (ALGORITHMS, Algorithm, DistributionAlignment, StepInputs, StepOutput,
-                                   build_algorithm, random_complementary_label, register_algorithm)
+                                   build_algorithm, register_algorithm)
+from mutexmatch.algorithms.tnc_schemes import random_complementary_label
 from mutexmatch.losses import confidence_mask, mutexmatch_loss
 from mutexmatch.params import AlgorithmParams
 

@@ -250,7 +250,7 @@ def test_batches_made_ahead_give_the_same_run_and_resume_exactly(tmp_path):
 
 
 def test_bf16_autocast_keeps_batchnorm_losses_and_thresholds_in_fp32(tmp_path, monkeypatch):
-    import mutexmatch.algorithms as algorithms
+    import mutexmatch.algorithms.mutexmatch as algorithms
 
     cfg = _cfg(tmp_path, form="official")
     cfg.train.precision = "bf16"

@@ -1,0 +1,196 @@
+"""The algorithm contract: step inputs and outputs, the :class:`Algorithm` base, the registry.
+
+Every module of the package :mod:`mutexmatch.algorithms` holds one method family and registers it with
+:func:`register_algorithm`; importing the package imports every module in it, so a new module is registered
+without touching any other file.
+
+An algorithm turns the backbone features of one step's concatenated batch [labeled B | weak muB | strong muB] into
+a :class:`StepOutput` (the loss and named diagnostics). ``compute`` is the same for all of them:
+
+    views (p^w, confidence mask) -> base_terms (FixMatch / Algorithm 1: terms and L = sum_t lambda_t L_t)
+        -> variant_terms (what an ablation swaps or adds; only then is L re-weighted, from term_weights)
+
+so a paper ablation is a small subclass that replaces the term it ablates and nothing else. Each class declares its
+hyper-parameters once, as its typed parameter model ``Params`` (:mod:`mutexmatch.params`: defaults, ranges, docs);
+unknown or out-of-range values raise ``ValueError`` naming ``algorithm.<param>``, and the loss calls read
+``self.params.<name>``. A variant drops parameters of its parent with ``Params.without(...)``, which fixes them.
+
+The confidence threshold is a seam: :meth:`FixMatch.confidence_mask` turns p^w into the high-confidence mask
+1(max p^w >= tau) of Eq. (p), with access to the unlabeled indices and the algorithm's own state
+(:meth:`Algorithm.state_dict`, saved in checkpoints); an algorithm with per-class or adaptive thresholds overrides
+only it. The losses take the mask, not tau.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
+
+import torch
+from torch import Tensor, nn
+
+from mutexmatch.algorithms.alignment import DistributionAlignment
+from mutexmatch.checks import check_int
+from mutexmatch.params import AlgorithmParams, section_conflicts
+from mutexmatch.params import markdown as params_markdown
+
+
+@dataclass
+class StepInputs:
+    """What the trainer hands an algorithm each step."""
+
+    feats: Tensor            # backbone features of [lb B | weak muB | strong muB], (B + 2 muB, D)
+    num_lb: int              # B
+    num_ulb: int             # muB (0 for algorithms with uses_unlabeled False)
+    targets_lb: Tensor       # (B,) int64
+    ulb_idx: Tensor          # (muB,) int64 dataset indices of the unlabeled images
+    step: int
+
+
+@dataclass
+class StepOutput:
+    """One step of an algorithm: the loss to minimise and named diagnostics (detached, None where an algorithm
+    has no such thing); the trainer accumulates them per evaluation."""
+
+    loss: Tensor                            # L = sum_t lambda_t L_t (Eq. allloss), weighted once
+    terms: dict[str, Tensor]                # unweighted scalar terms by name: sup, sep, p, n, ab1, nce
+    mask: Tensor | None = None              # (muB,) float 1(max p^w >= tau): the confidence mask
+    conf: Tensor | None = None              # (muB,) max p^w
+    pseudo_label: Tensor | None = None      # (muB,) \hat p^w = argmax p^w
+    comp_label: Tensor | None = None        # (muB,) the complementary label L_sep trains the TNC on (weak rows)
+    tnc_comp_label: Tensor | None = None    # (muB,) argmax r^w: the TNC's "what it is not"
+    neg_mask: Tensor | None = None          # (muB, C) UPS negative labels, several per row (fixmatch_nce)
+
+
+@dataclass
+class Views:
+    """The per-step tensors the loss terms read; fields an algorithm does not need stay None."""
+
+    num_lb: int
+    targets_lb: Tensor
+    logits_lb: Tensor
+    logits_w: Tensor | None = None
+    logits_s: Tensor | None = None
+    probs_w: Tensor | None = None         # p^w, detached, distribution-aligned when dist_align is on
+    mask: Tensor | None = None            # 1(max p^w >= tau) per unlabeled row, float: Algorithm.confidence_mask
+    feats_w: Tensor | None = None
+    feats_s: Tensor | None = None
+    tnc_w: Tensor | None = None           # TNC logits on the weak view (detached features unless sep_stop_grad off)
+    tnc_s: Tensor | None = None           # TNC logits on the strong view, attached
+    sep_logits: Tensor | None = None      # official form: detached TPC logits of all rows (weak block aligned)
+    sep_tnc: Tensor | None = None         # official form: TNC logits of all rows on detached features
+
+
+
+
+class Algorithm:
+    """Base class: typed hyper-parameters ``params``, optional distribution alignment, the shared ``compute``.
+
+    ``params`` holds the algorithm's parameters by name (missing ones take their defaults); ``num_unlabeled`` is the
+    size of the unlabeled pool that ``StepInputs.ulb_idx`` indexes (0 when unknown), for per-sample state.
+    """
+
+    name: ClassVar[str] = "<unregistered>"
+    uses_tnc: ClassVar[bool] = False         # False: the model is built without a TNC and no TNC work is done
+    uses_unlabeled: ClassVar[bool] = True    # False: the trainer builds no unlabeled batches
+    Params: ClassVar[type[AlgorithmParams]] = AlgorithmParams
+
+    def __init__(self, params: Mapping[str, Any], num_classes: int, num_unlabeled: int = 0) -> None:
+        self.num_classes = check_int("num_classes", num_classes, low=2, high=1 << 20)
+        self.num_unlabeled = check_int("num_unlabeled", num_unlabeled, low=0, high=1 << 40)
+        self.params = self.Params.parse(params, self.name, num_classes)
+        self.dist_align = DistributionAlignment(num_classes) if getattr(self.params, "dist_align", False) else None
+
+    @classmethod
+    def params_from(cls, section: Any) -> dict[str, Any]:
+        """This algorithm's parameters read off a config section (any object with them as attributes)."""
+        return {name: getattr(section, name) for name in cls.Params.model_fields}
+
+    def compute(self, model: nn.Module, inp: StepInputs) -> StepOutput:
+        """One step's loss and named diagnostics: views -> the loss function (its terms and its weighted total
+        L = sum_t lambda_t L_t, Eq. allloss) -> an ablation's swapped or added terms, re-weighted only then."""
+        views = self.views(model, inp)
+        out = self.base_terms(views)
+        swapped = self.variant_terms(out, views)
+        out.update(swapped)
+        weights = self.term_weights()
+        loss = out["loss"] if swapped.keys().isdisjoint(weights) else sum(w * out[t] for t, w in weights.items())
+        return StepOutput(loss=loss, terms={t: out[t] for t in weights}, **{
+            f: out.get(f) for f in ("mask", "conf", "pseudo_label", "comp_label", "tnc_comp_label", "neg_mask")})
+
+    def views(self, model: nn.Module, inp: StepInputs) -> Views:
+        raise NotImplementedError
+
+    def base_terms(self, v: Views) -> dict[str, Tensor]:
+        raise NotImplementedError
+
+    def variant_terms(self, out: dict[str, Tensor], v: Views) -> dict[str, Tensor]:
+        """Terms (and diagnostics) an ablation replaces or adds; none by default."""
+        return {}
+
+    def term_weights(self) -> dict[str, float]:
+        """lambda_t of every term, in the order the loss function sums them (its total is used unless an ablation
+        swaps or adds a term)."""
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        return {} if self.dist_align is None else {"dist_align": self.dist_align.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if set(state) != set(self.state_dict()):
+            raise ValueError(f"algorithm state for {self.name!r}: keys {sorted(state)} do not match "
+                             f"{sorted(self.state_dict())} (was dist_align changed since the checkpoint?)")
+        if self.dist_align is not None:
+            self.dist_align.load_state_dict(state["dist_align"])
+
+    def _split(self, inp: StepInputs) -> tuple[int, int]:
+        b, u = inp.num_lb, inp.num_ulb
+        if inp.feats.dim() != 2 or inp.feats.shape[0] != b + 2 * u:
+            raise ValueError(f"StepInputs.feats: shape {tuple(inp.feats.shape)} is not (B + 2 muB, D) with "
+                             f"B={b}, muB={u}")
+        if inp.targets_lb.dtype != torch.int64 or tuple(inp.targets_lb.shape) != (b,):
+            raise ValueError(f"StepInputs.targets_lb: must be int64 of shape ({b},), got "
+                             f"{inp.targets_lb.dtype} {tuple(inp.targets_lb.shape)}")
+        return b, u
+
+
+A = TypeVar("A", bound=type[Algorithm])
+ALGORITHMS: dict[str, type[Algorithm]] = {}
+
+
+def register_algorithm(name: str) -> Callable[[A], A]:
+    """Class decorator: register under ``name`` (the ``algorithm.name`` config value)."""
+    def register(cls: A) -> A:
+        if name in ALGORITHMS:
+            raise ValueError(f"algorithm.name={name!r}: already registered by {ALGORITHMS[name].__qualname__}")
+        if not (isinstance(cls.Params, type) and issubclass(cls.Params, AlgorithmParams)):
+            raise ValueError(f"{cls.__qualname__}.Params: must be a mutexmatch.params.AlgorithmParams model")
+        redeclared = section_conflicts(cls.Params)
+        if redeclared:
+            raise ValueError(f"{cls.__qualname__}.Params: {redeclared} declared differently from the config's "
+                             "algorithm section (inherit the shared declaration from a mutexmatch.params model)")
+        if "Params" in cls.__dict__ and cls.Params.pinned:  # made by Params.without: picklable as <algorithm>.Params
+            cls.Params.__module__, cls.Params.__qualname__ = cls.__module__, f"{cls.__qualname__}.Params"
+        cls.name = name
+        ALGORITHMS[name] = cls
+        return cls
+    return register
+
+
+def algorithms_markdown() -> list[str]:
+    """The registered algorithms and the parameters each reads, as a Markdown table (for docs/config.md)."""
+    lines = ["Registered algorithms (`algorithm.name`) and the parameters each reads (its parameter model; a field "
+             "it does not read may not be set):", "", "| `algorithm.name` | method | parameters = default (allowed) |",
+             "| --- | --- | --- |"]
+    for name, cls in sorted(ALGORITHMS.items()):
+        summary = " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())
+        lines.append(f"| `{name}` | {summary} | {params_markdown(cls.Params)} |")
+    return lines
+
+
+def build_algorithm(name: str, params: Mapping[str, Any], num_classes: int, num_unlabeled: int = 0) -> Algorithm:
+    if name not in ALGORITHMS:
+        raise ValueError(f"algorithm.name={name!r}: must be one of {sorted(ALGORITHMS)}")
+    return ALGORITHMS[name](params, num_classes, num_unlabeled)
+
+
