@@ -36,6 +36,7 @@ CHECKPOINTS = "checkpoints"
 LOCK = ".lock"
 CHECKSUM_SUFFIX = ".sha256"
 _CKPT = re.compile(r"^ckpt_(\d+)\.pt$")
+_CKPT_FILE = re.compile(r"^(ckpt_\d+\.pt(\.sha256)?|\.ckpt_\d+\.pt(\.sha256)?\.\w+\.tmp)$")
 # What a copy of the run needs besides a checkpoint to continue it elsewhere (a restarted Tune trial).
 _PORTABLE = (CONFIG, SPLIT, RUN_MARKER, DATASET, METRICS, BEST_WEIGHTS)
 _APPENDED = frozenset({METRICS})  # changed in place, so a snapshot copies it (every other file is replaced whole)
@@ -102,18 +103,49 @@ class RunFolder:
         """No file but the lock (a missing folder is empty)."""
         return not self.path.is_dir() or all(p.name == LOCK for p in self.path.iterdir())
 
-    def require_empty(self, overwrite: bool) -> None:
-        """Refuse a folder that already holds anything, unless ``overwrite``: then the run's own files go (files
-        the run did not write are kept)."""
+    def foreign_entries(self) -> list[str]:
+        """What the folder holds that no run writes (paths relative to it, sorted): anything but the run files,
+        the lock, checkpoint pairs under ``checkpoints/`` and the temporary files of an interrupted atomic write."""
+        if not self.path.is_dir():
+            return []
+        foreign = [p.name for p in self.path.iterdir() if not _written_by_run(p.name, (*_RUN_FILES, LOCK))
+                   or p.name == CHECKPOINTS and not p.is_dir()]
+        if self.checkpoints.is_dir():
+            foreign += [f"{CHECKPOINTS}/{p.name}" for p in self.checkpoints.iterdir()
+                        if not p.is_file() or not _is_checkpoint_file(p.name)]
+        return sorted(foreign)
+
+    def check_fresh(self, overwrite: bool) -> None:
+        """``FileExistsError`` (one line) unless a fresh run may start here: the folder is empty, or ``overwrite``
+        and it holds a run and nothing else. Deletes nothing (:meth:`require_empty` does, under the lock)."""
         if self.is_empty():
             return
-        if not overwrite:
-            raise FileExistsError(
-                f"output_dir={str(self.path)!r} is not empty; continue its run with `--resume {self.path}`, "
-                "pass --overwrite to replace it, or choose another output_dir")
-        for name in _RUN_FILES:
+        foreign = self.foreign_entries()
+        if not overwrite or foreign or not self.marker.is_file():
+            raise FileExistsError(self._not_empty(foreign, overwrite))
+
+    def require_empty(self, overwrite: bool) -> None:
+        """:meth:`check_fresh`, then with ``overwrite`` the run's files go. A folder with anything a run does not
+        write (``config.yaml`` without ``run.json`` is the user's) is never emptied."""
+        self.check_fresh(overwrite)
+        for name in _RUN_FILES if overwrite else ():
             p = self.path / name
             shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
+
+    def _not_empty(self, foreign: list[str], overwrite: bool) -> str:
+        """One line: what is in the way, and only the ways out that would work here."""
+        where = f"output_dir={str(self.path)!r}"
+        resume = f"continue its run with `--resume {self.path}`, " if self.is_run() else ""
+        if foreign:
+            shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+            why = "--overwrite deletes only a run's own files, so " if overwrite else ""
+            return (f"{where} holds what no run writes ({shown}); {why}{resume}choose another output_dir (a new or "
+                    "empty folder), or move those away")
+        if not self.marker.is_file():
+            return (f"{where} holds run file names ({', '.join(sorted(p.name for p in self.path.iterdir()))}) but "
+                    f"no {RUN_MARKER}: not a run --overwrite may replace; choose another output_dir or move them")
+        return (f"{where} {'is not empty' if not overwrite else 'holds a run'}; {resume}pass --overwrite to delete "
+                "its run files and start again, or choose another output_dir")
 
     # ------------------------------------------------------------ lock
     def lock(self) -> None:
@@ -210,6 +242,17 @@ class RunFolder:
                 shutil.copy2(src / name, self.path / name)
         if (src / CHECKPOINTS).is_dir():
             shutil.copytree(src / CHECKPOINTS, self.checkpoints)
+
+
+def _written_by_run(name: str, names: tuple[str, ...]) -> bool:
+    """``name`` is one of ``names`` or the temporary file ``atomic_write`` leaves beside one when interrupted."""
+    return name in names or name.startswith(".") and name.endswith(".tmp") and any(
+        name.startswith(f".{n}.") for n in names)
+
+
+def _is_checkpoint_file(name: str) -> bool:
+    """A checkpoint, its checksum, or the temporary file of either."""
+    return _CKPT_FILE.match(name) is not None
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:

@@ -252,8 +252,8 @@ class Trainer:
         self.out = self.run.path
         self.ckpt_dir = self.run.checkpoints
         self.device = resolve_device(cfg.train.device)
-        if resume is False and not overwrite:
-            self.run.require_empty(overwrite=False)  # before any work; checked again under the lock
+        if resume is False:
+            self.run.check_fresh(overwrite)  # before any work; checked again under the lock
         if cfg.train.num_threads:
             torch.set_num_threads(cfg.train.num_threads)
         if self.device.type == "cpu" and cfg.train.keep_freed_memory:
@@ -745,8 +745,7 @@ def _make_trainer(args: argparse.Namespace) -> Trainer | None:
         done = checkpoint_steps_done(cfg.output_dir)
     else:
         cfg, kwargs, done = load_config(args.config, args.overrides), {"overwrite": args.overwrite}, 0
-        if not args.overwrite:
-            RunFolder(cfg.output_dir).require_empty(overwrite=False)  # before the measurement's work
+        RunFolder(cfg.output_dir).check_fresh(args.overwrite)  # before the measurement's work
     cost, bundle = measure_run(cfg, done)
     if not confirm_cost(cfg, done, cost, assume_yes=args.yes):
         return None

@@ -123,6 +123,13 @@ def _run_folder(t: Path, config: bytes | None) -> None:
         (run / "config.yaml").write_bytes(config)
 
 
+def _not_a_run(t: Path) -> None:
+    """A folder of the user's that is not a run: its own config.yaml and weights under checkpoints/."""
+    (t / "mine" / "checkpoints").mkdir(parents=True)
+    (t / "mine" / "config.yaml").write_text("notes: mine\n")
+    (t / "mine" / "checkpoints" / "model_v1.bin").write_bytes(b"weights")
+
+
 def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
     """torchvision's downloader as it behaves without network (no real request is ever made)."""
     import socket
@@ -233,6 +240,12 @@ CASES = [
       setup=lambda t: _run_folder(t, b"")),
     C("train-resume-config-dup", T, "--resume {t}/outputs/run", "duplicate key 'data'",
       setup=lambda t: _run_folder(t, b"data: {num_labels: 20}\ndata: {num_labels: 40}\n")),
+    C("train-overwrite-not-a-run", T, "--set output_dir={t}/mine --overwrite",
+      "output_dir='{t}/mine' holds what no run writes (checkpoints/model_v1.bin); --overwrite deletes only a run's "
+      "own files", setup=_not_a_run),
+    C("train-overwrite-users-config", T, "--set output_dir={t}/mine --overwrite",
+      "output_dir='{t}/mine' holds run file names (config.yaml) but no run.json", files={"mine": None,
+                                                                                        "mine/config.yaml": "a: 1\n"}),
     # ---------------------------------------------------------------- orchestration.sweep: the sweep YAML
     C("sweep-missing", S, "{t}/nope.yaml", "spec '{t}/nope.yaml': file not found"),
     C("sweep-folder", S, "{t}/exp", "spec '{t}/exp': is a directory", files={"exp": None}),

@@ -65,12 +65,52 @@ def test_a_fresh_run_needs_an_empty_folder_and_overwrite_removes_only_run_files(
     assert run.is_empty()  # the lock file does not count
     run.append_metrics(2, {})
     save_checkpoint({"step": 2}, run.checkpoints, 2)
-    (run.path / "mine.txt").write_text("keep")
+    for name in ("config.yaml", "run.json", ".run.json.x1y2.tmp", "checkpoints/.ckpt_00000004.pt.a_b.tmp"):
+        (run.path / name).write_text("{}")  # what a run writes, and what an interrupted atomic write leaves
     with pytest.raises(FileExistsError, match="is not empty; continue its run with `--resume"):
         run.require_empty(overwrite=False)
+    assert run.foreign_entries() == []
     run.require_empty(overwrite=True)
-    assert sorted(p.name for p in run.path.iterdir()) == [".lock", "mine.txt"]
+    assert sorted(p.name for p in run.path.iterdir()) == [".lock", ".run.json.x1y2.tmp"]
     run.unlock()
+
+
+@pytest.mark.parametrize("planted, names", [
+    ({"mine.txt": "keep"}, "mine.txt"),
+    ({"checkpoints/model_v1.bin": "weights"}, "checkpoints/model_v1.bin"),   # issue 26: a whole checkpoints/ went
+    ({"checkpoints": "a file"}, "checkpoints"),
+])
+def test_overwrite_refuses_a_folder_holding_what_no_run_writes(tmp_path, planted, names):
+    run = RunFolder(tmp_path / "run")
+    for name in ("config.yaml", "run.json"):
+        (run.path / name).parent.mkdir(parents=True, exist_ok=True)
+        (run.path / name).write_text("{}")
+    for name, text in planted.items():
+        (run.path / name).parent.mkdir(parents=True, exist_ok=True)
+        (run.path / name).write_text(text)
+    before = sorted(p.relative_to(run.path) for p in run.path.rglob("*"))
+    with pytest.raises(FileExistsError) as err:
+        run.require_empty(overwrite=True)
+    assert str(err.value).startswith(f"output_dir={str(run.path)!r} holds what no run writes ({names}); "
+                                     "--overwrite deletes only a run's own files")
+    assert sorted(p.relative_to(run.path) for p in run.path.rglob("*")) == before
+
+
+def test_overwrite_refuses_a_users_config_without_a_run_marker(tmp_path):
+    # Issue 26: --overwrite replaced the config.yaml of a folder that was not a run.
+    (tmp_path / "config.yaml").write_text("mine: 1\n")
+    with pytest.raises(FileExistsError, match=r"holds run file names \(config.yaml\) but no run.json: not a run"):
+        RunFolder(tmp_path).require_empty(overwrite=True)
+    assert (tmp_path / "config.yaml").read_text() == "mine: 1\n"
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_the_filesystem_root_is_never_offered_overwrite_or_resume(overwrite):
+    with pytest.raises(FileExistsError) as err:
+        RunFolder("/").check_fresh(overwrite)
+    message = str(err.value)
+    assert message.startswith("output_dir='/' holds what no run writes (") and "\n" not in message
+    assert "--resume" not in message and "pass --overwrite" not in message, message
 
 
 def test_lock_is_exclusive_and_released(tmp_path):

@@ -114,10 +114,13 @@ def test_a_fresh_run_refuses_a_non_empty_output_dir_unless_overwrite(tmp_path, c
     assert main(STEPS + ["--set", f"output_dir={out}"]) == 2
     _one_line_error(capsys, f"output_dir='{out}' is not empty", "--overwrite", f"--resume {out}")
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before  # metrics, weights intact
-    (out / "notes.txt").write_text("mine")
+    (out / "notes.txt").write_text("mine")  # issue 26: --overwrite deleted what the run never wrote
+    assert main(STEPS + ["--set", f"output_dir={out}", "--overwrite", "--stop-at", "2"]) == 2
+    _one_line_error(capsys, f"output_dir='{out}' holds what no run writes (notes.txt)", f"--resume {out}")
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == {**before, "notes.txt": b"mine"}
+    (out / "notes.txt").unlink()
     assert main(STEPS + ["--set", f"output_dir={out}", "--overwrite", "--stop-at", "2"]) == 0
-    assert _logged_steps(out) == [2]
-    assert (out / "notes.txt").read_text() == "mine" and not (out / "final_model.pt").exists()
+    assert _logged_steps(out) == [2] and not (out / "final_model.pt").exists()
 
 
 def test_a_second_trainer_on_a_locked_run_folder_exits_2(tmp_path, capsys):
