@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from augment import PilPairDataset  # noqa: E402  (the per-image PIL baseline of benchmarks/augment.py)
 from record import header, write  # noqa: E402
 
-from mutexmatch.algorithms import ALGORITHMS, StepInputs  # noqa: E402
+from mutexmatch.algorithms import ALGORITHMS, StepInputs, TrainContext  # noqa: E402
 from mutexmatch.config import parse_config  # noqa: E402
 from mutexmatch.datasets import DATASETS, DatasetBundle, ImageData  # noqa: E402
 from mutexmatch.models import build_model  # noqa: E402
@@ -120,7 +120,7 @@ def time_reference(args, bundle: DatasetBundle) -> list[float]:
     labels = bundle.train.y
     model = build_model(args.backbone, num_classes=10).to(device)  # NCHW, fp32
     opt = torch.optim.SGD(param_groups(model, 5e-4), lr=0.03, momentum=0.9, nesterov=True)
-    alg = ALGORITHMS["mutexmatch"]({"form": "official", "k": 10}, 10)
+    alg = ALGORITHMS["mutexmatch"]({"form": "official", "k": 10}, TrainContext.synthetic(10))
     sampler = lambda n: torch.utils.data.RandomSampler(range(len(images)), replacement=True, num_samples=10**9)  # noqa
     lb_loader = torch.utils.data.DataLoader(PilPairDataset(images), batch_size=args.batch, sampler=sampler(0),
                                             num_workers=args.workers)

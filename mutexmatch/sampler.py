@@ -16,8 +16,9 @@ __all__ = ["SSLSampler", "IndexBatch"]
 
 @dataclass
 class IndexBatch:
-    lb: torch.Tensor   # (B,) positions into the labeled index list's images
-    ulb: torch.Tensor  # (μB,) positions into the unlabeled pool (empty when the algorithm uses no unlabeled data)
+    lb: torch.Tensor       # (B,) dataset indices of the labeled images
+    ulb: torch.Tensor      # (μB,) dataset indices of the unlabeled images (empty when no unlabeled data is used)
+    ulb_pos: torch.Tensor  # (μB,) their positions in the unlabeled pool: ulb == unlabeled[ulb_pos]
 
 
 class SSLSampler:
@@ -39,10 +40,10 @@ class SSLSampler:
         g = self.generator
         lb = self.labeled[torch.randint(len(self.labeled), (self.batch_size,), generator=g)]
         if self.num_ulb:
-            ulb = self.unlabeled[torch.randint(len(self.unlabeled), (self.num_ulb,), generator=g)]
+            pos = torch.randint(len(self.unlabeled), (self.num_ulb,), generator=g)
         else:
-            ulb = torch.empty(0, dtype=torch.long)
-        return IndexBatch(lb, ulb)
+            pos = torch.empty(0, dtype=torch.long)
+        return IndexBatch(lb, self.unlabeled[pos], pos)
 
     def state_dict(self) -> dict:
         return {"generator": self.generator.get_state()}

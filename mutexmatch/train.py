@@ -34,7 +34,7 @@ import torch
 import yaml
 from torch import nn
 
-from mutexmatch.algorithms import ALGORITHMS, StepInputs
+from mutexmatch.algorithms import ALGORITHMS, StepInputs, TrainContext
 from mutexmatch.allocator import keep_freed_memory
 from mutexmatch.atomic import atomic_write
 from mutexmatch.augment import normalize, strong_augment, weak_augment
@@ -284,9 +284,8 @@ class Trainer:
         """The algorithm, model, optimiser, schedule and the batch pipeline, on the training device."""
         cfg = self.cfg
         extra = self.bundle.extra_unlabeled
-        self.algorithm = alg_cls(alg_cls.params_from(cfg.algorithm), self.num_classes,
-                                 num_unlabeled=len(self.bundle.train.y) + (0 if extra is None else len(extra.y)))
-        self._build_model(with_tnc=alg_cls.uses_tnc)
+        self._build_model(with_tnc=alg_cls.uses_tnc)   # draws the weights; building the algorithm draws nothing
+        self.algorithm = alg_cls(alg_cls.params_from(cfg.algorithm), self._context(alg_cls.uses_unlabeled))
         o = cfg.optim
         self.optimizer = _sgd(self.model, o.lr, o.momentum, o.nesterov, o.weight_decay, self.device)
         total = cfg.train.iterations
@@ -308,6 +307,18 @@ class Trainer:
         # RandAugment's op choices are drawn on the host (mutexmatch.augment): from aug_generator itself on the CPU.
         self.op_generator = None if self.device.type == "cpu" else torch.Generator().manual_seed(cfg.train.seed + 2)
         self.prefetcher = Prefetcher(self._batch, self._batch_state, self.device)
+
+    def _context(self, uses_unlabeled: bool) -> TrainContext:
+        """What the algorithm gets from the trainer (the seam): the pool, the labeled set, the schedule, the EMA."""
+        t, split = self.cfg.train, self.split
+        labeled = torch.from_numpy(split.labeled)
+        per_step = t.batch_size * t.mu if uses_unlabeled else t.batch_size
+        return TrainContext(
+            num_classes=self.num_classes, unlabeled=torch.from_numpy(split.unlabeled), labeled=labeled,
+            labeled_counts=torch.bincount(self.bundle.train.y[labeled], minlength=self.num_classes),
+            total_steps=t.iterations,
+            steps_per_epoch=-(-len(split.unlabeled if uses_unlabeled else split.labeled) // per_step),
+            device=self.device, ema_model=self.ema.module)
 
     def _open_run_folder(self, resume_state: tuple[Path, dict] | None, fresh_overwrites: bool) -> None:
         """Lock the run folder, then continue the checkpoint's state or write a fresh run's files."""
@@ -451,7 +462,7 @@ class Trainer:
             self.op_generator.set_state(state["op_generator"])
         self.prefetcher.drop()  # a batch made ahead came from the state just replaced
 
-    def _batch(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    def _batch(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int]:
         """One step's batch, [labeled weak | unlabeled weak | unlabeled strong] normalised, made from
         :meth:`_batch_state` only (so :class:`Prefetcher` can make it ahead and a checkpoint can replay it)."""
         info = self.bundle.info
@@ -466,7 +477,7 @@ class Trainer:
             views.append(strong_augment(x_u, flip=info.flip, pad=info.pad, pad_mode=info.pad_mode, generator=g,
                                         op_generator=h))
         x = normalize(torch.cat(views), info.mean, info.std, channels_last=self.cfg.model.channels_last)
-        return x, self.train_y[lb], ulb, len(ulb)
+        return x, self.train_y[lb], ulb, to_device(idx.ulb_pos, self.device), len(ulb)
 
     def _autocast(self):
         if self.autocast_dtype is None:
@@ -478,20 +489,22 @@ class Trainer:
         autocast, then the heads, softmax thresholds and losses on the features cast to fp32, backward, SGD, EMA.
         BatchNorm keeps fp32 weights and running statistics under autocast (its buffers are never cast)."""
         t0 = time.perf_counter()
-        x, y_lb, ulb, num_ulb = self.prefetcher.next()
+        x, y_lb, ulb, ulb_pos, num_ulb = self.prefetcher.next()
         t1 = time.perf_counter()
         self.model.train()
         with self._autocast():
             feats = self.forward(x)
         # fp32 heads and losses: a bf16 max-probability is too coarse for tau = 0.95 (its spacing there is 2^-8).
         out = self.algorithm.compute(self.model, StepInputs(
-            feats=feats.float(), num_lb=len(y_lb), num_ulb=num_ulb, targets_lb=y_lb, ulb_idx=ulb, step=self.step))
+            feats=feats.float(), num_lb=len(y_lb), num_ulb=num_ulb, targets_lb=y_lb, ulb_idx=ulb, step=self.step,
+            ulb_pos=ulb_pos))
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(out.loss).backward()
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.scheduler.step()
         self.ema.update()
+        self.algorithm.after_step(self.step)
         self.stats.add(out, self.ulb_y[ulb], self.step)
         self.step += 1
         self.stats.t_data += t1 - t0

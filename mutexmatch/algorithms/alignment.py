@@ -1,4 +1,25 @@
-"""Distribution alignment of p^w (ReMixMatch), a piece algorithms with a positive consistency term use."""
+"""Distribution alignment of p^w (ReMixMatch, Berthelot et al. 2020, Sec. 3.2), a configurable piece.
+
+    p^w <- Normalize(p^w * p(y) / p~(y))
+
+- p~(y), the model's running class distribution on unlabeled data, is estimated from the batch means of p^w by a
+  queue of the last ``window`` batches (``estimate`` "queue": ReMixMatch, FixMatch w. DA) or an exponential moving
+  average with ``momentum`` (``estimate`` "ema": AdaMatch, SoftMatch), the current batch included in both.
+- p(y), the target: ``uniform``; ``labeled``, the class histogram of the labeled set (the trainer's
+  :class:`~mutexmatch.algorithms.base.TrainContext`); or ``model``, the same running estimate of the model's
+  predictions on the labeled batch (AdaMatch).
+- ``ratio`` names the two forms of the quotient in use (issue 22):
+  ``filled`` (ours, the default): p(y) / max(p~(y), 1e-12) with the queue mean taken over the slots filled so far;
+  ``usb``: (p(y) + 1e-6) / (p~(y) + 1e-6) with the queue mean over all ``window`` slots, empty ones counting as zero
+  (USB 0.3.2's ``DistAlignQueueHook``/``DistAlignEMAHook``, Google's ReMixMatch/FixMatch-DA code).
+  They differ while the queue fills (aligned probabilities by up to 0.6-0.8 in a run's first steps, as a class whose
+  mean probability is below 1e-6 * window is pulled towards the epsilon) and by ~1e-7 once it is full; with the
+  EMA estimate they differ only by the epsilon. ``filled`` is the default because a p~(y) that averages empty slots is
+  not the running mean ReMixMatch defines. See docs/training.md.
+
+Works on detached probabilities, without host synchronisation (the queue position is a host counter). The state
+(the estimates and the counter) is saved in checkpoints.
+"""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -9,46 +30,104 @@ from torch import Tensor
 
 from mutexmatch.checks import check_int
 
+ESTIMATES = ("queue", "ema")
+TARGETS = ("uniform", "labeled", "model")
+RATIOS = ("filled", "usb")
+
+
+class RunningMean:
+    """A running estimate of a class distribution from batch means: a queue of ``window`` rows or an EMA."""
+
+    def __init__(self, num_classes: int, estimate: str, window: int, momentum: float, initial: Tensor,
+                 first_batch_starts: bool = True) -> None:
+        self.estimate, self.momentum, self.first_batch_starts = estimate, momentum, first_batch_starts
+        rows = check_int("dist_align window", window, low=1, high=1 << 20) if estimate == "queue" else 1
+        self.initial = initial.float()
+        self.rows = torch.zeros(rows, num_classes) if estimate == "queue" else self.initial.clone()[None]
+        self.count = 0
+
+    def update(self, batch_mean: Tensor) -> None:
+        if self.rows.device != batch_mean.device:
+            self.rows, self.initial = self.rows.to(batch_mean.device), self.initial.to(batch_mean.device)
+        if self.estimate == "queue":
+            self.rows[self.count % len(self.rows)] = batch_mean
+        elif self.count == 0 and self.first_batch_starts:   # USB's p_model: the first batch mean, no average
+            self.rows[0] = batch_mean
+        else:
+            self.rows[0] = self.rows[0] * self.momentum + batch_mean * (1.0 - self.momentum)
+        self.count += 1
+
+    def value(self, over_all_slots: bool) -> Tensor:
+        """The estimate: ``initial`` before any batch; a queue's mean over all slots or over the filled ones."""
+        if self.count == 0:
+            return self.initial.clone()
+        used = len(self.rows) if over_all_slots else min(self.count, len(self.rows))
+        return self.rows.sum(dim=0) / used if over_all_slots else self.rows[:used].mean(dim=0)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"history": self.rows.detach().cpu().clone(), "count": self.count}
+
+    def load_state_dict(self, state: Mapping[str, Any], what: str) -> None:
+        history = state["history"]
+        if not isinstance(history, Tensor) or history.shape != self.rows.shape:
+            raise ValueError(f"{what} state: history of shape {tuple(getattr(history, 'shape', ()))} does not "
+                             f"match {tuple(self.rows.shape)} (window, C)")
+        self.rows = history.to(self.rows.device, torch.float32).clone()
+        self.count = check_int(f"{what} state count", state["count"], low=0, high=1 << 62)
+
 
 class DistributionAlignment:
-    """ReMixMatch distribution alignment: p^w <- Normalize(p^w * p(y) / p~(y)).
+    """p^w <- Normalize(p^w * p(y) / p~(y)), with p~(y) and p(y) as the module docstring describes."""
 
-    p(y), the labeled class prior, is taken as uniform: every split in this project draws num_labels / C labels per
-    class. p~(y) is the mean over the last ``window`` batches (the current one included: it is recorded before
-    aligning) of the batch-mean p^w. Works on detached probabilities; applied before threshold, pseudo-label, argmin.
-    """
-
-    def __init__(self, num_classes: int, window: int = 128) -> None:
-        self.window = check_int("dist_align window", window, low=1, high=1 << 20)
-        self.prior = torch.full((num_classes,), 1.0 / num_classes)
-        self.history = torch.zeros(window, num_classes)
-        self.count = 0
+    def __init__(self, num_classes: int, window: int = 128, *, estimate: str = "queue", momentum: float = 0.999,
+                 target: str = "uniform", ratio: str = "filled", labeled_prior: Tensor | None = None) -> None:
+        for what, value, allowed in (("estimate", estimate, ESTIMATES), ("target", target, TARGETS),
+                                     ("ratio", ratio, RATIOS)):
+            if value not in allowed:
+                raise ValueError(f"dist_align {what}={value!r}: must be one of {', '.join(allowed)}")
+        if target == "labeled" and labeled_prior is None:
+            raise ValueError("dist_align target='labeled': needs the labeled class histogram (TrainContext)")
+        uniform = torch.full((num_classes,), 1.0 / num_classes)
+        self.window, self.target_kind, self.ratio = window, target, ratio
+        self.prior = (labeled_prior.float() / labeled_prior.sum()) if target == "labeled" else uniform
+        self.model = RunningMean(num_classes, estimate, window, momentum, uniform)
+        # USB's "model" target: a queue starts all zeros (its mean over all slots), an EMA at uniform and averages
+        # in the first labeled batch (its p_model instead starts at the first unlabeled batch mean).
+        start = uniform if estimate == "ema" or ratio == "filled" else torch.zeros(num_classes)
+        self.labeled = None if target != "model" else RunningMean(num_classes, estimate, window, momentum, start,
+                                                                  first_batch_starts=False)
 
     @property
     def running_mean(self) -> Tensor:
         """p~(y); uniform before the first batch."""
-        if self.count == 0:
-            return self.prior.clone()
-        return self.history[: min(self.count, self.window)].mean(dim=0)
+        return self.model.value(over_all_slots=self.ratio == "usb")
 
-    def __call__(self, probs: Tensor) -> Tensor:
+    def target(self) -> Tensor:
+        """p(y)."""
+        if self.labeled is None:
+            return self.prior
+        return self.labeled.value(over_all_slots=self.ratio == "usb")
+
+    def __call__(self, probs: Tensor, probs_lb: Tensor | None = None) -> Tensor:
         probs = probs.detach()
-        if self.history.device != probs.device:
-            self.history, self.prior = self.history.to(probs.device), self.prior.to(probs.device)
-        self.history[self.count % self.window] = probs.float().mean(dim=0)
-        self.count += 1
-        # The floor only matters for a class whose probability underflowed to 0 in every recent batch.
-        aligned = probs.float() * self.prior / self.running_mean.clamp_min(1e-12)
+        self.prior = self.prior.to(probs.device)
+        self.model.update(probs.float().mean(dim=0))
+        if self.labeled is not None:
+            if probs_lb is None:
+                raise ValueError("dist_align target='model': the labeled batch's probabilities are needed")
+            self.labeled.update(probs_lb.detach().float().mean(dim=0))
+        p_model, p_target = self.running_mean, self.target()
+        if self.ratio == "usb":
+            aligned = probs.float() * (p_target + 1e-6) / (p_model + 1e-6)
+        else:  # the floor only matters for a class whose probability underflowed to 0 in every recent batch
+            aligned = probs.float() * p_target / p_model.clamp_min(1e-12)
         return (aligned / aligned.sum(dim=1, keepdim=True)).to(probs.dtype)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"history": self.history.detach().cpu().clone(), "count": self.count}
+        state = self.model.state_dict()
+        return state if self.labeled is None else {**state, "labeled": self.labeled.state_dict()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        history = state["history"]
-        if not isinstance(history, Tensor) or history.shape != self.history.shape:
-            raise ValueError(f"dist_align state: history of shape {tuple(getattr(history, 'shape', ()))} does not "
-                             f"match (window, C) = {tuple(self.history.shape)}")
-        self.history = history.to(self.history.device, torch.float32).clone()
-        self.count = check_int("dist_align state count", state["count"], low=0, high=1 << 62)
-
+        self.model.load_state_dict(state, "dist_align")
+        if self.labeled is not None:
+            self.labeled.load_state_dict(state["labeled"], "dist_align target")

@@ -15,6 +15,21 @@ hyper-parameters once, as its typed parameter model ``Params`` (:mod:`mutexmatch
 unknown or out-of-range values raise ``ValueError`` naming ``algorithm.<param>``, and the loss calls read
 ``self.params.<name>``. A variant drops parameters of its parent with ``Params.without(...)``, which fixes them.
 
+Writing a new method (one module ``mutexmatch/algorithms/<name>.py``, nothing else):
+
+- a class with ``@register_algorithm("<name>")`` and ``Params``, its parameter model (a subclass of
+  :class:`~mutexmatch.params.AlgorithmParams`; inherit e.g. ``FixMatchParams`` for tau, lambda_p, dist_align);
+- ``__init__(self, params, ctx)``: call ``super().__init__(params, ctx)``; :class:`TrainContext` ``ctx`` is all it
+  gets from the trainer: ``num_classes``, the unlabeled pool ``unlabeled`` / ``num_unlabeled`` (validation
+  excluded), ``labeled`` / ``labeled_counts`` / ``labeled_prior``, ``total_steps``, ``steps_per_epoch``, ``device``,
+  ``ema_model``. Per-sample state has ``ctx.num_unlabeled`` rows indexed by ``StepInputs.pool_pos``;
+- hooks: ``views`` / ``base_terms`` / ``variant_terms`` / ``term_weights`` (the step), ``align`` (distribution
+  alignment, :mod:`mutexmatch.algorithms.alignment`), ``confidence_mask`` (thresholds, on each unlabeled batch; the
+  step index is ``inp.step``), ``after_step(step)`` (after the optimiser and EMA updates);
+- state in ``state_dict`` / ``load_state_dict`` (saved in checkpoints, restored bit for bit on resume); no host
+  synchronisation in a step (``tests/mutexmatch/test_sync_free.py`` runs every registered algorithm on the meta
+  device).
+
 The confidence threshold is a seam: :meth:`FixMatch.confidence_mask` turns p^w into the high-confidence mask
 1(max p^w >= tau) of Eq. (p), with access to the unlabeled indices and the algorithm's own state
 (:meth:`Algorithm.state_dict`, saved in checkpoints); an algorithm with per-class or adaptive thresholds overrides
@@ -44,7 +59,52 @@ class StepInputs:
     num_ulb: int             # muB (0 for algorithms with uses_unlabeled False)
     targets_lb: Tensor       # (B,) int64
     ulb_idx: Tensor          # (muB,) int64 dataset indices of the unlabeled images
-    step: int
+    step: int                # 0-based step about to be taken (the step count before it)
+    ulb_pos: Tensor | None = None   # (muB,) int64 positions in the pool TrainContext.unlabeled, 0..N_u-1: the index
+                                    # of per-sample state; None: the pool is the whole dataset (ulb_pos = ulb_idx)
+
+    @property
+    def pool_pos(self) -> Tensor:
+        """Positions of this batch's unlabeled images in the pool (the index for per-sample state)."""
+        return self.ulb_idx if self.ulb_pos is None else self.ulb_pos
+
+
+@dataclass(frozen=True)
+class TrainContext:
+    """What an algorithm gets from the trainer, once, when it is built: the seam (never the trainer itself).
+
+    The unlabeled pool is the images unlabeled batches are drawn from, validation images excluded; per-sample state
+    has ``num_unlabeled`` rows indexed by ``StepInputs.pool_pos``. ``ema_model`` is the EMA of the model (the
+    evaluated one), built before the algorithm; it is None where there is no trainer (unit tests)."""
+
+    num_classes: int
+    unlabeled: Tensor                # (N_u,) int64 dataset indices of the unlabeled pool
+    labeled: Tensor                  # (N_l,) int64 dataset indices of the labeled set
+    labeled_counts: Tensor           # (C,) int64 class histogram of the labeled set
+    total_steps: int                 # train.iterations
+    steps_per_epoch: int             # steps of one pass over the unlabeled pool: ceil(N_u / muB) (labeled: / B)
+    device: torch.device = torch.device("cpu")
+    ema_model: nn.Module | None = None
+
+    @property
+    def num_unlabeled(self) -> int:
+        return len(self.unlabeled)
+
+    @property
+    def labeled_prior(self) -> Tensor:
+        """The labeled set's class distribution p(y) (float, sums to 1)."""
+        return self.labeled_counts.float() / self.labeled_counts.sum().clamp_min(1)
+
+    @classmethod
+    def synthetic(cls, num_classes: int, num_unlabeled: int = 0, *, num_labeled_per_class: int = 1,
+                  total_steps: int = 1000, steps_per_epoch: int = 100) -> "TrainContext":
+        """A context without a trainer (tests, benchmarks): pool = dataset indices 0..num_unlabeled-1, a balanced
+        labeled set of ``num_labeled_per_class`` per class."""
+        check_int("num_classes", num_classes, low=2, high=1 << 20)
+        check_int("num_unlabeled", num_unlabeled, low=0, high=1 << 40)
+        counts = torch.full((num_classes,), num_labeled_per_class, dtype=torch.long)
+        return cls(num_classes, torch.arange(num_unlabeled), torch.arange(int(counts.sum())), counts, total_steps,
+                   steps_per_epoch)
 
 
 @dataclass
@@ -86,8 +146,11 @@ class Views:
 class Algorithm:
     """Base class: typed hyper-parameters ``params``, optional distribution alignment, the shared ``compute``.
 
-    ``params`` holds the algorithm's parameters by name (missing ones take their defaults); ``num_unlabeled`` is the
-    size of the unlabeled pool that ``StepInputs.ulb_idx`` indexes (0 when unknown), for per-sample state.
+    Built once per run from its parameters by name (missing ones take their defaults) and the trainer's
+    :class:`TrainContext` ``ctx`` (also kept as ``self.ctx``). Hooks a subclass may override, all called without
+    the trainer: ``compute`` per step (``views`` -> ``base_terms`` -> ``variant_terms``), ``align`` (distribution
+    alignment of p^w, FixMatch family), ``confidence_mask`` (the threshold, FixMatch family, on each unlabeled
+    batch) and ``after_step`` (after the optimiser and EMA updates). State goes through ``state_dict``.
     """
 
     name: ClassVar[str] = "<unregistered>"
@@ -95,11 +158,19 @@ class Algorithm:
     uses_unlabeled: ClassVar[bool] = True    # False: the trainer builds no unlabeled batches
     Params: ClassVar[type[AlgorithmParams]] = AlgorithmParams
 
-    def __init__(self, params: Mapping[str, Any], num_classes: int, num_unlabeled: int = 0) -> None:
-        self.num_classes = check_int("num_classes", num_classes, low=2, high=1 << 20)
-        self.num_unlabeled = check_int("num_unlabeled", num_unlabeled, low=0, high=1 << 40)
-        self.params = self.Params.parse(params, self.name, num_classes)
-        self.dist_align = DistributionAlignment(num_classes) if getattr(self.params, "dist_align", False) else None
+    def __init__(self, params: Mapping[str, Any], ctx: TrainContext) -> None:
+        if not isinstance(ctx, TrainContext):
+            raise TypeError(f"{type(self).__name__}: ctx must be a TrainContext, got {type(ctx).__name__}")
+        self.ctx = ctx
+        self.num_classes = check_int("num_classes", ctx.num_classes, low=2, high=1 << 20)
+        self.num_unlabeled = ctx.num_unlabeled
+        self.params = self.Params.parse(params, self.name, self.num_classes)
+        self.dist_align = DistributionAlignment(self.num_classes) if getattr(self.params, "dist_align",
+                                                                             False) else None
+
+    def after_step(self, step: int) -> None:
+        """Called after step ``step``'s optimiser and EMA updates (``self.ctx.ema_model`` is current); nothing by
+        default."""
 
     @classmethod
     def params_from(cls, section: Any) -> dict[str, Any]:
@@ -188,9 +259,9 @@ def algorithms_markdown() -> list[str]:
     return lines
 
 
-def build_algorithm(name: str, params: Mapping[str, Any], num_classes: int, num_unlabeled: int = 0) -> Algorithm:
+def build_algorithm(name: str, params: Mapping[str, Any], ctx: TrainContext) -> Algorithm:
     if name not in ALGORITHMS:
         raise ValueError(f"algorithm.name={name!r}: must be one of {sorted(ALGORITHMS)}")
-    return ALGORITHMS[name](params, num_classes, num_unlabeled)
+    return ALGORITHMS[name](params, ctx)
 
 

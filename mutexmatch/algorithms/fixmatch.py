@@ -21,16 +21,23 @@ class FixMatch(Algorithm):
         return self.params.tau
 
     def confidence_mask(self, probs_w: Tensor, inp: StepInputs) -> Tensor:
-        """The threshold seam: per unlabeled row (``inp.ulb_idx``) 1 where p^w is confident enough, else 0 (float,
-        detached): here 1(max p^w >= tau) of Eq. (p). Override for per-class or adaptive thresholds, keeping any
-        state in ``state_dict``."""
+        """The threshold seam, on each unlabeled batch: per unlabeled row 1 where p^w is confident enough, else 0
+        (float, detached): here 1(max p^w >= tau) of Eq. (p). Override for per-class or adaptive thresholds,
+        keeping any state in ``state_dict`` (per-sample state indexed by ``inp.pool_pos``)."""
         return confidence_mask(probs_w, self.threshold)
+
+    def align(self, probs_w: Tensor, logits_lb: Tensor) -> Tensor:
+        """The distribution-alignment hook: p^w aligned by ``self.dist_align`` (the labeled batch's probabilities
+        feed a ``model`` target), or p^w unchanged without it."""
+        if self.dist_align is None:
+            return probs_w
+        probs_lb = None if self.dist_align.labeled is None else torch.softmax(logits_lb.detach(), dim=1)
+        return self.dist_align(probs_w, probs_lb)
 
     def views(self, model: nn.Module, inp: StepInputs) -> Views:
         b, u = self._split(inp)
         logits_lb, logits_w, logits_s = model.tpc(inp.feats).split([b, u, u])
-        probs_w = torch.softmax(logits_w.detach(), dim=1)
-        probs_w = probs_w if self.dist_align is None else self.dist_align(probs_w)
+        probs_w = self.align(torch.softmax(logits_w.detach(), dim=1), logits_lb)
         _, feats_w, feats_s = inp.feats.split([b, u, u])
         return Views(num_lb=b, targets_lb=inp.targets_lb, logits_lb=logits_lb, logits_w=logits_w,
                      logits_s=logits_s, probs_w=probs_w, mask=self.confidence_mask(probs_w, inp), feats_w=feats_w,

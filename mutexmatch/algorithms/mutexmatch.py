@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from mutexmatch.algorithms.base import StepInputs, Views, register_algorithm
+from mutexmatch.algorithms.base import StepInputs, TrainContext, Views, register_algorithm
 from mutexmatch.algorithms.fixmatch import FixMatch
 from mutexmatch.losses import complementary_label, mutexmatch_loss, negative_consistency
 from mutexmatch.params import MutexMatchParams, resolve_k
@@ -32,9 +32,9 @@ class MutexMatch(FixMatch):
     Params = MutexMatchParams
     params: MutexMatchParams
 
-    def __init__(self, params: Mapping[str, Any], num_classes: int, num_unlabeled: int = 0) -> None:
-        super().__init__(params, num_classes, num_unlabeled)
-        self.k: int = resolve_k(self.params.k, num_classes)
+    def __init__(self, params: Mapping[str, Any], ctx: TrainContext) -> None:
+        super().__init__(params, ctx)
+        self.k: int = resolve_k(self.params.k, self.num_classes)
 
     def views(self, model: nn.Module, inp: StepInputs) -> Views:
         v = super().views(model, inp)

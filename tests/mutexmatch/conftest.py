@@ -10,7 +10,7 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
-from mutexmatch.algorithms import FixMatch, StepInputs, register_algorithm
+from mutexmatch.algorithms import FixMatch, StepInputs, TrainContext, register_algorithm
 from mutexmatch.params import FixMatchParams
 
 
@@ -34,9 +34,9 @@ class FlexMatchDemo(FixMatch):
     Params = FlexMatchDemoParams
     params: FlexMatchDemoParams
 
-    def __init__(self, params: Mapping[str, Any], num_classes: int, num_unlabeled: int = 0) -> None:
-        super().__init__(params, num_classes, num_unlabeled)
-        self.selected = torch.full((num_unlabeled,), -1, dtype=torch.long)
+    def __init__(self, params: Mapping[str, Any], ctx: TrainContext) -> None:
+        super().__init__(params, ctx)
+        self.selected = torch.full((ctx.num_unlabeled,), -1, dtype=torch.long)
 
     def confidence_mask(self, probs_w: Tensor, inp: StepInputs) -> Tensor:
         self.selected = self.selected.to(probs_w.device)
@@ -47,7 +47,7 @@ class FlexMatchDemo(FixMatch):
         norm = torch.maximum(sigma.max(), counts[0]) if self.params.warmup else sigma.max()
         beta = sigma / norm.clamp_min(1.0)
         thresholds = beta / (2.0 - beta) * self.params.tau                     # T(c) = M(beta(c)) tau
-        idx = inp.ulb_idx
+        idx = inp.pool_pos   # position in the unlabeled pool (validation images are not in it)
         self.selected[idx] = torch.where(conf > self.params.tau, label, self.selected[idx])
         return (conf >= thresholds[label]).to(probs_w.dtype)
 

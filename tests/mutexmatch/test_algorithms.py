@@ -15,7 +15,7 @@ from torch import nn
 
 from pydantic import create_model
 
-from mutexmatch.algorithms import (ALGORITHMS, Algorithm, DistributionAlignment, StepInputs, StepOutput,
+from mutexmatch.algorithms import (ALGORITHMS, Algorithm, DistributionAlignment, StepInputs, StepOutput, TrainContext,
                                    build_algorithm, register_algorithm)
 from mutexmatch.algorithms.tnc_schemes import random_complementary_label
 from mutexmatch.losses import confidence_mask, mutexmatch_loss
@@ -57,7 +57,7 @@ def run(name: str, params: dict | None = None, seed: int = 1) -> tuple[Algorithm
     params = dict(params or {})
     if "tau" in cls.Params.model_fields and "tau" not in params:
         params["tau"] = tau_between(model, inp)
-    algo = cls(params, C, num_unlabeled=U)
+    algo = cls(params, TrainContext.synthetic(C, U))
     return algo, model, inp, algo.compute(model, inp)
 
 
@@ -86,7 +86,7 @@ def test_every_algorithm_trains_and_round_trips_state(name: str) -> None:
     cls = ALGORITHMS[name]
     params = {"dist_align": True} if "dist_align" in cls.Params.model_fields else {}
     model = FakeNet(tnc=cls.uses_tnc)
-    algo = build_algorithm(name, params, C, num_unlabeled=U)
+    algo = build_algorithm(name, params, TrainContext.synthetic(C, U))
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     for step in range(3):
         out = algo.compute(model, batch(model, cls, seed=step))
@@ -104,7 +104,7 @@ def test_every_algorithm_trains_and_round_trips_state(name: str) -> None:
     torch.save(algo.state_dict(), buffer)
     buffer.seek(0)
     state = torch.load(buffer, weights_only=True)
-    fresh = build_algorithm(name, params, C, num_unlabeled=U)
+    fresh = build_algorithm(name, params, TrainContext.synthetic(C, U))
     fresh.load_state_dict(state)
     assert fresh.state_dict().keys() == algo.state_dict().keys()
     for key, value in algo.state_dict().items():
@@ -121,12 +121,12 @@ def test_every_algorithm_trains_and_round_trips_state(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
 def test_every_algorithm_rejects_unknown_params(name: str) -> None:
     with pytest.raises(ValueError, match=r"algorithm\.bogus: not a parameter of algorithm"):
-        build_algorithm(name, {"bogus": 1}, C)
+        build_algorithm(name, {"bogus": 1}, TrainContext.synthetic(C))
 
 
 def test_load_state_rejects_mismatch() -> None:
     with pytest.raises(ValueError, match="dist_align"):
-        build_algorithm("fixmatch", {}, C).load_state_dict({"dist_align": {}})
+        build_algorithm("fixmatch", {}, TrainContext.synthetic(C)).load_state_dict({"dist_align": {}})
 
 
 def test_register_rejects_duplicates_and_undeclared_params() -> None:
@@ -139,7 +139,7 @@ def test_register_rejects_duplicates_and_undeclared_params() -> None:
         register_algorithm("gamma_algo")(type("Z", (Algorithm,), {"Params": other_tau}))
     assert "gamma_algo" not in ALGORITHMS
     with pytest.raises(ValueError, match=r"algorithm\.name='nope': must be one of"):
-        build_algorithm("nope", {}, C)
+        build_algorithm("nope", {}, TrainContext.synthetic(C))
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -157,8 +157,8 @@ def test_fixmatch_equals_mutexmatch_without_tnc_terms() -> None:
     model = FakeNet(tnc=True)
     inp = batch(model, ALGORITHMS["mutexmatch"])
     tau = tau_between(model, inp)
-    fm = ALGORITHMS["fixmatch"]({"tau": tau}, C).compute(model, inp)
-    mm = ALGORITHMS["mutexmatch"]({"tau": tau, "lambda_sep": 0.0, "lambda_n": 0.0}, C).compute(model, inp)
+    fm = ALGORITHMS["fixmatch"]({"tau": tau}, TrainContext.synthetic(C)).compute(model, inp)
+    mm = ALGORITHMS["mutexmatch"]({"tau": tau, "lambda_sep": 0.0, "lambda_n": 0.0}, TrainContext.synthetic(C)).compute(model, inp)
     assert 0 < fm.mask.sum() < U
     assert fm.loss.item() == mm.loss.item()
     assert torch.equal(fm.mask, mm.mask) and torch.equal(fm.pseudo_label, mm.pseudo_label)
@@ -207,18 +207,18 @@ def test_mutexmatch_gradient_routing_and_stop_grad_knob() -> None:
 
 
 def test_missing_tnc_head_and_bad_step_inputs() -> None:
-    algo = build_algorithm("mutexmatch", {}, C)
+    algo = build_algorithm("mutexmatch", {}, TrainContext.synthetic(C))
     model = FakeNet(tnc=False)
     with pytest.raises(ValueError, match=r"model\.tnc is None"):
         algo.compute(model, batch(model, algo))
     inp = batch(model, algo)
     inp.num_ulb = U - 1
     with pytest.raises(ValueError, match=r"StepInputs\.feats: shape \(20, 6\)"):
-        build_algorithm("fixmatch", {}, C).compute(model, inp)
+        build_algorithm("fixmatch", {}, TrainContext.synthetic(C)).compute(model, inp)
     inp = batch(model, algo)
     inp.targets_lb = inp.targets_lb.int()
     with pytest.raises(ValueError, match=r"StepInputs\.targets_lb"):
-        build_algorithm("fixmatch", {}, C).compute(model, inp)
+        build_algorithm("fixmatch", {}, TrainContext.synthetic(C)).compute(model, inp)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -246,7 +246,7 @@ def test_hard_hard_changes_only_the_tnc_consistency() -> None:
     _, _, _, hard_k1 = run("mutexmatch", {"k": 1, "tnc_target": "hard"})
     assert out.terms["n"].item() == pytest.approx(hard_k1.terms["n"].item(), rel=1e-6)
     with pytest.raises(ValueError, match=r"algorithm\.k"):
-        build_algorithm("mutexmatch_hard_hard", {"k": 2}, C)
+        build_algorithm("mutexmatch_hard_hard", {"k": 2}, TrainContext.synthetic(C))
 
 
 def test_rand_soft_changes_only_sep() -> None:
@@ -282,7 +282,7 @@ def test_rev_norm_drops_sep_and_uses_normalised_reverse_target() -> None:
     assert grad_sum(model, out.loss)["tnc"] > 0
     for removed in ("lambda_sep", "form", "k"):
         with pytest.raises(ValueError, match=rf"algorithm\.{removed}: not a parameter"):
-            build_algorithm("mutexmatch_rev_norm", {removed: 1}, C)
+            build_algorithm("mutexmatch_rev_norm", {removed: 1}, TrainContext.synthetic(C))
 
 
 def test_tnc_consistency_on_all_samples_changes_only_n() -> None:
@@ -433,19 +433,19 @@ def test_dist_align_feeds_threshold_and_labels() -> None:
 ])
 def test_bad_params_raise_naming_the_field(name: str, params: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
-        build_algorithm(name, params, C)
+        build_algorithm(name, params, TrainContext.synthetic(C))
 
 
 def test_defaults_resolve() -> None:
-    algo = build_algorithm("mutexmatch", {}, 10)
+    algo = build_algorithm("mutexmatch", {}, TrainContext.synthetic(10))
     assert algo.k == 10 and algo.params.form == "paper" and algo.dist_align is None
-    assert build_algorithm("mutexmatch", {"k": "0.6C"}, 10).k == 6
-    assert build_algorithm("mutexmatch", {"k": 3, "form": "official"}, 10).k == 3
-    rev_norm = build_algorithm("mutexmatch_rev_norm", {}, 10)
+    assert build_algorithm("mutexmatch", {"k": "0.6C"}, TrainContext.synthetic(10)).k == 6
+    assert build_algorithm("mutexmatch", {"k": 3, "form": "official"}, TrainContext.synthetic(10)).k == 3
+    rev_norm = build_algorithm("mutexmatch_rev_norm", {}, TrainContext.synthetic(10))
     assert rev_norm.params.lambda_sep == 0.0 and rev_norm.params.form == "paper" and rev_norm.k == 10
     assert ALGORITHMS["mutexmatch"].Params.model_fields["k"].default == "C"
     with pytest.raises(ValueError, match=r"num_classes=1"):
-        build_algorithm("fixmatch", {}, 1)
+        build_algorithm("fixmatch", {}, TrainContext.synthetic(1))
 
 
 def test_one_declaration_per_parameter() -> None:
@@ -503,7 +503,7 @@ def test_per_class_thresholds_through_the_seam() -> None:
     updates from the unlabeled indices and which round-trips through state_dict."""
     cls = ALGORITHMS["flexmatch_demo"]
     model = FakeNet(tnc=False)
-    algo = cls({"tau": 0.5}, C, num_unlabeled=2 * U)
+    algo = cls({"tau": 0.5}, TrainContext.synthetic(C, 2 * U))
     probs = torch.tensor([[0.9, 0.05, 0.03, 0.02]] * 4 + [[0.1, 0.6, 0.2, 0.1]] * 2 + [[0.3, 0.3, 0.2, 0.2]] * 2)
     inp = batch(model, cls)
     inp.ulb_idx = torch.arange(U, 2 * U)
@@ -515,6 +515,54 @@ def test_per_class_thresholds_through_the_seam() -> None:
     inp.ulb_idx = torch.arange(U)
     expected = (probs2.max(1).values >= thresholds[probs2.argmax(1)]).float()
     assert torch.equal(algo.confidence_mask(probs2, inp), expected)
-    fresh = cls({"tau": 0.5}, C, num_unlabeled=2 * U)
+    fresh = cls({"tau": 0.5}, TrainContext.synthetic(C, 2 * U))
     fresh.load_state_dict(algo.state_dict())
     assert torch.equal(fresh.selected, algo.selected)
+
+
+def _da_inputs(steps: int, rows: int = 6, seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.softmax(3 * torch.randn(rows, C, generator=g), 1), torch.softmax(torch.randn(4, C, generator=g), 1))
+            for _ in range(steps)]
+
+
+@pytest.mark.parametrize("estimate", ["queue", "ema"])
+@pytest.mark.parametrize("ratio", ["filled", "usb"])
+@pytest.mark.parametrize("target", ["uniform", "labeled", "model"])
+def test_distribution_alignment_forms_follow_their_formulas(estimate, ratio, target) -> None:
+    """Each form of p^w * p(y) / p~(y), written out by hand from the module docstring: the queue's mean over its
+    filled slots (ours) or all slots (USB), an EMA that starts at the first batch, and the three targets."""
+    window, m = 3, 0.9
+    counts = torch.arange(1, C + 1)
+    da = DistributionAlignment(C, window, estimate=estimate, momentum=m, target=target, ratio=ratio,
+                               labeled_prior=counts)
+    rows, lb_rows = [], []
+    lb_ema = torch.full((C,), 1.0 / C)
+    for step, (p, p_lb) in enumerate(_da_inputs(5)):
+        rows.append(p.mean(0))
+        lb_rows.append(p_lb.mean(0))
+        lb_ema = lb_ema * m + p_lb.mean(0) * (1 - m)
+        if estimate == "queue":
+            recent, recent_lb = torch.stack(rows[-window:]), torch.stack(lb_rows[-window:])
+            p_model = recent.sum(0) / (window if ratio == "usb" else len(recent))
+            p_lb_run = recent_lb.sum(0) / (window if ratio == "usb" else len(recent_lb))
+        else:
+            p_model = rows[0] if step == 0 else p_model * m + rows[-1] * (1 - m)
+            p_lb_run = lb_ema
+        p_target = {"uniform": torch.full((C,), 1.0 / C), "labeled": counts / counts.sum(), "model": p_lb_run}[target]
+        eps = 1e-6 if ratio == "usb" else 0.0
+        expected = p * (p_target + eps) / (p_model + eps)
+        torch.testing.assert_close(da(p, p_lb), expected / expected.sum(1, keepdim=True))
+
+
+def test_distribution_alignment_forms_agree_once_the_queue_is_full_and_not_before() -> None:
+    """The two named forms of the queue (issue 22): far apart in the first steps, when a class's mean probability is
+    below 1e-6 * window (an untrained model), and within ~1e-7 once such batches have left the full queue."""
+    ours, usb = (DistributionAlignment(C, 4, ratio=r) for r in ("filled", "usb"))
+    g = torch.Generator().manual_seed(3)
+    gaps = []
+    for step in range(9):
+        skew = torch.tensor([0.0, 0.0, -14.0 if step < 2 else 0.0, 0.0])
+        p = torch.softmax(2 * torch.randn(8, C, generator=g) + skew, 1)
+        gaps.append((ours(p) - usb(p)).abs().max().item())
+    assert gaps[0] > 0.1 and max(gaps[6:]) < 1e-5, gaps

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mutexmatch.algorithms import ALGORITHMS, StepInputs
+from mutexmatch.algorithms import ALGORITHMS, StepInputs, TrainContext
 from mutexmatch.diagnostics import StepAccumulator
 from mutexmatch.ema import ModelEMA
 from mutexmatch.models import build_model
@@ -25,7 +25,7 @@ CASES = [(name, params) for name in sorted(ALGORITHMS) for params in VARIANTS
 @pytest.mark.parametrize("name,params", CASES)
 def test_forward_loss_backward_sgd_and_ema_read_nothing_from_the_device(name, params):
     cls = ALGORITHMS[name]
-    alg = cls(params, C, num_unlabeled=2 * MU_B)
+    alg = cls(params, TrainContext.synthetic(C, 2 * MU_B))
     model = build_model("small_cnn", num_classes=C, in_channels=1, image_size=8, with_tnc=cls.uses_tnc).to("meta")
     ema = ModelEMA(model, 0.999)
     sgd = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=5e-4, foreach=True)

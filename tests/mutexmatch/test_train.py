@@ -318,3 +318,27 @@ def test_public_timing_and_parameter_groups(tmp_path):
     assert bn and {id(p) for p in no_decay["params"]} == bn and no_decay["weight_decay"] == 0.0
     assert decay["weight_decay"] == 5e-4 and len(decay["params"]) + len(bn) == len(list(trainer.model.parameters()))
     trainer.close()
+
+
+def test_the_algorithm_gets_the_real_pool_through_its_context(tmp_path, monkeypatch):
+    """Issue 22's seam: with a validation split the pool excludes the validation images (num_unlabeled is no longer
+    an index range), the labeled histogram, schedule and EMA model come from the trainer, and every step's
+    positions index the pool (``unlabeled[ulb_pos] == ulb_idx``)."""
+    cfg = _cfg(tmp_path, algorithm="fixmatch")
+    cfg.data.val_per_class = 2
+    trainer = Trainer(cfg)
+    ctx, split = trainer.algorithm.ctx, trainer.split
+    assert len(split.val) == 20 and not set(split.val.tolist()) & set(ctx.unlabeled.tolist())
+    assert torch.equal(ctx.unlabeled, torch.from_numpy(split.unlabeled)) and ctx.num_unlabeled == len(split.unlabeled)
+    assert trainer.algorithm.num_unlabeled == ctx.num_unlabeled < len(trainer.bundle.train.y)
+    assert ctx.labeled_counts.tolist() == [2] * 10 and torch.equal(ctx.labeled, torch.from_numpy(split.labeled))
+    assert ctx.total_steps == 8 and ctx.steps_per_epoch == -(-len(split.unlabeled) // 8)
+    assert ctx.ema_model is trainer.ema.module and ctx.device == trainer.device
+    seen, after = [], []
+    compute = trainer.algorithm.compute
+    monkeypatch.setattr(trainer.algorithm, "compute", lambda model, inp: seen.append(inp) or compute(model, inp))
+    monkeypatch.setattr(trainer.algorithm, "after_step", after.append)
+    trainer.fit(stop_at=3)
+    assert [inp.step for inp in seen] == after == [0, 1, 2]
+    for inp in seen:
+        assert torch.equal(ctx.unlabeled[inp.ulb_pos], inp.ulb_idx) and torch.equal(inp.pool_pos, inp.ulb_pos)

@@ -44,7 +44,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from mutexmatch.algorithms import Algorithm, StepInputs, StepOutput, build_algorithm
+from mutexmatch.algorithms import Algorithm, StepInputs, StepOutput, TrainContext, build_algorithm
 
 MAKEFILE = Path(__file__).resolve().parents[4] / "Makefile"
 # The modules semilearn imports at package import but no train_step uses.
@@ -195,7 +195,7 @@ def build_usb(name: str, model: nn.Module, args: dict[str, Any], *, num_classes:
 
 def build_ours(name: str, params: dict[str, Any], *, num_classes: int, ulb_size: int) -> Algorithm:
     """Our algorithm through the public surface (the one place to follow the trainer's seam)."""
-    return build_algorithm(name, params, num_classes, num_unlabeled=ulb_size)
+    return build_algorithm(name, params, TrainContext.synthetic(num_classes, ulb_size))
 
 
 # ----------------------------------------------------------------------------------------------------------------------
