@@ -2,6 +2,7 @@
 
     python benchmarks/profile_step.py [--device cpu|cuda] [--backbone wrn28_2] [--batch 64] [--mu 7]
                                       [--precision fp32|bf16] [--compile] [--warmup 5] [--steps 3]
+                                      [--sync-steps 5]
                                       [--out benchmarks/results/NAME.json]
 
 Builds ``benchmarks/train_step.py``'s ``ours`` step (``Trainer.train_step`` on synthetic CIFAR-sized images), runs
@@ -12,12 +13,15 @@ Builds ``benchmarks/train_step.py``'s ``ours`` step (``Trainer.train_step`` on s
   ``losses`` (heads and losses, forward and their backward), ``optimizer_ema`` (SGD step and EMA update),
   ``convolutions`` and ``bn_activation`` (backbone forward and backward, by operator) and ``other`` (the rest:
   residual adds, pooling, copies, ...);
-* ``gpu``: wall time, GPU busy time (union of kernel, copy and memset intervals over all streams), idle time =
-  wall - busy, and the idle gaps between kernels (count over 10 us, largest, total);
-* ``cpu_launch``: CPU time spent in kernel launch and async copy calls, and their number;
-* ``syncs_per_step``: device->host synchronisations of one more steady-state step, counted with
+* ``gpu``: wall time, GPU busy time (union of kernel, copy and memset intervals over all streams; the GPU
+  annotation spans that named ``record_function`` ranges add are left out: they cover kernels, they are none), idle
+  time = wall - busy, and the idle gaps between kernels (count over 10 us, largest, total);
+* ``cpu_launch``: CPU time spent in kernel launch and async copy calls, their number, and their number by the
+  categories above (``launches_by_category``);
+* ``syncs``: device->host synchronisations per step over ``--sync-steps`` more steady-state steps, counted with
   ``torch.cuda.set_sync_debug_mode("warn")`` (warnings from the Python thread by call site, plus those the
-  autograd thread prints); null on the CPU, which has none to count.
+  autograd thread prints). PyTorch's one-time notice that the mode is a prototype ("Synchronization debug mode is a
+  prototype feature...") is no synchronisation and is not counted (``notices_ignored``); null on the CPU.
 
 Default output: ``benchmarks/results/profile_<device>_<backbone>_<precision>.json``, headed by
 :func:`record.header`. No ratio is printed: this is a breakdown, not a speed claim (``train_step.py`` measures).
@@ -46,6 +50,10 @@ from train_step import add_step_arguments, build_ours, sync, synthetic_cifar  # 
 
 CATEGORIES = ("augmentation", "losses", "optimizer_ema", "convolutions", "bn_activation", "other")
 PHASES = {"mutexmatch.augmentation": "augmentation", "mutexmatch.losses": "losses", "mutexmatch.ema": "optimizer_ema"}
+# PyTorch prints this once when the sync debug mode is first switched on; a real synchronisation warns "called a
+# synchronizing CUDA operation".
+DEBUG_MODE_NOTICE = "Synchronization debug mode is a prototype feature"
+SYNC_WARNING = "called a synchronizing CUDA operation"
 LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
             "cudaLaunchCooperativeKernel", "cudaMemcpyAsync", "cudaMemsetAsync")
 GAP_S = 10e-6
@@ -112,10 +120,17 @@ def breakdown(events, steps: int, cuda: bool) -> dict[str, float]:
     return totals
 
 
+def _annotation(event) -> bool:
+    """A GPU span that a named ``record_function`` range adds over its kernels (not device work of its own)."""
+    return bool(getattr(event, "is_user_annotation", False)) or event.name in PHASES \
+        or event.name.startswith("Optimizer.")
+
+
 def gpu_timeline(events, steps: int, wall_s: float) -> dict:
-    """GPU busy time (union of device intervals over all streams), idle = wall - busy, and the gaps between."""
+    """GPU busy time (union of device intervals over all streams, annotation spans left out), idle = wall - busy,
+    and the gaps between."""
     spans = sorted((e.time_range.start, e.time_range.end) for e in events
-                   if e.device_type == torch.autograd.DeviceType.CUDA)
+                   if e.device_type == torch.autograd.DeviceType.CUDA and not _annotation(e))
     busy, gaps, end = 0.0, [], None
     for start, stop in spans:
         if end is None or start > end:
@@ -134,8 +149,14 @@ def gpu_timeline(events, steps: int, wall_s: float) -> dict:
 
 
 def cpu_launch(events, steps: int) -> dict:
+    """CPU seconds and number of kernel launches and async copies per step, the number also by category."""
     launches = [e for e in events if e.name in LAUNCHES]
-    return {"seconds": sum(e.cpu_time_total for e in launches) * 1e-6 / steps, "calls": len(launches) / steps}
+    loss_seqs = _loss_sequence_numbers(events)
+    by_category = dict.fromkeys(CATEGORIES, 0.0)
+    for e in launches:
+        by_category[categorise(e, loss_seqs)] += 1 / steps
+    return {"seconds": sum(e.cpu_time_total for e in launches) * 1e-6 / steps, "calls": len(launches) / steps,
+            "launches_by_category": by_category}
 
 
 @contextlib.contextmanager
@@ -153,23 +174,37 @@ def _stderr_to(path: Path):
         os.close(saved)
 
 
-def count_syncs(trainer, root: str) -> dict:
-    """Device->host synchronisations of one steady-state step, by Python call site."""
+def tally_syncs(caught, stderr_lines: list[str], steps: int) -> dict:
+    """Synchronisations per step from the warnings of the Python thread (``caught``: objects with ``message``,
+    ``filename``, ``lineno``) and the lines other threads printed; the debug mode's notice is counted apart."""
+    sites: collections.Counter = collections.Counter()
+    notices = 0
+    for w in caught:
+        text = str(w.message)
+        if DEBUG_MODE_NOTICE in text:
+            notices += 1
+        elif SYNC_WARNING in text:
+            sites[f"{Path(w.filename).name}:{w.lineno}"] += 1
+    notices += sum(DEBUG_MODE_NOTICE in line for line in stderr_lines)
+    other_threads = sum(SYNC_WARNING in line and DEBUG_MODE_NOTICE not in line for line in stderr_lines)
+    return {"syncs_per_step": (sum(sites.values()) + other_threads) / steps, "steps": steps, "sites": dict(sites),
+            "from_other_threads": other_threads, "notices_ignored": notices}
+
+
+def count_syncs(trainer, root: str, steps: int) -> dict:
+    """Device->host synchronisations per steady-state step over ``steps`` steps, by Python call site."""
     torch.cuda.synchronize()
     log = Path(root) / "sync_stderr.txt"
     with warnings.catch_warnings(record=True) as caught, _stderr_to(log):
         warnings.simplefilter("always")
         torch.cuda.set_sync_debug_mode("warn")
         try:
-            trainer.train_step()
+            for _ in range(steps):
+                trainer.train_step()
         finally:
             torch.cuda.set_sync_debug_mode("default")
     torch.cuda.synchronize()
-    sites = collections.Counter(f"{Path(w.filename).name}:{w.lineno}" for w in caught
-                                if "synchroniz" in str(w.message))
-    other_threads = sum("synchroniz" in line for line in log.read_text().splitlines())
-    return {"syncs_per_step": sum(sites.values()) + other_threads, "sites": dict(sites),
-            "from_other_threads": other_threads}
+    return tally_syncs(caught, log.read_text().splitlines(), steps)
 
 
 def run(args, root: str) -> dict:
@@ -191,7 +226,7 @@ def run(args, root: str) -> dict:
            "timed": "CUDA kernel time" if cuda else "operators' own CPU time"}
     out["gpu"] = gpu_timeline(events, args.steps, wall) if cuda else None
     out["cpu_launch"] = cpu_launch(events, args.steps) if cuda else None
-    out["syncs"] = count_syncs(trainer, root) if cuda else None
+    out["syncs"] = count_syncs(trainer, root, args.sync_steps) if cuda else None
     out["step_s_unprofiled"] = _unprofiled(trainer, args)
     return out
 
@@ -213,12 +248,13 @@ def main() -> None:
     ap.add_argument("--compile", action="store_true", help="train.compile (torch.compile of the backbone)")
     ap.add_argument("--warmup", type=int, default=5, help="steps before the profiled ones")
     ap.add_argument("--steps", type=int, default=3, help="profiled steps")
+    ap.add_argument("--sync-steps", type=int, default=5, help="steps whose synchronisations are counted (CUDA)")
     ap.add_argument("--images", type=int, default=4096)
     ap.add_argument("--out", help="results JSON (default benchmarks/results/profile_<device>_<backbone>_"
                     "<precision>.json)")
     args = ap.parse_args()
-    if args.warmup < 1 or args.steps < 1:
-        ap.error("--warmup and --steps must be >= 1")
+    if min(args.warmup, args.steps, args.sync_steps) < 1:
+        ap.error("--warmup, --steps and --sync-steps must be >= 1")
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as root:
         result = run(args, root)

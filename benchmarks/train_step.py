@@ -1,8 +1,8 @@
 """Images/s of our full MutexMatch training step vs a step in the released code's style, same run.
 
     python benchmarks/train_step.py [--device cpu|cuda] [--backbone wrn28_2] [--batch 64] [--mu 7] [--steps 3]
-                                    [--rounds 2] [--workers 0] [--precision fp32|bf16] [--pipelines a,b,...]
-                                    [--out benchmarks/results/NAME.json]
+                                    [--rounds 3] [--timing free|per-step] [--workers 0] [--precision fp32|bf16]
+                                    [--pipelines a,b,...] [--out benchmarks/results/NAME.json]
 
 Ours: `mutexmatch.train.Trainer.train_step` with its defaults — uint8 images on the device, batched weak+strong
 augmentation there, channels-last model, one forward over [labeled | weak | strong], and on CPU
@@ -10,15 +10,18 @@ augmentation there, channels-last model, one forward over [labeled | weak | stro
 :mod:`mutexmatch.allocator`); also measured with ``train.compile`` (torch.compile of the model, which fuses
 BatchNorm + LeakyReLU), with ``keep_freed_memory`` off, with ``train.deterministic`` (deterministic kernels,
 what a bit-exact CUDA resume needs), with each batch made when the step needs it instead of ahead on a side stream
-(``ours_on_demand``) and with foreach instead of fused SGD (``ours_sgd_foreach``; both differ from ours on CUDA
-only). Reference (the released code's design): per-image PIL
+(``ours+on_demand``) and with foreach instead of fused SGD (``ours+sgd_foreach``; both differ from ours on CUDA
+only); modifiers combine (``ours+bf16+compile``; ``MODIFIERS`` lists them, ``ours_compile`` is the older spelling
+of ``ours+compile``). Reference (the released code's design): per-image PIL
 RandAugment+Cutout and flip/crop in a `torch.utils.data.DataLoader`, an NCHW fp32 eager model, the same backbone,
 loss (MutexMatch, official form), batch and optimiser, as released (glibc defaults) and — to separate the allocator
 from the rest of our design — with the same allocator setting given through the environment (``MALLOC_MMAP_MAX_=0``,
 huge ``MALLOC_TRIM_THRESHOLD_``). All run on CIFAR-sized synthetic uint8 images (speed does not depend on pixel
 values). Each pipeline runs in its own fresh process (no compile cache, allocator state or thread pool shared),
-warmed up by two steps and timed over ``--steps`` steps; ``--rounds`` rounds run every pipeline once each,
-interleaved, and each figure is the median over all timed steps. Every ratio is printed against both references.
+warmed up by two steps and timed over ``--steps`` steps: free-running by default (the steps back to back, one
+device synchronisation at the end, as training runs them: one figure per process), or with ``--timing per-step`` a
+synchronisation after each (one figure per step). ``--rounds`` rounds (default 3) run every pipeline once each,
+interleaved, and each figure is the median over the rounds' figures. Every ratio is printed against both references.
 The figures are also written to ``--out`` (default ``benchmarks/results/train_step_<device>_<backbone>_<precision>
 .json``): :func:`record.header` (device, torch, cuda, date, command), the settings, and per pipeline
 ``median_s_per_step``, ``images_per_s``, ``min_s``, ``max_s``.
@@ -57,12 +60,40 @@ PIPELINES = {
     "reference": "reference as released (PIL per image in DataLoader, NCHW fp32, eager, glibc defaults)",
     "reference_retain": "reference + the allocator setting through the environment",
     "ours": "ours, defaults (batched on-device augmentation, channels-last, eager, keep_freed_memory)",
-    "ours_compile": "ours + train.compile",
-    "ours_no_keep": "ours with train.keep_freed_memory=false",
-    "ours_deterministic": "ours + train.deterministic",
-    "ours_on_demand": "ours with each batch made when the step needs it (CUDA: no side-stream prefetch)",
-    "ours_sgd_foreach": "ours with foreach SGD instead of the fused kernel (CUDA)",
 }
+# What ours can be changed by: ``ours+bf16+compile`` combines them; ``ours_compile`` (one, the older spelling) too.
+MODIFIERS = {
+    "compile": "train.compile",
+    "no_keep": "train.keep_freed_memory=false",
+    "deterministic": "train.deterministic",
+    "on_demand": "each batch made when the step needs it (CUDA: no side-stream prefetch)",
+    "sgd_foreach": "foreach SGD instead of the fused kernel (CUDA)",
+    "fp32": "fp32 (whatever --precision says)",
+    "bf16": "bf16 autocast (whatever --precision says)",
+    "fp16": "fp16 autocast with the GradScaler (whatever --precision says)",
+}
+DEFAULT_PIPELINES = ["reference", "reference_retain", "ours", "ours+compile", "ours+no_keep", "ours+deterministic",
+                     "ours+on_demand", "ours+sgd_foreach"]
+
+
+def modifiers(pipeline: str) -> list[str]:
+    """The modifiers of an ``ours`` pipeline (``ours+bf16+compile``, or the older ``ours_compile``); ValueError for
+    a name that is neither a reference nor ours with known modifiers."""
+    if pipeline in PIPELINES:
+        return []
+    base, *mods = pipeline.split("+")
+    if base.startswith("ours_") and not mods:
+        base, mods = "ours", [base[len("ours_"):]]
+    unknown = [m for m in mods if m not in MODIFIERS]
+    if base != "ours" or unknown or not mods or len(set(mods)) < len(mods):
+        raise ValueError(f"--pipelines: {pipeline!r} is not one of {list(PIPELINES)} nor ours+MODIFIER[+...] with "
+                         f"modifiers from {list(MODIFIERS)}")
+    return mods
+
+
+def describe(pipeline: str) -> str:
+    mods = modifiers(pipeline)
+    return PIPELINES[pipeline] if not mods else "ours + " + " + ".join(MODIFIERS[m] for m in mods)
 
 
 def synthetic_cifar(n: int, seed: int = 0, size: int = 32, num_classes: int = 10) -> DatasetBundle:
@@ -77,9 +108,19 @@ def synthetic_cifar(n: int, seed: int = 0, size: int = 32, num_classes: int = 10
 
 
 def timed(step, args) -> list[float]:
+    """Seconds per step after two warm-up steps. ``--timing free`` (default): the ``--steps`` steps run back to back
+    and the device is synchronised once at the end, as in training (one figure: their mean); ``per-step``: a
+    synchronisation after every step (one figure per step; it stalls the host's launch queue, so on a GPU it
+    overstates a step whose CPU work could overlap the previous step's kernels)."""
     for _ in range(2):
         step()
     sync(args.device)
+    if args.timing == "free":
+        start = time.perf_counter()
+        for _ in range(args.steps):
+            step()
+        sync(args.device)
+        return [(time.perf_counter() - start) / args.steps]
     times = []
     for _ in range(args.steps):
         start = time.perf_counter()
@@ -90,25 +131,27 @@ def timed(step, args) -> list[float]:
 
 
 def build_ours(args, bundle: DatasetBundle, root: str, compile_model: bool = False, keep: bool = True,
-               deterministic: bool = False) -> Trainer:
+               deterministic: bool = False, precision: str | None = None) -> Trainer:
     cfg = parse_config({
         "data": {"dataset": "cifar10", "root": root, "num_labels": 25 * bundle.info.num_classes},
         "model": {"backbone": args.backbone},
         "algorithm": {"name": "mutexmatch", "form": "official"},
-        "train": {"batch_size": args.batch, "mu": args.mu, "device": args.device, "precision": args.precision,
-                  "progress": False, "iterations": 1000, "compile": compile_model,
-                  "keep_freed_memory": keep, "deterministic": deterministic},
+        "train": {"batch_size": args.batch, "mu": args.mu, "device": args.device,
+                  "precision": precision or args.precision, "progress": False, "iterations": 1000,
+                  "compile": compile_model, "keep_freed_memory": keep, "deterministic": deterministic},
         "output_dir": str(Path(root) / "ours"),
     })
     return Trainer(cfg, bundle=bundle)
 
 
 def time_ours(args, bundle: DatasetBundle, root: str, pipeline: str) -> list[float]:
-    trainer = build_ours(args, bundle, root, compile_model=pipeline == "ours_compile",
-                         keep=pipeline != "ours_no_keep", deterministic=pipeline == "ours_deterministic")
-    if pipeline == "ours_on_demand":
+    mods = modifiers(pipeline)
+    precision = next((m for m in mods if m in ("fp32", "bf16", "fp16")), None)
+    trainer = build_ours(args, bundle, root, compile_model="compile" in mods, keep="no_keep" not in mods,
+                         deterministic="deterministic" in mods, precision=precision)
+    if "on_demand" in mods:
         trainer.prefetcher.ahead = False
-    if pipeline == "ours_sgd_foreach":
+    if "sgd_foreach" in mods:
         for group in trainer.optimizer.param_groups:  # read by SGD at every step
             group.update(fused=False, foreach=True)
     return timed(trainer.train_step, args)
@@ -185,28 +228,32 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_step_arguments(ap)
     ap.add_argument("--steps", type=int, default=3, help="timed steps per process (after two warm-up steps)")
-    ap.add_argument("--rounds", type=int, default=2, help="each pipeline runs once per round, rounds interleaved, "
+    ap.add_argument("--rounds", type=int, default=3, help="each pipeline runs once per round, rounds interleaved, "
                     "so slow phases of a shared machine hit every pipeline alike")
+    ap.add_argument("--timing", default="free", choices=["free", "per-step"], help="free: time --steps steps back "
+                    "to back, one synchronisation at the end (as training runs); per-step: synchronise after each")
     ap.add_argument("--workers", type=int, default=0, help="reference DataLoader workers (the notes: 0 is fastest "
                     "on 2 cores)")
     ap.add_argument("--images", type=int, default=4096)
-    ap.add_argument("--pipelines", default=",".join(PIPELINES), help=f"comma-separated subset of {list(PIPELINES)}"
-                    " (both references are always measured)")
+    ap.add_argument("--pipelines", default=",".join(DEFAULT_PIPELINES), help=f"comma-separated: {list(PIPELINES)} "
+                    f"or ours+MODIFIER[+...] with modifiers {list(MODIFIERS)} (the references are always measured)")
     ap.add_argument("--out", help="results JSON (default benchmarks/results/train_step_<device>_<backbone>_"
                     "<precision>.json)")
-    ap.add_argument("--child", choices=list(PIPELINES), help=argparse.SUPPRESS)
+    ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         return run_child(args)
     pipelines = args.pipelines.split(",")
     for name in pipelines:
-        if name not in PIPELINES:
-            sys.exit(f"--pipelines: {name!r} is not one of {list(PIPELINES)}")
+        try:
+            modifiers(name)
+        except ValueError as e:
+            sys.exit(str(e))
     # The allocator setting concerns host memory: on a GPU the reference is measured as released only.
     references = ["reference", "reference_retain"] if args.device == "cpu" else ["reference"]
     pipelines = references + [p for p in pipelines if not p.startswith("reference")]
     child_argv = [f"--{k}={getattr(args, k)}" for k in ("device", "backbone", "batch", "mu", "steps", "workers",
-                                                          "precision", "images")]
+                                                          "precision", "images", "timing")]
     per_step = args.batch * (1 + 2 * args.mu)
     print(f"device={args.device} backbone={args.backbone} B={args.batch} mu={args.mu} steps={args.steps} "
           f"rounds={args.rounds} precision={args.precision} torch_threads={torch.get_num_threads()} "
@@ -225,7 +272,7 @@ def main() -> None:
     print("| --- | --- | --- | --- |" + (" --- |" if ref_retain else ""))
     for name, sec in results.items():
         lo, hi = min(steps[name]), max(steps[name])
-        print(f"| {PIPELINES[name]} | {sec:.3f} ({lo:.2f}-{hi:.2f}) | {per_step / sec:.1f} | {ref / sec:.2f}x |"
+        print(f"| {describe(name)} | {sec:.3f} ({lo:.2f}-{hi:.2f}) | {per_step / sec:.1f} | {ref / sec:.2f}x |"
               + (f" {ref_retain / sec:.2f}x |" if ref_retain else ""))
     best = min((sec, name) for name, sec in results.items() if not name.startswith("reference"))
     print(f"speed-up of our fastest step ({best[1]}): {ref / best[0]:.2f}x vs the reference as released"
@@ -240,9 +287,10 @@ def record_results(args, steps: dict[str, list[float]], per_step: int) -> None:
     for name, times in steps.items():
         sec = statistics.median(times)
         pipelines[name] = {"median_s_per_step": sec, "images_per_s": per_step / sec, "min_s": min(times),
-                           "max_s": max(times), "vs_reference": ref / sec, "what": PIPELINES[name]}
+                           "max_s": max(times), "vs_reference": ref / sec, "what": describe(name),
+                           "figures_s": times}
     settings = {k: getattr(args, k) for k in ("backbone", "batch", "mu", "precision", "steps", "rounds", "workers",
-                                              "images")}
+                                              "images", "timing")}
     write(args.out, f"train_step_{torch.device(args.device).type}_{args.backbone}_{args.precision}",
           {**header(args.device), "settings": {**settings, "images_per_step": per_step}, "pipelines": pipelines})
 

@@ -10,9 +10,9 @@ at B=8, i.e. 28.9 s scaled, vs 18.7 s measured at B=64 on this machine).
 
 One measurement per (dataset, image size, backbone, batch, mu), taken with the first trial's algorithm: the
 algorithms differ only in their loss heads (a linear TNC, a few row-wise losses), which cost little next to the
-backbone's forward and backward passes over 960 images. Unlike ``--dry-run`` it reports the *median* of ``--steps``
-individually timed steps and the fastest of three evaluation slices, so that other processes on a shared machine
-inflate the estimate less. Evaluation is timed per image and scaled to the dataset's test set (EMA and raw model,
+backbone's forward and backward passes over 960 images. Like ``--dry-run`` it times ``--steps`` steps free-running
+(back to back, one device synchronisation at the end, as training runs them); unlike it, it takes the fastest of
+three evaluation slices, so that other processes on a shared machine inflate the estimate less. Evaluation is timed per image and scaled to the dataset's test set (EMA and raw model,
 as the trainer does), so the data root must hold test sets of the real size (``python -m mutexmatch.fakedata`` can
 write them: generated pixels cost the same as real ones).
 
@@ -59,7 +59,7 @@ def _batch_overrides(items: Sequence[str]) -> dict[str, int]:
 
 
 def measure(raw: dict[str, Any], *, device: str, threads: int, steps: int) -> tuple[float, float]:
-    """(median seconds per training step, seconds per evaluation) of the trial config ``raw`` on ``device``."""
+    """(seconds per free-running training step, seconds per evaluation) of the trial config ``raw`` on ``device``."""
     # A smaller evaluation batch bounds memory; the cost per evaluated image barely depends on it.
     eval_batch = min(raw.get("train", {}).get("eval_batch_size", 1024), 128)
     cost = measure_cost(deep_merge(raw, {"train": {"eval_batch_size": eval_batch}}), device=device,
@@ -73,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--project", type=Path, default=Path.cwd(), help="folder whose `data` is the data root")
     p.add_argument("--batch-for", action="append", default=[], metavar="BACKBONE[@DATASET]=B",
                    help="measure this backbone (on this dataset) at labeled batch B and scale; default: full batch")
-    p.add_argument("--steps", type=int, default=10, help="timed steps per setup (the median is used)")
+    p.add_argument("--steps", type=int, default=10, help="timed steps per setup (free-running)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--cache", type=Path, help="JSON file of measured setups: read if present, updated after each "

@@ -2,14 +2,13 @@
 line the trainer prints before step 1 (steps, ETA, output folder), with the confirmation a long CPU run asks for.
 
 A throwaway :class:`mutexmatch.train.Trainer` of the same config (its own temporary run folder, the same dataset
-in memory) runs ``warmup`` steps, then ``steps`` timed ones; one evaluation is timed on a slice of the test set and
+in memory) runs ``warmup`` steps, then ``steps`` timed ones free-running (one device synchronisation at the end); one evaluation is timed on a slice of the test set and
 scaled to a whole evaluation. The run itself is built afterwards and seeded afresh, so measuring changes none of
 its numbers. The sweep's ``--dry-run`` (``orchestration.cost``) measures with the same function.
 """
 
 from __future__ import annotations
 
-import statistics
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -39,9 +38,9 @@ class StepCost:
 
 def measure_cost(raw: dict[str, Any], *, device: str, num_threads: int, warmup: int = 2, steps: int = 5,
                  eval_repeats: int = 1, bundle: Any = None) -> StepCost:
-    """Seconds per training step (median of ``steps`` timed steps, robust to bursts of other load) and per
-    evaluation (best of ``eval_repeats`` timings) of the config ``raw`` on ``device``; ``bundle``: the dataset
-    already in memory (else it is loaded)."""
+    """Seconds per training step (``steps`` steps free-running: back to back, one synchronisation at the end, as
+    training runs them) and per evaluation (best of ``eval_repeats`` timings) of the config ``raw`` on ``device``;
+    ``bundle``: the dataset already in memory (else it is loaded)."""
     from mutexmatch.train import Trainer
 
     with tempfile.TemporaryDirectory(prefix="mm_cost_") as tmp:
@@ -52,7 +51,7 @@ def measure_cost(raw: dict[str, Any], *, device: str, num_threads: int, warmup: 
         try:
             for _ in range(warmup):
                 trainer.time_step()
-            step_s = statistics.median(trainer.time_step() for _ in range(steps))
+            step_s = trainer.time_steps(steps)
             trainer.time_evaluation(8)  # the first call pays one-off set-up costs
             eval_s = min(trainer.time_evaluation(_EVAL_SLICE) for _ in range(eval_repeats))
             return StepCost(step_s, eval_s, trainer.device.type)

@@ -595,6 +595,16 @@ class Trainer:
         self._sync()
         return time.perf_counter() - t0
 
+    def time_steps(self, steps: int) -> float:
+        """Mean seconds per step of ``steps`` training steps run back to back with one synchronisation at the end,
+        as training runs them (a synchronisation after every step would stall the launch queue)."""
+        self._sync()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            self.train_step()
+        self._sync()
+        return (time.perf_counter() - t0) / steps
+
     def time_evaluation(self, images: int | None = None) -> float:
         """Seconds of one whole evaluation, timed on the first ``images`` test images (all by default) scored by
         the EMA model as :meth:`evaluate` does, and scaled to the :attr:`eval_images` an evaluation scores."""

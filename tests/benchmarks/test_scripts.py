@@ -47,6 +47,30 @@ def test_train_step_prints_every_pipeline_against_both_references(tmp_path):
         assert f"| {fig['median_s_per_step']:.3f} (" in row
 
 
+@pytest.mark.parametrize("timing", ["free", "per-step"])
+def test_free_running_timing_synchronises_once_after_the_timed_steps(monkeypatch, timing):
+    """Issue 24: a synchronisation after every step stalls the host's launch queue; free-running times N steps
+    back to back and synchronises once (as training runs)."""
+    ts = _train_step_module()
+    calls = []
+    monkeypatch.setattr(ts, "sync", lambda device: calls.append("sync"))
+    figures = ts.timed(lambda: calls.append("step"), SimpleNamespace(device="cuda", steps=4, timing=timing))
+    warmup = ["step", "step", "sync"]
+    if timing == "free":
+        assert calls == warmup + ["step"] * 4 + ["sync"] and len(figures) == 1
+    else:
+        assert calls == warmup + ["step", "sync"] * 4 and len(figures) == 4
+
+
+def test_train_step_pipelines_combine_modifiers():
+    ts = _train_step_module()
+    assert ts.modifiers("ours+bf16+compile") == ["bf16", "compile"] and ts.modifiers("ours_compile") == ["compile"]
+    assert ts.modifiers("reference") == [] and ts.describe("ours+deterministic") == "ours + train.deterministic"
+    for bad in ("ours+warp", "theirs+bf16", "ours+bf16+bf16", "ours+"):
+        with pytest.raises(ValueError, match="not one of"):
+            ts.modifiers(bad)
+
+
 @pytest.mark.slow
 def test_step_memory_reports_each_setup_and_precision():
     out = _run("step_memory.py", *TINY, "--setups", "cnn13@32", "--precision", "fp32,bf16", "--scale-to", "4")
@@ -98,27 +122,56 @@ def test_profile_step_splits_a_cpu_step_into_every_category(tmp_path):
     assert f"| convolutions | {times['convolutions']:.6f} |" in out
 
 
-def _profile_module():
+def _bench_module(name: str = "profile_step"):
     sys.path.insert(0, str(BENCH))
     try:
-        return importlib.import_module("profile_step")
+        return importlib.import_module(name)
     finally:
         sys.path.remove(str(BENCH))
+
+
+def _train_step_module():
+    return _bench_module("train_step")
 
 
 def test_gpu_timeline_merges_overlapping_streams_and_finds_gaps():
     cuda = torch.autograd.DeviceType.CUDA
 
-    def kernel(start, end):
-        return SimpleNamespace(device_type=cuda, time_range=SimpleNamespace(start=start, end=end))
+    def kernel(start, end, name="volta_sgemm", annotation=False):
+        return SimpleNamespace(device_type=cuda, time_range=SimpleNamespace(start=start, end=end), name=name,
+                               is_user_annotation=annotation)
 
     # Two streams overlap over 0-150 us, then a 50 us gap, a 5 us gap (under 10 us) and a last kernel.
     events = [kernel(0, 100), kernel(50, 150), kernel(200, 250), kernel(255, 300)]
-    events.append(SimpleNamespace(device_type=torch.autograd.DeviceType.CPU, time_range=None))
-    t = _profile_module().gpu_timeline(events, steps=1, wall_s=400e-6)
+    events.append(SimpleNamespace(device_type=torch.autograd.DeviceType.CPU, time_range=None, name="aten::add"))
+    # The GPU spans of named record_function ranges cover kernels and the gaps between them: not busy time
+    # (issue 24: counted, busy exceeded the unprofiled step).
+    events += [kernel(0, 400, "mutexmatch.losses"), kernel(150, 200, "Optimizer.step#SGD.step"),
+               kernel(300, 390, "my_range", annotation=True)]
+    t = _bench_module().gpu_timeline(events, steps=1, wall_s=400e-6)
     assert t["busy_s"] == pytest.approx(245e-6) and t["idle_s"] == pytest.approx(155e-6)  # 150 + 50 + 45 busy
     assert t["gaps_over_10us_per_step"] == 1 and t["largest_gap_s"] == pytest.approx(50e-6)
     assert t["gap_total_s"] == pytest.approx(55e-6)
+
+
+class _Warning(SimpleNamespace):
+    pass
+
+
+def test_sync_count_leaves_out_the_debug_mode_notice():
+    """Issue 24: PyTorch's one-time 'prototype feature' notice was counted as the step's one synchronisation."""
+    notice = ("Synchronization debug mode is a prototype feature and does not yet detect all synchronizing "
+              "operations (Triggered internally at /pytorch/c10/cuda/CUDAFunctions.cpp:149.)")
+    real = "called a synchronizing CUDA operation (Triggered internally at /pytorch/c10/cuda/CUDAFunctions.cpp:155.)"
+    caught = [_Warning(message=notice, filename="/torch/cuda/__init__.py", lineno=1270),
+              _Warning(message=real, filename="/x/mutexmatch/train.py", lineno=10),
+              _Warning(message=real, filename="/x/mutexmatch/train.py", lineno=10),
+              _Warning(message="an unrelated warning", filename="/x/a.py", lineno=1)]
+    tally = _bench_module().tally_syncs(caught, [f"[W] {real}", "other output"], steps=3)
+    assert tally["syncs_per_step"] == pytest.approx(3 / 3) and tally["sites"] == {"train.py:10": 2}
+    assert tally["from_other_threads"] == 1 and tally["notices_ignored"] == 1
+    only_notice = _bench_module().tally_syncs(caught[:1], [], steps=5)
+    assert only_notice["syncs_per_step"] == 0 and only_notice["notices_ignored"] == 1
 
 
 def test_device_check_default_parts_fit_one_call_of_nine_minutes():
@@ -161,7 +214,16 @@ def test_breakdown_attributes_cuda_kernels_by_phase_then_operator():
               op("aten::cudnn_convolution", op("aten::conv2d", seq=1), kernels_us=[30]),
               op("aten::native_batch_norm", kernels_us=[8]), op("aten::leaky_relu", kernels_us=[4]),
               sgd, op("aten::_fused_sgd_", sgd, kernels_us=[6]), op("aten::add_", kernels_us=[1])]
-    times = _profile_module().breakdown(events, steps=2, cuda=True)
+    times = _bench_module().breakdown(events, steps=2, cuda=True)
     expected = {"augmentation": 5, "losses": 3 + 2, "optimizer_ema": 6, "convolutions": 40 + 30,
                 "bn_activation": 8 + 4, "other": 1}
     assert times == pytest.approx({k: v * 1e-6 / 2 for k, v in expected.items()})
+    # Launches by category: each launch call counts where the operator that made it does.
+    launch = lambda parent: SimpleNamespace(name="cudaLaunchKernel", cpu_parent=parent, sequence_nr=-1,  # noqa
+                                            device_type=cpu, kernels=[], cpu_time_total=4, self_cpu_time_total=4)
+    grid = events[1]
+    launches = [launch(grid), launch(grid), launch(head), launch(events[-1])]
+    counted = _bench_module().cpu_launch(events + launches, steps=2)
+    assert counted["calls"] == 2 and counted["seconds"] == pytest.approx(16e-6 / 2)
+    assert counted["launches_by_category"] == {"augmentation": 1, "losses": 0.5, "optimizer_ema": 0,
+                                               "convolutions": 0, "bn_activation": 0, "other": 0.5}

@@ -311,6 +311,7 @@ def test_public_timing_and_parameter_groups(tmp_path):
     cfg.data.val_per_class = 2
     trainer = Trainer(cfg)
     assert trainer.time_step() > 0 and trainer.step == 1
+    assert trainer.time_steps(2) > 0 and trainer.step == 3  # free-running: two more steps, one sync (issue 24)
     assert trainer.eval_images == 2 * len(trainer.bundle.test.y) + 20
     assert trainer.time_evaluation(16) > 0 and trainer.time_evaluation() > 0
     decay, no_decay = param_groups(trainer.model, 5e-4)
