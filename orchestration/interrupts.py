@@ -10,13 +10,16 @@ import os
 import signal
 import sys
 import threading
-from typing import Any
+from typing import Any, Callable
 
-__all__ = ["INTERRUPTED", "IN_FIT", "on_interrupt", "handle_interrupts"]
+__all__ = ["INTERRUPTED", "IN_FIT", "STOP_HOOKS", "on_interrupt", "handle_interrupts"]
 
 # Set by the CLI's SIGINT/SIGTERM handler; IN_FIT while Tuner.fit runs (Tune then stops gracefully on SIGUSR1).
 INTERRUPTED = threading.Event()
 IN_FIT = threading.Event()
+# Run (in a thread of their own) on the first SIGTERM, before Tune's graceful stop: `ray job stop` and schedulers
+# SIGKILL a few seconds later (Ray: 3 s), often before that stop ends, so what must survive is done first.
+STOP_HOOKS: list[Callable[[], None]] = []
 
 
 def on_interrupt(signum: int, frame: Any) -> None:
@@ -24,6 +27,9 @@ def on_interrupt(signum: int, frame: Any) -> None:
     the trials) and remember that the launch was interrupted. A second one, or one outside ``fit``, aborts."""
     first = not INTERRUPTED.is_set()
     INTERRUPTED.set()
+    if first and signum == signal.SIGTERM and STOP_HOOKS:
+        # a thread: the main thread may hold the store's write lock in the frame this handler interrupted
+        threading.Thread(target=_run_hooks, args=(list(STOP_HOOKS),), name="sweep-stop", daemon=True).start()
     tune_listens = hasattr(signal, "SIGUSR1") and signal.getsignal(signal.SIGUSR1) not in (
         signal.SIG_DFL, signal.SIG_IGN, None)
     if first and IN_FIT.is_set() and tune_listens:
@@ -32,6 +38,14 @@ def on_interrupt(signum: int, frame: Any) -> None:
         os.kill(os.getpid(), signal.SIGUSR1)
         return
     raise KeyboardInterrupt
+
+
+def _run_hooks(hooks: list[Callable[[], None]]) -> None:
+    for hook in hooks:
+        try:
+            hook()
+        except Exception as e:  # noqa: BLE001 - the graceful stop goes on; the next launch ends what is left
+            print(f"[sweep] warning: on the stop signal: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
 
 
 def handle_interrupts() -> None:

@@ -34,7 +34,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from orchestration.env import apply_closed_network_env
+from orchestration.jobs import check_job_paths, require_packages
+
+if __name__ == "__main__":
+    require_packages()  # before the imports below: one line, not a traceback (a Ray head's Python without them)
+
+from orchestration.env import apply_closed_network_env  # noqa: E402
 
 apply_closed_network_env()
 
@@ -42,6 +47,7 @@ from orchestration import contract as C  # noqa: E402
 from orchestration import tracking  # noqa: E402
 from orchestration.cluster import check_resources, init_ray  # noqa: E402
 from orchestration.dryrun import dry_run  # noqa: E402
+from orchestration import interrupts  # noqa: E402
 from orchestration.interrupts import handle_interrupts  # noqa: E402
 from orchestration.launchlock import LaunchRunning, launch_lock  # noqa: E402
 from orchestration.launch import (SweepError, SweepOptions, SweepOutcome, check_options, command_line,  # noqa: E402
@@ -114,6 +120,7 @@ def _run_locked(launch: _Launch, name_launch: Callable[[str], None]) -> SweepOut
                                                                                    opts.overrides))
     print(f"[sweep] MLflow UI: {C.ui_hint(launch.uri, experiment_id)}", flush=True)
     reporter = StatusReporter(launch.plan, launch.uri, experiment_id, parent.run_id).start()
+    interrupts.STOP_HOOKS[:] = [lambda: _stop_signal(launch.uri, experiment_id, parent, resume_cmd)]
     interrupted, errors = False, 0
     try:
         ran = run_phases(LaunchContext(
@@ -129,6 +136,7 @@ def _run_locked(launch: _Launch, name_launch: Callable[[str], None]) -> SweepOut
         tracking.end_run(client, parent.run_id, "FAILED")
         raise
     finally:
+        interrupts.STOP_HOOKS.clear()
         reporter.stop()
         if started_ray:
             import ray
@@ -155,6 +163,18 @@ def _refuse_live_launches(launch: _Launch, client: Any, experiment_id: str) -> N
               flush=True)
 
 
+def _stop_signal(uri: str, experiment_id: str, parent: tracking.ParentInfo, resume_cmd: str) -> None:
+    """The first SIGTERM (``ray job stop``, a scheduler): the resume command and the runs marked KILLED at once,
+    within the few seconds before a SIGKILL; Tune's graceful stop follows (and ends the launch the same way)."""
+    print(f"\n[sweep] stop signal (SIGTERM): the launch's running trials and its parent run are marked KILLED now "
+          f"(the driver may be killed within seconds). To resume this launch (finished trials are not re-run):\n  "
+          f"{resume_cmd}", flush=True)
+    client = tracking.MlflowClient(uri)
+    tracking.end_open_children(client, experiment_id, parent.run_id, "KILLED")
+    client.set_tag(parent.run_id, C.ENDED_BY, "stop signal (SIGTERM)")
+    tracking.end_run(client, parent.run_id, "KILLED")
+
+
 def _prepare(opts: SweepOptions) -> _Launch:
     check_options(opts)
     project = Path(opts.project_dir or Path.cwd()).resolve()
@@ -162,8 +182,10 @@ def _prepare(opts: SweepOptions) -> _Launch:
     loaded = load_sweep(opts.spec_path, project, opts.overrides, need_data=not opts.dry_run)
     plan = plan_sweep(loaded, project, smoke=opts.smoke, n_trials=opts.n_trials, max_concurrent=opts.max_concurrent)
     _check_report_layouts(loaded.spec)
-    return _Launch(opts, Path(opts.spec_path), plan, tracking.resolve_tracking_uri(opts.tracking_uri, project),
-                   resolve_storage(opts.storage, project), opts.experiment_name or loaded.spec.name, project)
+    uri, storage = tracking.resolve_tracking_uri(opts.tracking_uri, project), resolve_storage(opts.storage, project)
+    if not opts.dry_run:
+        check_job_paths(uri, storage)   # under `ray job submit`: no store inside the job's temporary folder
+    return _Launch(opts, Path(opts.spec_path), plan, uri, storage, opts.experiment_name or loaded.spec.name, project)
 
 
 def _check_report_layouts(spec: Any) -> None:
