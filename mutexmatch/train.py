@@ -27,7 +27,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -757,9 +757,12 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _make_trainer(args: argparse.Namespace) -> Trainer | None:
+CallbackFactory = Callable[[RunConfig, bool], Sequence[Callback]]  # (config, resumed) → the run's callbacks
+
+
+def _make_trainer(args: argparse.Namespace, callbacks: CallbackFactory | None = None) -> Trainer | None:
     """The run's trainer, after the line that says what it will cost (steps, ETA, output folder); None when the
-    user declined a long CPU run (nothing written)."""
+    user declined a long CPU run (nothing written). ``callbacks`` makes the run's callbacks once it will start."""
     if args.resume is not None:
         if args.config is not None or args.overwrite:
             raise RunDirError("--resume DIR uses the config saved in DIR and continues its run; do not pass "
@@ -772,18 +775,23 @@ def _make_trainer(args: argparse.Namespace) -> Trainer | None:
     cost, bundle = measure_run(cfg, done)
     if not confirm_cost(cfg, done, cost, assume_yes=args.yes):
         return None
-    return Trainer(cfg, bundle=bundle, **kwargs)
+    return Trainer(cfg, callbacks=callbacks(cfg, args.resume is not None) if callbacks else (), bundle=bundle,
+                   **kwargs)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, callbacks: CallbackFactory | None = None) -> int:
+    """The command line; ``callbacks`` (``orchestration.train``: the MLflow run) watch the run through the seam."""
+    if callbacks is None and os.environ.get("MLFLOW_TRACKING_URI"):
+        print("[train] $MLFLOW_TRACKING_URI is set, but this command never logs to MLflow (the trainer knows nothing "
+              "of it); `python -m orchestration.train` takes the same arguments and logs the run", file=sys.stderr)
     with one_line_warnings():
-        return _run(_parser().parse_args(argv))
+        return _run(_parser().parse_args(argv), callbacks)
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, callbacks: CallbackFactory | None = None) -> int:
     trainer = None
     try:
-        trainer = _make_trainer(args)
+        trainer = _make_trainer(args, callbacks)
         if trainer is None:
             return 1
         with warnings.catch_warnings():

@@ -59,6 +59,8 @@ KIND_GRID = "grid"
 KIND_SEARCH = "search"
 KIND_SMOKE = "smoke"
 KIND_REFIT = "refit"                # a search's best parameters trained on every refit fold
+KIND_SINGLE = "single"              # one training run logged by `python -m orchestration.train` (no sweep)
+ALGORITHM_AXIS = "algorithm"        # a single run's one axis: its algorithm
 # A refit run's cell: the searched cell plus this axis level, so it never joins the searched cell's fold statistics
 # and a report layout can place it as a row of its own (`tuned: "true"`).
 TUNED_AXIS, TUNED_LEVEL = "tuned", "true"

@@ -1,0 +1,153 @@
+"""One training run logged to MLflow: ``python -m mutexmatch.train`` with the sweep trials' MLflow layout.
+
+    python -m orchestration.train --config FILE [--set key=value ...] [--tracking-uri URI] [--experiment-name NAME]
+    python -m orchestration.train --resume DIR [--tracking-uri URI]
+
+Every argument of ``python -m mutexmatch.train`` works the same (``--resume``, ``--overwrite``, ``--stop-at``,
+``--yes``, the cost line before step 1); this command adds an MLflow run watched through the trainer's callback
+seam (the trainer itself never imports MLflow). The store follows the rule of every command
+(``--tracking-uri``, else ``$MLFLOW_TRACKING_URI``, else ``./mlflow.db``); the experiment is ``--experiment-name``
+(default ``single-runs``). The run has a trial's layout (``orchestration/README.md``, MLflow layout): params = the
+flattened config, the trainer's metrics at their steps, ``config.yaml``, ``split.json``, the class counts of every
+evaluation and their heat map, the best and final weights and the final checkpoint; tags ``mutexmatch.kind=single``
+(so no report table counts it), ``mutexmatch.axis.algorithm``, the fold, config hash, split digest and commit. It
+is named ``<algorithm> · fold <k> · single``. ``--resume DIR`` continues the MLflow run of that run folder (found
+by the folder's ``mutexmatch.trial_id``) without logging an evaluation twice; it ends FINISHED, FAILED (with the
+error) or KILLED (Ctrl+C) as the run does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import secrets
+import socket
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Sequence
+
+from orchestration.env import apply_closed_network_env
+
+apply_closed_network_env()
+
+from mutexmatch.callbacks import Callback, EvalEvent, RunSummary, StartEvent  # noqa: E402
+from mutexmatch.config import RunConfig, config_hash  # noqa: E402
+from mutexmatch.train import INTERRUPTED  # noqa: E402
+from mutexmatch.train import main as train_main  # noqa: E402
+
+from orchestration import contract as C  # noqa: E402
+from orchestration import tracking  # noqa: E402
+
+__all__ = ["DEFAULT_EXPERIMENT", "MlflowRunCallback", "main"]
+
+DEFAULT_EXPERIMENT = "single-runs"
+
+
+class MlflowRunCallback(Callback):
+    """Trainer events → the run's :class:`orchestration.tracking.TrialRun` (the sweep trials' bookkeeping)."""
+
+    def __init__(self, trial_run: tracking.TrialRun):
+        self.trial_run = trial_run
+        self.complete = False     # the run reached train.iterations (not stopped early by --stop-at)
+
+    def on_start(self, event: StartEvent) -> None:
+        self.trial_run.log_start(event)
+
+    def on_eval(self, event: EvalEvent) -> bool | None:
+        self.trial_run.log_eval(event)
+        return None
+
+    def on_end(self, summary: RunSummary) -> None:
+        self.trial_run.log_end(summary)
+        self.complete = summary.final_weights is not None
+
+
+def _trial_id(cfg: RunConfig) -> str:
+    """What finds a run folder's MLflow run again: its absolute path, hashed."""
+    return "single-" + hashlib.sha256(str(Path(cfg.output_dir).resolve()).encode()).hexdigest()[:16]
+
+
+def open_run(client: Any, experiment_id: str, cfg: RunConfig, resumed: bool, commit: str) -> tracking.TrialRun:
+    """The MLflow run of this training run: a new one, or on ``--resume`` the newest one of the same run folder."""
+    trial_id, launch_id = _trial_id(cfg), None
+    if resumed:
+        for run in tracking.iter_runs(client, experiment_id, f"tags.`{C.TRIAL_ID}` = '{trial_id}'",
+                                      order_by=["attributes.start_time DESC"]):
+            launch_id = run.data.tags.get(C.LAUNCH_ID)
+            break
+    launch_id = launch_id or f"single-{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+    levels = ((C.ALGORITHM_AXIS, cfg.algorithm.name),)
+    tags = C.trial_tags(parent_run_id="", kind=C.KIND_SINGLE, cell_levels=levels, cell_id=C.cell_id(levels),
+                        fold=cfg.data.fold, variant=cfg.algorithm.name, config_hash=config_hash(cfg), commit=commit,
+                        trial_id=trial_id, launch_id=launch_id)
+    del tags[C.PARENT_RUN_ID]   # a run of its own, not a sweep's child
+    run = tracking.TrialRun.open(client, experiment_id, trial_id=trial_id, launch_id=launch_id, tags=tags,
+                                 run_name=C.trial_run_name(levels, cfg.data.fold, C.KIND_SINGLE))
+    run.start_attempt(cfg.to_dict(), node_id=socket.gethostname(), tune_checkpoint=False)
+    return run
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m orchestration.train", add_help=False,
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--tracking-uri", help="MLflow tracking URI or a *.db path (default: $MLFLOW_TRACKING_URI, else "
+                                          "sqlite:///<cwd>/mlflow.db, as the sweep)")
+    p.add_argument("--experiment-name", default=DEFAULT_EXPERIMENT, help="MLflow experiment (default %(default)s)")
+    p.add_argument("-h", "--help", action="store_true")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ours, rest = _parser().parse_known_args(argv)
+    if ours.help:
+        _parser().print_help()
+        print("\nand every option of python -m mutexmatch.train:\n")
+        return train_main(["--help"])
+    try:   # the store first: a dead server or a file that is no database is one line before any work
+        uri = tracking.resolve_tracking_uri(ours.tracking_uri, Path.cwd())
+        client = tracking.MlflowClient(uri)
+        with C.bounded_http(uri, "--tracking-uri"):
+            experiment_id = tracking.ensure_experiment(client, ours.experiment_name, uri)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    opened: list[MlflowRunCallback] = []
+    t0 = time.perf_counter()
+
+    def callbacks(cfg: RunConfig, resumed: bool) -> list[Callback]:
+        run = open_run(client, experiment_id, cfg, resumed, tracking.git_commit(Path(__file__).parent.parent))
+        opened.append(MlflowRunCallback(run))
+        print(f"[train] MLflow run {run.run_id} in experiment {ours.experiment_name!r}: "
+              f"{C.ui_hint(uri, experiment_id)}", file=sys.stderr, flush=True)
+        return list(opened)
+
+    try:
+        code = train_main(rest, callbacks=callbacks)
+    except BaseException as e:
+        if opened and not isinstance(e, (KeyboardInterrupt, SystemExit)):
+            opened[0].trial_run.failed(e)
+        raise
+    if opened:
+        _end(opened[0], code, time.perf_counter() - t0)
+    return code
+
+
+def _end(callback: MlflowRunCallback, code: int, wall_s: float) -> None:
+    """FINISHED when the run completed; KILLED when stopped (Ctrl+C, ``--stop-at``: ``--resume`` continues it);
+    FAILED with the exit code otherwise."""
+    run = callback.trial_run
+    if code == 0 and callback.complete:
+        run.finish({"wall_s": wall_s})
+    elif code in (0, INTERRUPTED):
+        how = "--stop-at" if code == 0 else "Ctrl+C"
+        run.client.set_tag(run.run_id, C.ENDED_BY, f"{how} (continue: python -m orchestration.train --resume DIR)")
+        tracking.end_run(run.client, run.run_id, "KILLED")
+    else:
+        run.client.set_tag(run.run_id, C.ERROR, f"the trainer exited with code {code} (its error line: the console)")
+        tracking.end_run(run.client, run.run_id, "FAILED")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
