@@ -47,6 +47,18 @@ class StepAccumulator:
         self.t_compute = 0.0
         self.t_start = time.perf_counter()
 
+    _SUMS = ("terms", "first_bad", "counts", "pl_counts", "comp_counts")
+
+    def state_dict(self) -> dict:
+        """The sums of the steps since the last evaluation (a checkpoint between evaluations keeps them, so the next
+        evaluation of a resumed run averages the same steps as an uninterrupted run); timings are not kept."""
+        return {**{k: getattr(self, k).clone() for k in self._SUMS}, "steps": self.steps, "ulb_seen": self.ulb_seen}
+
+    def load_state_dict(self, state: dict) -> None:
+        for k in self._SUMS:
+            getattr(self, k).copy_(state[k])
+        self.steps, self.ulb_seen = int(state["steps"]), int(state["ulb_seen"])
+
     @torch.no_grad()
     def add(self, out: StepOutput, y_ulb: Tensor, step: int) -> None:
         """Add one step: ``out`` and the true labels ``y_ulb`` (muB,) of its unlabeled samples (-1: unknown)."""

@@ -417,6 +417,7 @@ class Trainer:
             "scaler": self.scaler.state_dict(), **self.prefetcher.state(), "algorithm": self.algorithm.state_dict(),
             "rng": _rng_state(), "history": list(self.history), "best_acc": self.best_acc,
             "best_val": self.best_val, "config_hash": config_hash(self.cfg), "split_digest": self.split.digest(),
+            "stats": self.stats.state_dict(),
         }
 
     def _load_state(self, path: Path, state: dict) -> None:
@@ -441,6 +442,8 @@ class Trainer:
         self.history = list(state["history"])
         self.best_acc = float(state["best_acc"])
         self.best_val = float(state["best_val"])
+        if "stats" in state:  # the steps since the last evaluation (a stop between evaluations)
+            self.stats.load_state_dict(state["stats"])
         self.run.keep_metrics_until(self.step)  # evaluations logged after this checkpoint are redone
         self.resumed_from = self.last_checkpoint = path
 
@@ -648,7 +651,11 @@ class Trainer:
             self.run.unlock()
 
     def _train_until(self, end: int) -> tuple[EvalEvent | None, Path | None]:
-        """Steps with an evaluation every ``train.eval_interval`` and at ``end``; the last event and checkpoint."""
+        """Steps with an evaluation every ``train.eval_interval`` and at the last step; the last event and checkpoint.
+
+        A stop (``end``) between evaluations writes a checkpoint without evaluating: an evaluation there would be
+        one an uninterrupted run does not have (it moved ``test/best_acc``), and the steps since the last
+        evaluation are kept in the checkpoint for the next one."""
         cfg = self.cfg.train
         bar = None
         if cfg.progress:
@@ -660,13 +667,15 @@ class Trainer:
         last_ckpt: Path | None = None
         evals_since_ckpt = 0
         stop = False
-        self._reset_accumulators()
+        self.stats.t_start = time.perf_counter()  # the throughput of this call's steps
         try:
             while self.step < end and not stop:
                 self._checked_step()
                 if bar is not None:
                     bar.update(1)
-                if self.step % cfg.eval_interval == 0 or self.step == end:
+                if self.step == end and self.step % cfg.eval_interval and self.step < cfg.iterations:
+                    last_ckpt = self.save_checkpoint()
+                elif self.step % cfg.eval_interval == 0 or self.step == end:
                     evals_since_ckpt += 1
                     event = self._evaluate_and_log(evals_since_ckpt >= cfg.checkpoint_every or self.step == end)
                     evals_since_ckpt = 0 if event.checkpoint is not None else evals_since_ckpt
@@ -679,7 +688,6 @@ class Trainer:
                     if stop and event.checkpoint is None:
                         event.checkpoint = self.save_checkpoint()
                     last_event, last_ckpt = event, event.checkpoint or last_ckpt
-                    self._reset_accumulators()
         finally:
             if bar is not None:
                 bar.close()
@@ -691,6 +699,7 @@ class Trainer:
         The line is appended before the checkpoint is written: a trainer killed between the two resumes from the
         previous checkpoint, which drops the line and redoes the evaluation, so every evaluation is logged once."""
         event = self.evaluate()
+        self._reset_accumulators()  # before the checkpoint: it holds the sums of the steps since this evaluation
         if event.metrics[M.TEST_ACC] >= self.best_acc:  # a new best EMA test accuracy (ties: the latest)
             self._save_weights(self.run.best_weights)
         self.run.append_metrics(self.step, event.metrics)

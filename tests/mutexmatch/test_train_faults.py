@@ -309,3 +309,20 @@ def test_ctrl_c_while_setting_up_says_so(tmp_path, capsys, monkeypatch):
     assert main(STEPS + ["--set", f"output_dir={tmp_path / 'run'}"]) == 130
     assert "interrupted while setting up, before the first training step" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+def _metrics_without_timing(out) -> list[dict]:
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in row.items() if not k.startswith("perf/")} for row in rows]
+
+
+@pytest.mark.parametrize("stop_at", [3, 5])
+def test_a_stop_between_evaluations_then_resume_logs_exactly_the_uninterrupted_numbers(tmp_path, stop_at):
+    # Issue 26: --stop-at 3 evaluated at step 3, an evaluation the uninterrupted run does not have, and the resumed
+    # run ended with another test/best_acc (0.1066 vs 0.1006); the steps since the last evaluation were lost too.
+    Trainer(_cfg(tmp_path, "whole")).fit()
+    stopped = Trainer(_cfg(tmp_path, "stopped")).fit(stop_at=stop_at)
+    assert stopped.step == stop_at and stopped.final_checkpoint.name == f"ckpt_{stop_at:08d}.pt"
+    assert _logged_steps(tmp_path / "stopped") == list(range(2, stop_at, 2))  # no evaluation at the stop
+    Trainer(_cfg(tmp_path, "stopped"), resume=True).fit()
+    assert _metrics_without_timing(tmp_path / "stopped") == _metrics_without_timing(tmp_path / "whole")
