@@ -93,11 +93,18 @@ def trials_filter(kind: str) -> str:
 
 
 def trial_tags(*, parent_run_id: str, kind: str, cell_levels: Iterable[tuple[str, str]], cell_id: str, fold: int,
-               variant: str, config_hash: str, commit: str, trial_id: str, launch_id: str) -> dict[str, str]:
-    """The tags a trial run is created with (``mutexmatch.split_digest`` follows once the trainer has its split)."""
+               variant: str, config_hash: str, commit: str, trial_id: str, launch_id: str, source: str = "",
+               color: str | None = None) -> dict[str, str]:
+    """The tags a trial run is created with (``mutexmatch.split_digest`` follows once the trainer has its split);
+    ``source`` (the launch's command) and ``color`` (:func:`run_color`) fill MLflow's own Source, Version and
+    colour."""
     tags = {PARENT_RUN_ID: parent_run_id, ROLE: ROLE_TRIAL, KIND: kind, CELL: cell_id, FOLD: str(fold),
             VARIANT: variant, CONFIG_HASH: config_hash, GIT_COMMIT: commit, TRIAL_ID: trial_id, LAUNCH_ID: launch_id}
     tags.update({axis_tag(a): lv for a, lv in cell_levels})
+    if source:
+        tags.update(source_tags(source, commit))
+    if color:
+        tags[RUN_COLOR] = color
     return tags
 
 
@@ -251,6 +258,26 @@ PL_ACC = M.PL_ACC
 TRAIN_LOSS = M.term_metric("loss")   # logged at every evaluation: its history gives a run's logged steps
 VALIDATION_METRICS = (VAL_ACC, VAL_BEST_ACC)  # the only legal search objectives (never test/*)
 TRIALS_METRIC = "trials/"            # parent run: trials/finished, trials/failed, trials/running, ... (status)
+# Accuracies are fractions (what the trainer computes, Tune's objective, every stored run); the tables and the
+# MLflow UI show %. Each accuracy is also logged in % under its name + PERCENT_SUFFIX for the UI, and every reader
+# that prints % converts with percent(), so the two never disagree.
+PERCENT_SUFFIX = "_pct"
+PERCENT_METRICS = (M.TEST_ACC, M.TEST_ACC_RAW, M.TEST_BEST_ACC, M.TEST_MEDIAN_ACC, M.VAL_ACC, M.VAL_BEST_ACC)
+
+
+def percent(fraction: float) -> float:
+    """An accuracy as the tables and the UI show it: 0.9123 → 91.23."""
+    return 100.0 * fraction
+
+
+def percent_metric(name: str) -> str:
+    """``test/acc`` → ``test/acc_pct``: the name of an accuracy's twin in %."""
+    return name + PERCENT_SUFFIX
+
+
+def with_percent(metrics: dict[str, float]) -> dict[str, float]:
+    """``metrics`` plus the twin in % of each accuracy among them (:data:`PERCENT_METRICS`)."""
+    return {**metrics, **{percent_metric(k): percent(v) for k, v in metrics.items() if k in PERCENT_METRICS}}
 
 # ------------------------------------------------------------------------------------------------ store
 SQLITE_HEADER = b"SQLite format 3\x00"  # the first bytes of every SQLite database file
@@ -296,14 +323,94 @@ def _short_reason(err: BaseException) -> str:
     return first[:160]
 
 
+# ------------------------------------------------------------------------------------------------ MLflow UI
+# What the MLflow UI shows at first open. MLflow 3.17 opens an experiment on its GenAI overview unless the sidebar's
+# "Model training" switch (kept per browser) or the URL says otherwise, so every printed link names the runs view
+# with ``workflowType=machine_learning``; the experiment also carries MLflow's own kind tag (older MLflow 3 UIs
+# choose the tab by it) and a shared view (MLflow's "Share" button stores one the same way) with the columns that
+# matter, which the printed link opens.
+EXPERIMENT_KIND, EXPERIMENT_KIND_ML = "mlflow.experimentKind", "custom_model_development"
+SHARED_VIEW_TAG = "mlflow.sharedViewState."  # + a key: the view's JSON, opened by ?viewStateShareKey=<key>
+RUNS_VIEW_KEY = "mutexmatch-trials"
+RUN_COLOR = "mlflow.runColor"       # MLflow's own tag: the run's colour in the table and the charts
+SOURCE_NAME, SOURCE_TYPE = "mlflow.source.name", "mlflow.source.type"  # MLflow's Source column
+SOURCE_GIT_COMMIT = "mlflow.source.git.commit"                        # MLflow's Version column
+UI_HOST, UI_PORT = "127.0.0.1", 5000
+# Paul Tol's "bright" scheme (colour-blind safe): one colour per level of the rows' axis, in YAML order, in the
+# MLflow UI and in every report figure alike.
+PALETTE = ("#4477AA", "#EE6677", "#228833", "#CCBB44", "#66CCEE", "#AA3377", "#BBBBBB")
+
+
+def level_color(index: int) -> str:
+    """The colour of the ``index``-th level of the rows' axis (:data:`PALETTE`, cycled)."""
+    return PALETTE[index % len(PALETTE)]
+
+
+def color_axis(axes: Iterable[str], tables: Iterable[object] = ()) -> str:
+    """The axis whose levels get a colour each: the first report table's rows (the methods, usually), else the
+    first axis."""
+    for table in tables:
+        if isinstance(table, dict) and isinstance(table.get("rows"), str):
+            return table["rows"]
+    return next(iter(axes))
+
+
+def run_color(levels: Iterable[tuple[str, str]], axis: str, axis_levels: Iterable[str]) -> str | None:
+    """The colour of a run with ``levels``: its level's on ``axis`` (in YAML order ``axis_levels``); a refit
+    (tuned) run takes the colour after all the levels', so tuned and default differ. None off that axis."""
+    order, own = list(axis_levels), dict(levels)
+    if own.get(axis) not in order:
+        return None
+    return level_color(order.index(own[axis]) + (len(order) if own.get(TUNED_AXIS) == TUNED_LEVEL else 0))
+
+
+def source_tags(command: str, commit: str) -> dict[str, str]:
+    """MLflow's Source and Version columns: the command that made the run and the code's commit."""
+    return {SOURCE_NAME: command[:500], SOURCE_TYPE: "LOCAL", SOURCE_GIT_COMMIT: commit}
+
+
+DATASET_CONTEXT = "mlflow.data.context"  # MLflow's own input tag: what the dataset was used for
+
+
+def dataset_input(data: dict, split_digest: str, run_id: str) -> dict[str, str]:
+    """MLflow's Dataset column for a trial: the dataset and its label budget, identified by the labeled split's
+    digest (MLflow keeps 36 characters; 16 identify a split) and found in the run's ``split.json``."""
+    labels = data.get("num_labels")
+    return {"name": f"{data.get('dataset', '?')} ({labels} labels)" if labels else str(data.get("dataset", "?")),
+            "digest": split_digest[:16], "source_type": "local",
+            "source": json.dumps({"uri": f"runs:/{run_id}/{SPLIT_ARTIFACT}"})}
+
+
+def runs_view(axes: Iterable[str]) -> dict:
+    """The shared view of the trial runs: one flat row per trial (the filter leaves the parent rows out, so nothing
+    is collapsed), sorted by name, with the final and best test accuracy in %, the level on each axis and the fold
+    as columns beside the run name, widened so the names fit."""
+    run_name = "attributes.`Run Name`"
+    columns = [f"metrics.`{percent_metric(TEST_ACC)}`", f"metrics.`{percent_metric(TEST_BEST_ACC)}`",
+               *(f"tags.`{axis_tag(a)}`" for a in axes), f"tags.`{FOLD}`", "attributes.`Source`"]
+    return {"searchFilter": f"tags.`{ROLE}` = '{ROLE_TRIAL}'", "orderByKey": "tags.`mlflow.runName`",
+            "orderByAsc": True, "selectedColumns": columns, "columnOrder": [run_name, *columns],
+            "columnWidths": {run_name: 300}}
+
+
+def experiment_tags(axes: Iterable[str]) -> dict[str, str]:
+    """The tags a sweep's experiment carries: MLflow's kind (model training, not GenAI) and :func:`runs_view`."""
+    return {EXPERIMENT_KIND: EXPERIMENT_KIND_ML, SHARED_VIEW_TAG + RUNS_VIEW_KEY: json.dumps(runs_view(axes))}
+
+
+def runs_view_url(base: str, experiment_id: str) -> str:
+    """The runs view of experiment ``experiment_id`` at ``base`` (a server's address), opened on the shared view."""
+    return (f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+            f"&viewStateShareKey={RUNS_VIEW_KEY}")
+
+
 def ui_hint(tracking_uri: str, experiment_id: str) -> str:
     """Where to look at the runs: the runs view of an ``mlflow server`` (not its GenAI overview), or for a SQLite
-    store the command that serves it."""
+    store the command that serves it on this machine only, and the same view's address once it runs."""
     if tracking_uri.startswith(("http://", "https://")):
-        return f"{tracking_uri.rstrip('/')}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
-    if tracking_uri.startswith("sqlite:///"):
-        return f"mlflow ui --backend-store-uri {tracking_uri}  (then open the experiment's runs view)"
-    return f"mlflow ui --backend-store-uri {tracking_uri}"
+        return runs_view_url(tracking_uri, experiment_id)
+    return (f"mlflow ui --backend-store-uri {tracking_uri} --host {UI_HOST} --port {UI_PORT}, then open "
+            f"{runs_view_url(f'http://{UI_HOST}:{UI_PORT}', experiment_id)}")
 
 
 TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"

@@ -150,12 +150,19 @@ class LaunchContext:
         ctx = TrialContext(tracking_uri=self.uri, experiment_id=self.experiment_id,
                            parent_run_id=self.parent.run_id, launch_id=self.parent.launch_id,
                            git_commit=self.commit, device="cuda" if self.request["gpu"] > 0 else "cpu",
-                           num_threads=max(1, round(self.request["cpu"])), **trials)
+                           num_threads=max(1, round(self.request["cpu"])), source=str(self.opts.spec_path),
+                           **_colors(self.plan), **trials)
         trainable = tune.with_resources(tune.with_parameters(run_trial, ctx=ctx), self.request)
         exp_root = f"{self.storage.rstrip('/')}/{self.exp_name}/{self.parent.launch_id}"
         return run_phase(name, trainable, param_space=param_space, tune_kwargs=tune_kwargs, expected=expected,
                          early_stopping=early_stopping, exp_root=exp_root, opts=self.opts, client=self.client,
                          experiment_id=self.experiment_id, parent_run_id=self.parent.run_id)
+
+
+def _colors(plan: SweepPlan) -> dict[str, Any]:
+    """Which axis colours the runs and its levels in YAML order (:func:`orchestration.contract.run_color`)."""
+    axis = C.color_axis(plan.spec.axes, plan.spec.tables)
+    return {"color_axis": axis, "color_levels": tuple(plan.spec.axes.get(axis, ()))}
 
 
 @dataclass

@@ -238,7 +238,7 @@ def _ignored(runs: list[Any], used: list[Any], plan: SweepPlan) -> list[str]:
 
 
 def _pct(v: float | None) -> str:
-    return "—" if v is None else f"{100 * v:.2f}"
+    return "—" if v is None else f"{C.percent(v):.2f}"
 
 
 def format_hours(h: float) -> str:

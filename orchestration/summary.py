@@ -62,7 +62,7 @@ def refit_runs(client: Any, experiment_id: str, plan: SweepPlan) -> tuple[dict[s
 def _mean_std(values: list[float]) -> str:
     if not values:
         return "—"
-    pct = [100 * v for v in values]
+    pct = [C.percent(v) for v in values]
     std = statistics.stdev(pct) if len(pct) > 1 else 0.0
     return f"{statistics.fmean(pct):.2f} ± {std:.2f}"
 

@@ -101,7 +101,8 @@ def _run_locked(launch: _Launch, name_launch: Callable[[str], None]) -> SweepOut
     opts = launch.opts
     client = tracking.MlflowClient(launch.uri)
     with C.bounded_http(launch.uri, "--tracking-uri"):  # a dead server: one line within ~20 s, not 4 min of silence
-        experiment_id = tracking.ensure_experiment(client, launch.exp_name, launch.uri)
+        experiment_id = tracking.ensure_experiment(client, launch.exp_name, launch.uri,
+                                                   C.experiment_tags(launch.plan.spec.axes))
     resume_cmd = command_line(opts, launch.uri, launch.storage, resume=True)
     for dead in tracking.kill_dead_launches(client, experiment_id):
         print(f"[sweep] launch {dead.data.tags.get(C.LAUNCH_ID)} was interrupted (its driver is "

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 import numpy as np
+import yaml
 
 from mutexmatch.callbacks import EvalEvent, RunSummary, StartEvent
 from mutexmatch.dotted import flatten_dotted
@@ -43,7 +44,8 @@ from orchestration.env import apply_closed_network_env
 apply_closed_network_env()
 
 from mlflow import MlflowClient  # noqa: E402  (telemetry must be off before mlflow is imported)
-from mlflow.entities import Metric, Param, Run, RunTag, ViewType  # noqa: E402
+from mlflow.entities import (Dataset, DatasetInput, InputTag, Metric, Param, Run, RunTag,  # noqa: E402
+                             ViewType)
 
 __all__ = [
     "resolve_tracking_uri", "artifact_location", "ensure_experiment", "git_commit", "flatten_params",
@@ -91,15 +93,20 @@ def artifact_location(tracking_uri: str) -> str | None:
     return None
 
 
-def ensure_experiment(client: MlflowClient, name: str, tracking_uri: str) -> str:
-    """The id of experiment ``name``, created (or restored from the trash) if needed. Called in the driver before
-    any trial starts, so trials never race on creating the SQLite schema or the experiment."""
+def ensure_experiment(client: MlflowClient, name: str, tracking_uri: str, tags: Mapping[str, str] = {}) -> str:
+    """The id of experiment ``name``, created (or restored from the trash) if needed, with ``tags`` set (the UI's
+    :func:`orchestration.contract.experiment_tags`, refreshed at every launch). Called in the driver before any
+    trial starts, so trials never race on creating the SQLite schema or the experiment."""
     exp = client.get_experiment_by_name(name)
     if exp is None:
-        return client.create_experiment(name, artifact_location=artifact_location(tracking_uri))
-    if exp.lifecycle_stage == "deleted":
-        client.restore_experiment(exp.experiment_id)
-    return exp.experiment_id
+        experiment_id = client.create_experiment(name, artifact_location=artifact_location(tracking_uri))
+    else:
+        experiment_id = exp.experiment_id
+        if exp.lifecycle_stage == "deleted":
+            client.restore_experiment(experiment_id)
+    for key, value in tags.items():
+        client.set_experiment_tag(experiment_id, key, value)
+    return experiment_id
 
 
 def git_commit(project_dir: Path) -> str:
@@ -150,7 +157,8 @@ def create_parent_run(client: MlflowClient, experiment_id: str, *, launch_id: st
     launch on the same host tell whether this driver is still alive."""
     tags = {C.ROLE: C.ROLE_SWEEP, C.SPEC_HASH: spec_hash, C.SPEC_PATH: str(spec_path), C.GIT_COMMIT: commit,
             C.LAUNCH_ID: launch_id, C.STORAGE: storage, C.SMOKE: str(smoke).lower(),
-            C.DRIVER_HOST: socket.gethostname(), C.DRIVER_PID: str(os.getpid()), C.COMMAND: command[:5000]}
+            C.DRIVER_HOST: socket.gethostname(), C.DRIVER_PID: str(os.getpid()), C.COMMAND: command[:5000],
+            **C.source_tags(str(spec_path), commit)}
     run = client.create_run(experiment_id, tags=tags, run_name=C.parent_run_name(Path(spec_path).stem, datetime.now(),
                                                                                   smoke))
     client.log_text(run.info.run_id, spec_text, C.SPEC_ARTIFACT)
@@ -317,14 +325,25 @@ class TrialRun:
     def log_start(self, event: StartEvent) -> None:
         tags = {C.SPLIT_DIGEST: event.split_digest, C.attempt_tag(self.attempt, "start_step"): str(event.step)}
         log_params_and_tags(self.client, self.run_id, {}, tags)
-        self.client.log_text(self.run_id, event.run.config.read_text(), C.CONFIG_ARTIFACT)
+        config_text = event.run.config.read_text()
+        self.client.log_text(self.run_id, config_text, C.CONFIG_ARTIFACT)
         self.client.log_text(self.run_id, event.run.split.read_text(), C.SPLIT_ARTIFACT)
+        self._log_dataset((yaml.safe_load(config_text) or {}).get("data", {}), event.split_digest)
+
+    def _log_dataset(self, data: dict, split_digest: str) -> None:
+        """MLflow's Dataset column: the training data, identified by the split's digest (once per split)."""
+        logged = self._run.inputs.dataset_inputs if self._run.inputs else []
+        if any(d.dataset.digest == split_digest[:16] for d in logged):
+            return
+        dataset = Dataset(**C.dataset_input(data, split_digest, self.run_id))
+        self.client.log_inputs(self.run_id, datasets=[DatasetInput(dataset, [InputTag(C.DATASET_CONTEXT, "train")])])
 
     def log_eval(self, event: EvalEvent) -> None:
         """The evaluation's metrics and class counts, unless an earlier attempt logged this step."""
         if event.step <= self.last_logged_step:
             return
-        log_metrics(self.client, self.run_id, event.metrics, event.step, tags={C.LAST_STEP: str(event.step)})
+        log_metrics(self.client, self.run_id, C.with_percent(event.metrics), event.step,
+                    tags={C.LAST_STEP: str(event.step)})
         counts = {"step": event.step, **{k: v.tolist() for k, v in event.class_counts.items()}}
         self.client.log_text(self.run_id, json.dumps(counts), C.class_counts_artifact(event.step))
         self.last_logged_step = event.step

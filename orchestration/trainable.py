@@ -73,6 +73,9 @@ class TrialContext:
     num_threads: int
     grid: dict[str, GridTrial] | None = None
     study: SearchStudy | None = None
+    source: str = ""                       # the sweep YAML: MLflow's Source column
+    color_axis: str = ""                   # runs are coloured by their level on this axis (contract.run_color)
+    color_levels: tuple[str, ...] = ()
 
 
 class TrialCallback(Callback):
@@ -162,7 +165,8 @@ def _open_trial_run(ctx: TrialContext, trial_id: str, ident: dict[str, Any], cfg
     tags = C.trial_tags(parent_run_id=ctx.parent_run_id, kind=ident["kind"], cell_levels=ident["cell"].levels,
                         cell_id=ident["cell"].id, fold=ident["fold"], variant=cfg.algorithm.name,
                         config_hash=config_hash(cfg), commit=ctx.git_commit, trial_id=trial_id,
-                        launch_id=ctx.launch_id)
+                        launch_id=ctx.launch_id, source=ctx.source,
+                        color=C.run_color(ident["cell"].levels, ctx.color_axis, ctx.color_levels))
     tags.update(ident["extra"])
     return tracking.TrialRun.open(tracking.MlflowClient(ctx.tracking_uri), ctx.experiment_id, trial_id=trial_id,
                                   launch_id=ctx.launch_id, tags=tags, run_name=ident["name"])

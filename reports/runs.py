@@ -587,7 +587,7 @@ class MetricCache:
     def values(self, metric: str, protocol: str, runs: pd.DataFrame) -> pd.DataFrame:
         """``runs`` plus a ``value`` column: the metric under ``protocol`` ×100 (NaN when never logged)."""
         hist = self.histories(metric, list(runs["run_id"]))
-        per_run = summarise(hist, protocol) * 100.0
+        per_run = C.percent(summarise(hist, protocol))
         out = runs.copy()
         out["value"] = out["run_id"].map(per_run).astype(float)
         return out

@@ -99,6 +99,38 @@ def test_ui_names_description_and_link():
     tags = C.parent_display_tags("  Table 1 with the paper's loss form.\n", ["resources.gpu=1"])
     assert tags == {"mlflow.note.content": "Table 1 with the paper's loss form.",
                     "mutexmatch.overrides": '["resources.gpu=1"]'}
-    assert C.ui_hint("http://mlflow:5000/", "7") == \
-        "http://mlflow:5000/#/experiments/7/runs?workflowType=machine_learning"
-    assert C.ui_hint("sqlite:////x/mlflow.db", "7").startswith("mlflow ui --backend-store-uri sqlite:////x/mlflow.db")
+    view = "#/experiments/7/runs?workflowType=machine_learning&viewStateShareKey=mutexmatch-trials"
+    assert C.ui_hint("http://mlflow:5000/", "7") == f"http://mlflow:5000/{view}"
+    # a SQLite store: the command that serves it on this machine only, and the same view's address
+    assert C.ui_hint("sqlite:////x/mlflow.db", "7") == ("mlflow ui --backend-store-uri sqlite:////x/mlflow.db "
+                                                         f"--host 127.0.0.1 --port 5000, then open http://127.0.0.1:5000/{view}")
+
+
+def test_the_experiment_opens_on_a_runs_view_with_the_key_columns():
+    import json
+
+    tags = C.experiment_tags(["method", "setting"])
+    assert tags[C.EXPERIMENT_KIND] == "custom_model_development"
+    view = json.loads(tags[C.SHARED_VIEW_TAG + C.RUNS_VIEW_KEY])
+    assert view["searchFilter"] == "tags.`mutexmatch.role` = 'trial'"  # flat: no collapsed parent row
+    assert view["selectedColumns"][:4] == ["metrics.`test/acc_pct`", "metrics.`test/best_acc_pct`",
+                                           "tags.`mutexmatch.axis.method`", "tags.`mutexmatch.axis.setting`"]
+    assert "tags.`mutexmatch.fold`" in view["selectedColumns"]
+    assert view["columnOrder"][0] == "attributes.`Run Name`" and view["columnWidths"]["attributes.`Run Name`"] >= 280
+
+
+def test_accuracies_in_percent_and_one_colour_per_method():
+    assert C.with_percent({C.TEST_ACC: 0.91227, C.TRAIN_LOSS: 0.5}) == {
+        C.TEST_ACC: 0.91227, C.TRAIN_LOSS: 0.5, "test/acc_pct": pytest.approx(91.227)}
+    assert C.color_axis(["setting", "backbone", "method"], [{"rows": "method", "columns": "setting"}]) == "method"
+    assert C.color_axis(["k", "setting"]) == "k"
+    levels = ["supervised", "fixmatch", "mutexmatch"]
+    colors = [C.run_color([("method", m), ("setting", "s")], "method", levels) for m in levels]
+    tuned = C.run_color(C.tuned_levels([("method", "mutexmatch")]), "method", levels)
+    assert len({*colors, tuned}) == 4 and all(c.startswith("#") for c in colors)
+    assert C.run_color([("method", "other")], "method", levels) is None
+    tags = C.trial_tags(parent_run_id="p", kind=C.KIND_GRID, cell_levels=[("method", "fixmatch")], cell_id="c",
+                        fold=0, variant="fixmatch", config_hash="h", commit="abc", trial_id="t", launch_id="L",
+                        source="experiments/quickstart.yaml", color=colors[1])
+    assert (tags[C.RUN_COLOR], tags[C.SOURCE_NAME], tags[C.SOURCE_GIT_COMMIT]) == (
+        colors[1], "experiments/quickstart.yaml", "abc")

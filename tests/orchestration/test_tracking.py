@@ -45,7 +45,9 @@ def store(tmp_path_factory):
 def test_experiment_artifacts_live_beside_the_database(store):
     project, uri, client = store
     exp_id = tracking.ensure_experiment(client, "artifacts", uri)
-    assert tracking.ensure_experiment(client, "artifacts", uri) == exp_id
+    tags = C.experiment_tags(["method", "setting"])
+    assert tracking.ensure_experiment(client, "artifacts", uri, tags) == exp_id
+    assert {k: client.get_experiment(exp_id).tags.get(k) for k in tags} == tags  # set on an existing experiment
     assert client.get_experiment(exp_id).artifact_location == (project / "mlruns").as_uri()
     client.delete_experiment(exp_id)
     assert tracking.ensure_experiment(client, "artifacts", uri) == exp_id  # restored from the trash, not duplicated
@@ -123,9 +125,9 @@ def test_a_trial_run_continues_across_attempts_and_logs_each_evaluation_once(sto
     first.start_attempt({"train": {"seed": 0}, "output_dir": "a"}, node_id="n1", tune_checkpoint=False)
     run = RunFolder(tmp_path / "run")
     run.path.mkdir()
-    run.config.write_text("train: {seed: 0}\n")
+    run.config.write_text("train: {seed: 0}\ndata: {dataset: digits, num_labels: 20}\n")
     run.split.write_text('{"labeled": []}')
-    first.log_start(StartEvent(step=0, iterations=6, run=run, config_hash="h", split_digest="d"))
+    first.log_start(StartEvent(step=0, iterations=6, run=run, config_hash="h", split_digest="d" * 64))
     for step in (2, 4):
         first.log_eval(_event(step, step / 10))
     # the worker dies; the restarted attempt resumes from the step-2 checkpoint and redoes the step-4 evaluation
@@ -141,13 +143,23 @@ def test_a_trial_run_continues_across_attempts_and_logs_each_evaluation_once(sto
     assert got.info.status == "FINISHED" and got.data.params["output_dir"] == "a"  # params of the first attempt
     t = got.data.tags
     assert (t[C.ATTEMPTS], t[C.attempt_tag(2, "node_id")], t[C.attempt_tag(2, "tune_checkpoint")]) == ("2", "n2", "yes")
-    assert (t[C.SPLIT_DIGEST], t[C.attempt_tag(1, "start_step")], t[C.LAST_STEP]) == ("d", "0", "6")
+    assert (t[C.SPLIT_DIGEST], t[C.attempt_tag(1, "start_step")], t[C.LAST_STEP]) == ("d" * 64, "0", "6")
+    # MLflow's Dataset column: the data and its label budget, identified by the split (logged once, not per attempt)
+    second.log_start(StartEvent(step=2, iterations=6, run=run, config_hash="h", split_digest="d" * 64))
+    [given] = client.get_run(first.run_id).inputs.dataset_inputs
+    assert (given.dataset.name, given.dataset.digest) == ("digits (20 labels)", "d" * 16)
+    assert {(x.key, x.value) for x in given.tags} == {(C.DATASET_CONTEXT, "train")}
+    # accuracies also in %, for the UI: the same evaluations, the contract's conversion
+    pct = client.get_metric_history(first.run_id, C.percent_metric(C.TEST_ACC))
+    assert [(m.step, m.value) for m in pct] == [(2, 50.0), (4, 50.0), (6, 50.0)]
+    assert C.percent_metric(C.TRAIN_LOSS) not in got.data.metrics  # a loss is no accuracy
     assert t[C.overhead_tag("hooks_s")] == "0.500"
     arts = {a.path for a in client.list_artifacts(first.run_id)} | {
         a.path for a in client.list_artifacts(first.run_id, C.CLASS_COUNTS_DIR)}
     assert {C.CONFIG_ARTIFACT, C.SPLIT_ARTIFACT, C.class_counts_artifact(6)} <= arts
     done = _open(client, exp_id)
-    assert done.finished and done.final_metrics() == {C.TRAIN_LOSS: 1.6, C.TEST_ACC: 0.5, "step": 6}
+    assert done.finished and done.final_metrics() == {C.TRAIN_LOSS: 1.6, C.TEST_ACC: 0.5,
+                                                      C.percent_metric(C.TEST_ACC): 50.0, "step": 6}
 
 
 def test_a_trial_run_logged_before_the_last_step_tag_reads_its_metric_history(store):
