@@ -103,6 +103,7 @@ def _nce_variant(v: int) -> int:
 
 Probability = Annotated[float, _within(0.0, 1.0, lo_open=True)]
 Weight = Annotated[float, _within(0.0, math.inf, hi_open=True)]
+Positive = Annotated[float, _within(0.0, math.inf, lo_open=True, hi_open=True)]
 
 
 class AlgorithmParams(BaseModel):

@@ -20,6 +20,8 @@ for further assertions (a deliberate deviation from USB is asserted there). The 
   ``min_mixed`` steps when the adapter sets that, saying why);
 - ``state(ours, usb)``: name -> (our tensor, USB's tensor) of the algorithm state to compare after every step
   (USB's hooks are ``usb.hooks_dict["MaskingHook"]`` etc.);
+- optionally ``prepare(ours, usb, generator)``: puts both sides in the same mid-run state before the first step
+  (so thresholds that only move slowly from their start are exercised);
 - optionally any :class:`Lockstep` field (``steps``, ``ulb_size``, ``num_classes``, ``lr``, ...).
 """
 from __future__ import annotations
@@ -334,6 +336,8 @@ def run_lockstep(adapter: Any) -> list[Record]:
     ours = build_ours(adapter.name, adapter.ours_params, **sizes)
     usb = build_usb(adapter.usb_name, UsbNet(usb_net), adapter.usb_args, lb_size=cfg.lb_size,
                     total_steps=cfg.steps, **sizes)
+    if hasattr(adapter, "prepare"):
+        adapter.prepare(ours, usb, torch.Generator().manual_seed(cfg.seed + 2))
     data, records = Data(cfg, cfg.seed + 1), []
     for step in range(cfg.steps):
         v = data.next()
