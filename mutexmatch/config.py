@@ -92,6 +92,7 @@ def roles(*names: str, owned: str | None = None) -> dict[str, Any]:
 # Bounds declared on the field; the messages ("must be >= 1", "must be in [0, 1)") are checks.at_least's and
 # checks.within's, the field and value are added by the error formatter.
 _AtLeast0 = Annotated[int, AfterValidator(at_least(0))]
+MAX_THREADS = 1024  # torch takes a C int; a larger count is a typo, not a machine
 _AtLeast1 = Annotated[int, AfterValidator(at_least(1))]
 _UnitOpen = Annotated[float, AfterValidator(within(0.0, 1.0, high_open=True))]   # [0, 1)
 
@@ -233,7 +234,8 @@ class TrainConfig(_Section):
         "and losses run in fp32 on its features cast to fp32, and BatchNorm keeps fp32 statistics. Whether bf16 "
         "keeps the accuracy of fp32 is not measured yet (issue 13).")
     compile: bool = Field(False, description="Wrap the model in torch.compile.")
-    num_threads: _AtLeast0 = Field(0, description="torch CPU threads; 0 keeps torch's default.",
+    num_threads: Annotated[int, AfterValidator(within(0, MAX_THREADS))] = Field(
+        0, description=f"torch CPU threads; 0 keeps torch's default (at most {MAX_THREADS}).",
                                    json_schema_extra=roles(NO_RESULT, RESUMABLE))
     keep_freed_memory: bool = Field(True, description="CPU runs on glibc: keep freed host memory in the process "
                                     "instead of returning each ~100 MB activation block to the kernel and "

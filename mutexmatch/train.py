@@ -752,6 +752,21 @@ def _interrupted(trainer: Trainer | None, args: argparse.Namespace) -> str:
             f"To resume this run:\n  python -m mutexmatch.train --resume {trainer.out}{sets}")
 
 
+def _write_failed(trainer: Trainer | None, args: argparse.Namespace, err: OSError) -> str:
+    """One line for a file the run could not read or write, and how to go on from what it kept."""
+    what = f"{err.filename}: {err.strerror}" if err.filename and err.strerror else " ".join(str(err).split())
+    step = "" if trainer is None else f" at step {trainer.step}"
+    if trainer is not None and trainer.last_checkpoint is not None:
+        then = f"continue from step {checkpoint_step(trainer.last_checkpoint.name)} with `python -m mutexmatch.train " \
+               f"--resume {trainer.out}`"
+    elif trainer is not None:
+        then = "run the same command again with --overwrite (no checkpoint was written yet)"
+    else:
+        then = "run the same command again"
+    return (f"error: the run stopped{step}: {what}; free disk space or make output_dir writable (or choose another "
+            f"output_dir), then {then}")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m mutexmatch.train", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", type=Path, help="run config YAML (see docs/config.md)")
@@ -813,6 +828,12 @@ def _run(args: argparse.Namespace, callbacks: CallbackFactory | None = None) -> 
     except KeyboardInterrupt:
         print(_interrupted(trainer, args), file=sys.stderr)
         return INTERRUPTED
+    except NonFiniteLossError as e:  # its message says what diverged and where; a traceback adds nothing
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:  # a read-only output_dir, a full disk: what was written is intact
+        print(_write_failed(trainer, args, e), file=sys.stderr)
+        return 1
     m = summary.metrics
     print(json.dumps({"step": summary.step, "output_dir": str(summary.output_dir),
                       **{k: m[k] for k in (M.TEST_ACC, M.TEST_BEST_ACC, M.TEST_MEDIAN_ACC) if k in m}}))

@@ -40,7 +40,8 @@ def _logged_steps(out) -> list[int]:
 
 
 def _one_line_error(capsys, *needles: str) -> str:
-    err = capsys.readouterr().err.strip()
+    """The one error line on stderr, besides the trainer's own '[train] N steps, ETA, output' line."""
+    err = "\n".join(ln for ln in capsys.readouterr().err.strip().splitlines() if not ln.startswith("[train] "))
     assert len(err.splitlines()) == 1 and "Traceback" not in err, err
     for needle in needles:
         assert needle in err, err
@@ -100,7 +101,7 @@ def test_the_dropped_metrics_line_is_one_warning_line_for_the_user(tmp_path):
                           text=True, env={**os.environ, "PYTHONPATH": str(repo)}, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "Warning:" not in proc.stderr, proc.stderr  # Python's "file:line: RuntimeWarning:" form
-    assert [ln for ln in proc.stderr.splitlines() if "metrics" in ln] == [
+    assert [ln for ln in proc.stderr.splitlines() if "metrics" in ln and not ln.startswith("[train] ")] == [
         f"warning: {out / 'metrics.jsonl'}:3: not a metrics line (interrupted write?); dropped"]
 
 
@@ -326,3 +327,33 @@ def test_a_stop_between_evaluations_then_resume_logs_exactly_the_uninterrupted_n
     assert _logged_steps(tmp_path / "stopped") == list(range(2, stop_at, 2))  # no evaluation at the stop
     Trainer(_cfg(tmp_path, "stopped"), resume=True).fit()
     assert _metrics_without_timing(tmp_path / "stopped") == _metrics_without_timing(tmp_path / "whole")
+
+
+def test_a_full_disk_mid_run_is_one_line_with_the_resume_command(tmp_path, monkeypatch, capsys):
+    # Issue 26: a read-only output_dir or a full disk ended in an OSError traceback (nothing was lost).
+    import errno
+
+    save = train.save_checkpoint
+
+    def full_at_step_4(state, directory, step):
+        if step == 4:
+            raise OSError(errno.ENOSPC, "No space left on device", str(directory / f"ckpt_{step:08d}.pt"))
+        return save(state, directory, step)
+
+    monkeypatch.setattr(train, "save_checkpoint", full_at_step_4)
+    out = tmp_path / "run"
+    assert main(STEPS + ["--set", "train.checkpoint_every=1", "--set", f"output_dir={out}"]) == 1
+    err = _one_line_error(capsys, "error: the run stopped at step 4: ", "ckpt_00000004.pt: No space left on device",
+                          f"continue from step 2 with `python -m mutexmatch.train --resume {out}`")
+    assert "Traceback" not in err
+    monkeypatch.setattr(train, "save_checkpoint", save)
+    assert main(["--resume", str(out)]) == 0
+    assert _logged_steps(out) == [2, 4, 6, 8]
+
+
+def test_a_diverging_run_is_its_one_line_without_a_traceback(tmp_path, monkeypatch, capsys):
+    from mutexmatch.diagnostics import StepAccumulator
+
+    monkeypatch.setattr(StepAccumulator, "non_finite", lambda self: [("loss", 3)])
+    assert main(STEPS + ["--set", f"output_dir={tmp_path / 'run'}"]) == 1
+    _one_line_error(capsys, "error: non-finite loss term 'loss' at step 3", "the run is stopped")
