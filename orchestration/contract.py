@@ -45,6 +45,12 @@ NODE_ID = TAG + "node_id"
 STOPPED = TAG + "stopped"           # "true" while Tune has stopped the trial and the driver has not decided why
 LAST_STEP = TAG + "last_step"       # the step of the last evaluation logged (in the request that logs its metrics)
 EARLY_STOPPED = TAG + "early_stopped"
+# A reused trial (issue 24): a FINISHED run of the same config hash existed in the store (any experiment), so this
+# sweep links it instead of training it again. The link run carries the trial's identity tags and these pointers;
+# its results (metrics, params, artifacts) are read from the run it names: nothing is copied that could diverge.
+REUSED_FROM = TAG + "reused_from"                         # the run id whose results this trial's are
+REUSED_FROM_EXPERIMENT = TAG + "reused_from_experiment"   # that run's experiment name (for people)
+REUSED_ARTIFACT_URI = TAG + "reused_artifact_uri"         # that run's artifact location (class counts, weights)
 ENDED_BY, ERROR = TAG + "ended_by", TAG + "error"
 # A launch's parent run: the spec it runs and the driver that runs it (a later launch checks it is alive).
 SPEC_HASH, SPEC_PATH, STORAGE, SMOKE = TAG + "spec_hash", TAG + "spec_path", TAG + "storage", TAG + "smoke"
@@ -106,6 +112,23 @@ def trial_tags(*, parent_run_id: str, kind: str, cell_levels: Iterable[tuple[str
     if color:
         tags[RUN_COLOR] = color
     return tags
+
+
+def reused_trial_tags(*, kind: str, cell_levels: Iterable[tuple[str, str]], cell_id: str, fold: int,
+                      source_id: str, source_tags: dict[str, str], source_experiment: str,
+                      source_artifact_uri: str) -> dict[str, str]:
+    """The tags of a link run standing for a reused trial: this sweep's identity of the trial (kind, cell, fold,
+    axes) and, from the source run, what the config fixes (algorithm, config hash, split digest, commit)."""
+    tags = {ROLE: ROLE_TRIAL, KIND: kind, CELL: cell_id, FOLD: str(fold), REUSED_FROM: source_id,
+            REUSED_FROM_EXPERIMENT: source_experiment, REUSED_ARTIFACT_URI: source_artifact_uri}
+    tags.update({k: source_tags[k] for k in (VARIANT, CONFIG_HASH, SPLIT_DIGEST, GIT_COMMIT) if k in source_tags})
+    tags.update({axis_tag(a): lv for a, lv in cell_levels})
+    return tags
+
+
+def results_run_id(run_id: str, tags: dict[str, str]) -> str:
+    """The run whose metrics and artifacts are a trial run's results: itself, or the run a reused trial links to."""
+    return tags.get(REUSED_FROM) or run_id
 
 
 # ------------------------------------------------------------------------------------------------ names

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestration import tracking
-from orchestration.launch import SweepOptions, SweepOutcome, select
+from orchestration.launch import SweepOptions, SweepOutcome, reusable, select
 from orchestration.plan import SweepPlan
 from orchestration.status import format_duration, format_hours
 
@@ -198,11 +198,13 @@ class _Row:
     per_trial: Estimate
 
 
-def _skipped(plan: SweepPlan, opts: SweepOptions, uri: str, exp_name: str) -> set[str]:
+def _skipped(plan: SweepPlan, opts: SweepOptions, uri: str, exp_name: str) -> tuple[set[str], dict[str, Any]]:
+    """What a launch would skip (FINISHED in this experiment) and reuse (grid key → a FINISHED run of its config
+    elsewhere in the store)."""
     skipped: set[str] = set()
     db = Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
     if opts.force or (db is not None and not db.exists()):  # never create a store just to look at it
-        return skipped
+        return skipped, {}
     try:
         client = tracking.MlflowClient(uri)
         exp = client.get_experiment_by_name(exp_name)
@@ -211,9 +213,24 @@ def _skipped(plan: SweepPlan, opts: SweepOptions, uri: str, exp_name: str) -> se
             skipped = {t.key for t in plan.grid if t.key not in grid}
             skipped |= {f"search:{s.key}" for s in plan.searches if s.phase not in phases}
             skipped |= {r.key for r in plan.refits if r.key in done}
+        if not opts.no_reuse:
+            return skipped, reusable(plan, client, [t.key for t in plan.grid if t.key not in skipped])
     except Exception as e:  # noqa: BLE001 - the plan is still worth printing
         print(f"[dry-run] could not read MLflow at {uri}: {e}")
-    return skipped
+    return skipped, {}
+
+
+def _reused_lines(plan: SweepPlan, reused: dict[str, Any], est: "_Estimator") -> list[str]:
+    """The trials a launch would reuse instead of training, and the hours that saves."""
+    if not reused:
+        return []
+    seconds = [est.trial(t.config, t.iterations, t.evaluations).seconds for t in plan.grid if t.key in reused]
+    saved = sum(s for s in seconds if s is not None)
+    share = plan.spec.resources.gpu if plan.spec.resources.gpu > 0 else 1.0
+    lines = [f"\nreused (a FINISHED run of the same config elsewhere in this store; not trained again, --no-reuse "
+             f"trains them): {len(reused)} trial(s), saving ≈ {format_hours(saved * share / 3600)} {est.unit}-hours"]
+    lines += [f"  {key} ← run {run.info.run_id}" for key, run in sorted(reused.items())]
+    return lines
 
 
 def missing_data_warning(plan: SweepPlan) -> str | None:
@@ -366,7 +383,7 @@ def _totals(plan: SweepPlan, rows: list[_Row], est: _Estimator, opts: SweepOptio
 def dry_run(plan: SweepPlan, opts: SweepOptions, uri: str, storage: str, exp_name: str) -> SweepOutcome:
     import torch
 
-    skipped = _skipped(plan, opts, uri, exp_name)
+    skipped, reused = _skipped(plan, opts, uri, exp_name)
     res = plan.spec.resources
     device = "cpu" if res.gpu == 0 else "cuda" if torch.cuda.is_available() else None
     print(f"Sweep {plan.spec.name!r} (spec hash {plan.spec_hash}): {len(plan.grid)} grid trials, "
@@ -378,12 +395,14 @@ def dry_run(plan: SweepPlan, opts: SweepOptions, uri: str, storage: str, exp_nam
         print(warning)
     with tempfile.TemporaryDirectory(prefix="mm_dryrun_") as tmp:
         est = _Estimator(device, max(1, round(res.cpu)), Path(tmp))
-        rows = _rows(plan, skipped, est, opts.per_trial)
+        rows = _rows(plan, skipped | set(reused), est, opts.per_trial)
         print(f"cost figures: {est.label()}\n")
         print(_format_rows(rows))
+        for line in _reused_lines(plan, reused, est):
+            print(line)
     if skipped:
         print(f"\nskipped (already FINISHED with the same config): {len(skipped)}")
     print()
-    for line in _totals(plan, rows, est, opts) + [_disk_line(plan, skipped)]:
+    for line in _totals(plan, rows, est, opts) + [_disk_line(plan, skipped | set(reused))]:
         print(line)
-    return SweepOutcome(status="dry-run", skipped=sorted(skipped))
+    return SweepOutcome(status="dry-run", skipped=sorted(skipped | set(reused)))

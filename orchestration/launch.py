@@ -18,6 +18,7 @@ from orchestration.refit import best_by_cell, pending_refits, refit_trials
 from orchestration.spec import NAME_RULE, is_name
 
 __all__ = ["SweepError", "SweepOptions", "SweepOutcome", "check_options", "resolve_storage", "command_line", "select",
+           "reusable", "link_reusable",
            "save_launch_plan", "load_launch_plan", "record_expected_runs"]
 
 
@@ -46,6 +47,7 @@ class SweepOptions:
     overrides: tuple[str, ...] = ()   # --set key=value on the sweep YAML (orchestration.overrides)
     per_trial: bool = False           # --dry-run: one row per trial instead of one per cell
     gpus: int | None = None           # --dry-run: wall-clock days on this many GPUs
+    no_reuse: bool = False            # --no-reuse: train a config even if another sweep of the store finished it
 
 
 @dataclass
@@ -103,6 +105,8 @@ def command_line(opts: SweepOptions, uri: str, storage: str, *, resume: bool) ->
         parts += ["--max-failures", str(opts.max_failures)]
     if opts.experiment_name:
         parts += ["--experiment-name", opts.experiment_name]
+    if opts.no_reuse:
+        parts.append("--no-reuse")
     if resume:
         parts.append("--resume")
     return " ".join(shlex.quote(p) for p in parts)
@@ -134,6 +138,41 @@ def select(plan: SweepPlan, client: Any, experiment_id: str, force: bool) -> tup
     return grid, phases + refit, skipped
 
 
+def reusable(plan: SweepPlan, client: Any, grid_keys: Iterable[str]) -> dict[str, Any]:
+    """Grid key (of ``grid_keys``: trials this experiment has not FINISHED) → a FINISHED run of one of its config
+    hashes (:attr:`GridTrial.hashes`) anywhere in the store, under any sweep or experiment: trained already, so
+    reused instead of trained twice (issue 24). Smoke trials check the machinery and are never reused."""
+    if plan.smoke:
+        return {}
+    keys = set(grid_keys)
+    todo = [t for t in plan.grid if t.key in keys]
+    found = tracking.finished_runs_by_hash(client, {h for t in todo for h in t.hashes})
+    out = {}
+    for t in todo:
+        hit = next((found[h] for h in sorted(t.hashes) if h in found), None)
+        if hit is not None:
+            out[t.key] = hit
+    return out
+
+
+def reused_label(key: str, run: Any) -> str:
+    return f"{key} (reused: FINISHED run {run.info.run_id} of the same config)"
+
+
+def link_reusable(plan: SweepPlan, client: Any, experiment_id: str, grid_keys: list[str]) -> tuple[list[str],
+                                                                                                 list[str]]:
+    """(the grid keys still to train, labels of the reused ones): every trial with a FINISHED run of its config
+    elsewhere in the store gets a link run in ``experiment_id`` (:func:`tracking.link_reused`), which the summary,
+    the status and the report read as that trial's run, labelled reused."""
+    found = reusable(plan, client, grid_keys)
+    trials = {t.key: t for t in plan.grid}
+    for key, run in found.items():
+        t = trials[key]
+        tracking.link_reused(client, experiment_id, kind=t.kind, cell_levels=t.cell.levels, cell_id=t.cell.id,
+                             fold=t.fold, source=run)
+    return [k for k in grid_keys if k not in found], [reused_label(k, r) for k, r in found.items()]
+
+
 def save_launch_plan(client: Any, run_id: str, data: dict[str, Any]) -> None:
     client.log_text(run_id, json.dumps(data, indent=2), C.LAUNCH_PLAN_ARTIFACT)
 
@@ -150,14 +189,16 @@ def record_expected_runs(client: Any, run_id: str, plan: SweepPlan, refits: Iter
     client.set_tag(run_id, C.SETTINGS_TAG + plan.settings_digest, "true")
 
 
-def record_without_launch(client: Any, experiment_id: str, plan: SweepPlan) -> None:
+def record_without_launch(client: Any, experiment_id: str, plan: SweepPlan) -> bool:
     """A relaunch with nothing to do opens no parent run; its settings' expected runs go to the newest parent run of
-    the experiment (whose trials they are), so a report of exactly these settings finds them."""
+    the experiment (whose trials they are), so a report of exactly these settings finds them. False: the experiment
+    has no parent run (every trial was reused from other experiments), the caller opens one."""
     flt = f"tags.`{C.ROLE}` = '{C.ROLE_SWEEP}'"
     for run in tracking.iter_runs(client, experiment_id, flt, order_by=["attributes.start_time DESC"]):
         refits = refit_trials(plan, best_by_cell(plan, client, experiment_id))[0] if plan.refits else {}
         record_expected_runs(client, run.info.run_id, plan, refits.values())
-        return
+        return True
+    return False
 
 
 def load_launch_plan(client: Any, run_id: str) -> dict[str, Any]:

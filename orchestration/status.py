@@ -108,11 +108,15 @@ def _trial_state(client: Any, cell: str, fold: str, kind: str, total: int, runs:
     if not runs:
         return TrialState(cell, fold, kind, "PENDING", total)
     run = _pick(runs)
-    m, status = run.data.metrics, run.info.status
+    results = tracking.results_run(client, run)  # a reused trial's results are the run it links to
+    m, status = results.data.metrics, run.info.status
     st = TrialState(cell, fold, kind, status if status in STATES else "RUNNING", total,
                     final=m.get(C.TEST_ACC), best=m.get(C.TEST_BEST_ACC))
     if status == "FINISHED":
-        st.step, st.s_per_step = total, _duration_s(run, now) / max(total, 1)
+        st.step, st.s_per_step = total, _duration_s(results, now) / max(total, 1)
+        if results is not run:
+            st.detail = (f"reused: run {results.info.run_id} of experiment "
+                         f"{run.data.tags.get(C.REUSED_FROM_EXPERIMENT, '?')!r}")
     elif status == "RUNNING":
         st.step, st.s_per_step, last_ts = _progress(client, run)
         if st.step and st.s_per_step:

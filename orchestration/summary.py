@@ -83,9 +83,11 @@ def grid_summary(client: Any, experiment_id: str, plan: SweepPlan) -> str:
     header = ("cell", "folds", *(f"{label} test acc %" for _, label in SUMMARY_METRICS))
     rows = [header]
     for cell, cell_runs in cells.items():
-        vals = [_mean_std([r.data.metrics[m] for r in cell_runs if m in r.data.metrics])
-                for m, _ in SUMMARY_METRICS]
-        rows.append((cell, f"{len(cell_runs)}/{folds_per_cell[cell]}", *vals))
+        results = [tracking.results_run(client, r) for r in cell_runs]  # a reused trial's: the run it links to
+        vals = [_mean_std([r.data.metrics[m] for r in results if m in r.data.metrics]) for m, _ in SUMMARY_METRICS]
+        reused = sum(C.REUSED_FROM in r.data.tags for r in cell_runs)
+        rows.append((cell, f"{len(cell_runs)}/{folds_per_cell[cell]}" + (f" ({reused} reused)" if reused else ""),
+                     *vals))
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))

@@ -1,13 +1,16 @@
 """Run a sweep YAML on Ray Tune with MLflow tracking — the command line and :func:`run_sweep`.
 
 ``python -m orchestration.sweep experiments/X.yaml [--tracking-uri URI] [--storage PATH_OR_URI] [--resume]
-[--force] [--dry-run] [--smoke] [--n-trials N] [--max-concurrent N] [--gpu-policy error|drop]``
+[--force] [--no-reuse] [--dry-run] [--smoke] [--n-trials N] [--max-concurrent N] [--gpu-policy error|drop]``
 
 1. The YAML is validated completely (every trial's RunConfig) before anything starts.
 2. MLflow: the experiment (named by the YAML) is created in this process before trials start; a parent run is
    opened for the launch; a RUNNING parent left by a dead driver on this host is ended as KILLED first.
 3. Trials whose cell × fold already has a FINISHED run with the same config hash are skipped (``--force`` runs
-   them again); a search study with ``n_trials`` FINISHED runs of the same search is skipped too.
+   them again); a search study with ``n_trials`` FINISHED runs of the same search is skipped too. A grid trial
+   whose config hash has a FINISHED run anywhere else in the store (another sweep or experiment) is reused: a link
+   run in this experiment names that run, and the summary, status and report read its results (``--no-reuse``
+   trains it again).
 4. Ray: a local Ray is started (``include_dashboard=False``, all CPUs) unless ``RAY_ADDRESS`` is set — as it is
    inside ``ray job submit`` — in which case the driver connects to that cluster. The per-trial resources are
    checked against the cluster first: a GPU request on a cluster without GPUs is an error (or, with
@@ -51,8 +54,8 @@ from orchestration import interrupts  # noqa: E402
 from orchestration.interrupts import handle_interrupts  # noqa: E402
 from orchestration.launchlock import LaunchRunning, launch_lock  # noqa: E402
 from orchestration.launch import (SweepError, SweepOptions, SweepOutcome, check_options, command_line,  # noqa: E402
-                                  load_launch_plan, record_expected_runs, record_without_launch, resolve_storage,
-                                  save_launch_plan, select)
+                                  link_reusable, load_launch_plan, record_expected_runs, record_without_launch,
+                                  resolve_storage, save_launch_plan, select)
 from orchestration.overrides import load_sweep, plan_sweep  # noqa: E402
 from orchestration.phases import LaunchContext, run_phases  # noqa: E402
 from orchestration.plan import SweepPlan  # noqa: E402
@@ -212,13 +215,24 @@ def _choose(launch: _Launch, client: Any, experiment_id: str) -> _Selection | Sw
         saved = load_launch_plan(client, found.info.run_id)
         return _Selection(saved["grid"], saved["phases"], saved["skipped"], resumed=found)
     grid_keys, phases, skipped = select(plan, client, experiment_id, opts.force)
+    if not (opts.force or opts.no_reuse):
+        grid_keys, reused = link_reusable(plan, client, experiment_id, grid_keys)
+        skipped += reused
+        if reused:
+            print(f"[sweep] {len(reused)} trial(s) reused from FINISHED runs of the same config elsewhere in the "
+                  f"store (not trained again; --no-reuse trains them)", flush=True)
     if grid_keys or phases:
         return _Selection(grid_keys, phases, skipped)
     out = SweepOutcome(status="nothing-to-do", experiment_id=experiment_id, skipped=skipped)
-    record_without_launch(client, experiment_id, plan)
+    if not record_without_launch(client, experiment_id, plan):  # all reused: a finished launch records them
+        commit = tracking.git_commit(Path(__file__).resolve().parent.parent)
+        parent = _open_parent(launch, client, experiment_id, _Selection([], [], skipped), commit)
+        tracking.end_run(client, parent.run_id, "FINISHED")
+        out.parent_run_id, out.launch_id = parent.run_id, parent.launch_id
     out.summary = grid_summary(client, experiment_id, plan)
     print(f"[sweep] every trial of {launch.spec_path} already has a FINISHED run with the same config in "
-          f"experiment {launch.exp_name!r}; nothing to do (--force runs them again).\n\n{out.summary}", flush=True)
+          f"experiment {launch.exp_name!r} (or reused from another in the store); nothing to do (--force runs "
+          f"them again).\n\n{out.summary}", flush=True)
     return out
 
 
@@ -304,6 +318,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--storage", help="Ray Tune storage path or URI (default <cwd>/ray_results)")
     p.add_argument("--resume", action="store_true", help="continue the newest launch of this YAML")
     p.add_argument("--force", action="store_true", help="run trials that already have a FINISHED run")
+    p.add_argument("--no-reuse", action="store_true", help="train a trial even when another sweep or experiment "
+                   "of the store has a FINISHED run of its config (default: reuse that run)")
     p.add_argument("--dry-run", action="store_true", help="print the trial plan and a measured cost estimate")
     p.add_argument("--smoke", action="store_true", help="every cell for a few iterations on the first fold")
     p.add_argument("--n-trials", type=int, help="Optuna trials per search study (overrides search.n_trials)")
@@ -330,7 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         n_trials=args.n_trials, max_concurrent=args.max_concurrent, gpu_policy=args.gpu_policy,
                         max_failures=args.max_failures, experiment_name=args.experiment_name,
                         verbose=args.tune_verbose, handle_signals=True, overrides=tuple(args.overrides),
-                        per_trial=args.per_trial, gpus=args.gpus)
+                        per_trial=args.per_trial, gpus=args.gpus, no_reuse=args.no_reuse)
     handle_interrupts()
     t0 = time.perf_counter()
     try:

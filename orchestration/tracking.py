@@ -29,7 +29,7 @@ import warnings
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 import yaml
@@ -50,7 +50,7 @@ from mlflow.entities import (Dataset, DatasetInput, InputTag, Metric, Param, Run
 __all__ = [
     "resolve_tracking_uri", "artifact_location", "ensure_experiment", "git_commit", "flatten_params",
     "create_parent_run", "find_resumable_parent", "find_trial_run", "iter_runs",
-    "finished_grid_hashes", "finished_search_runs", "end_run", "kill_dead_launches", "live_launches",
+    "finished_grid_hashes", "finished_search_runs", "finished_runs_by_hash", "link_reused", "results_run", "end_run", "kill_dead_launches", "live_launches",
     "end_open_children",
     "log_metrics", "log_params_and_tags", "ParentInfo", "TrialRun",
 ]
@@ -192,6 +192,49 @@ def finished_grid_hashes(client: MlflowClient, experiment_id: str, kind: str = C
         t = run.data.tags
         done.setdefault(C.trial_key(t.get(C.CELL), t.get(C.FOLD)), set()).add(t.get(C.CONFIG_HASH, ""))
     return done
+
+
+def finished_runs_by_hash(client: MlflowClient, hashes: Iterable[str]) -> dict[str, Run]:
+    """Config hash (of ``hashes``) → the newest FINISHED grid or refit run with it in any experiment of the store,
+    links to reused runs left out (their source is found itself): what a new sweep reuses instead of training."""
+    wanted = set(hashes)
+    experiments = [e.experiment_id for e in client.search_experiments(ViewType.ACTIVE_ONLY)]
+    found: dict[str, Run] = {}
+    for kind in (C.KIND_GRID, C.KIND_REFIT):
+        flt = f"{C.trials_filter(kind)} AND attributes.status = 'FINISHED'"
+        for i in range(0, len(experiments), 100):  # MLflow searches at most 100 experiments at once
+            token = None
+            while True:
+                page = client.search_runs(experiments[i:i + 100], flt, ViewType.ACTIVE_ONLY, max_results=_PAGE,
+                                          page_token=token)
+                for run in page:
+                    h, tags = run.data.tags.get(C.CONFIG_HASH), run.data.tags
+                    if h in wanted and C.REUSED_FROM not in tags and (
+                            h not in found or run.info.start_time > found[h].info.start_time):
+                        found[h] = run
+                token = page.token
+                if not token:
+                    break
+    return found
+
+
+def link_reused(client: MlflowClient, experiment_id: str, *, kind: str, cell_levels: Iterable[tuple[str, str]],
+                cell_id: str, fold: int, source: Run) -> str:
+    """A FINISHED link run in ``experiment_id`` standing for a trial whose config ``source`` already trained
+    (tags: :func:`orchestration.contract.reused_trial_tags`; no metric, param or artifact copied). Its run id."""
+    exp, levels = client.get_experiment(source.info.experiment_id), list(cell_levels)
+    tags = C.reused_trial_tags(kind=kind, cell_levels=levels, cell_id=cell_id, fold=fold,
+                               source_id=source.info.run_id, source_tags=source.data.tags, source_experiment=exp.name,
+                               source_artifact_uri=source.info.artifact_uri or "")
+    run = client.create_run(experiment_id, tags=tags, run_name=f"{C.trial_run_name(levels, fold, kind)} · reused")
+    end_run(client, run.info.run_id, "FINISHED")
+    return run.info.run_id
+
+
+def results_run(client: MlflowClient, run: Run) -> Run:
+    """The run holding ``run``'s results: itself, or for a reused trial's link the run it names."""
+    source = C.results_run_id(run.info.run_id, run.data.tags)
+    return run if source == run.info.run_id else client.get_run(source)
 
 
 def finished_search_runs(client: MlflowClient, experiment_id: str, search_hash: str) -> list[Run]:

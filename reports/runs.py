@@ -91,11 +91,11 @@ def _trial_record(run_id: str, run_name: str | None, status: str, start_time: in
                   tags: dict[str, str], params: dict[str, str], axes: Sequence[str]) -> dict:
     fold = tags.get(C.FOLD, "")
     rec = {
-        "run_id": run_id,
+        "run_id": C.results_run_id(run_id, tags),  # a reused trial's results: the run its link names (issue 24)
         "run_name": run_name or "",
         "status": status,
         "start_time": int(start_time or 0),
-        "artifact_uri": artifact_uri or "",
+        "artifact_uri": tags.get(C.REUSED_ARTIFACT_URI) or artifact_uri or "",
         "cell": tags.get(C.CELL, ""),
         "fold": int(fold) if fold.lstrip("-").isdigit() else -1,
         "split_digest": tags.get(C.SPLIT_DIGEST, ""),
@@ -212,7 +212,10 @@ class ApiRunSource(RunSource):
         self._keys: dict[str, set[str]] = {}     # run id → its metric keys, as search_runs returned them
 
     def metric_keys(self, run_ids: Iterable[str]) -> set[str]:
-        return set().union(*(self._keys.get(r, set()) for r in run_ids))
+        ids = set(run_ids)
+        for rid in ids - self._keys.keys():  # a reused trial's source run, in another experiment
+            self._keys[rid] = set(self.client.get_run(rid).data.metrics)
+        return set().union(*(self._keys.get(r, set()) for r in ids))
 
     def trials(self, experiment_id: str, axes: Sequence[str], kind: str = "grid") -> pd.DataFrame:
         from mlflow.entities import ViewType
