@@ -12,7 +12,24 @@ import sys
 import threading
 from typing import Any, Callable
 
-__all__ = ["INTERRUPTED", "IN_FIT", "STOP_HOOKS", "on_interrupt", "handle_interrupts"]
+__all__ = ["INTERRUPTED", "IN_FIT", "STOP_HOOKS", "on_interrupt", "handle_interrupts", "LaunchAborted",
+           "uninterruptible"]
+
+
+class LaunchAborted(KeyboardInterrupt):
+    """A second Ctrl+C after the launch's parent run was opened: its runs are ended KILLED and the resume command
+    printed already; the command line only exits (130)."""
+
+
+def uninterruptible(work: Callable[[], None]) -> None:
+    """Run ``work`` with SIGINT ignored (what must finish once the user aborted: ending the runs as KILLED)."""
+    if threading.current_thread() is not threading.main_thread():
+        return work()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        work()
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 # Set by the CLI's SIGINT/SIGTERM handler; IN_FIT while Tuner.fit runs (Tune then stops gracefully on SIGUSR1).
 INTERRUPTED = threading.Event()

@@ -119,6 +119,30 @@ def _run_locked(launch: _Launch, name_launch: Callable[[str], None]) -> SweepOut
     started_ray, request = _start_ray(opts, launch.plan)
     commit = tracking.git_commit(Path(__file__).resolve().parent.parent)  # the code that runs, not the cwd
     parent = _open_parent(launch, client, experiment_id, chosen, commit)
+    try:
+        return _run_launch(launch, client, experiment_id, chosen, parent, commit, started_ray, request,
+                           resume_cmd, name_launch)
+    except KeyboardInterrupt:  # a second Ctrl+C: during Ray's shutdown, the final statuses, the summary
+        _abort(client, experiment_id, parent, resume_cmd)
+        raise interrupts.LaunchAborted from None
+
+
+def _abort(client: Any, experiment_id: str, parent: tracking.ParentInfo, resume_cmd: str) -> None:
+    """The launch's unfinished runs ended KILLED (not left RUNNING) and the resume command printed."""
+    def end() -> None:
+        tracking.end_open_children(client, experiment_id, parent.run_id, "KILLED")
+        tracking.end_run(client, parent.run_id, "KILLED")
+
+    interrupts.uninterruptible(end)
+    print(f"\n[sweep] aborted: launch {parent.launch_id} stopped, its unfinished runs are KILLED.\n"
+          f"To resume this launch (finished trials are not re-run):\n  {resume_cmd}", flush=True)
+
+
+def _run_launch(launch: _Launch, client: Any, experiment_id: str, chosen: _Selection, parent: tracking.ParentInfo,
+                commit: str, started_ray: bool, request: dict[str, float], resume_cmd: str,
+                name_launch: Callable[[str], None]) -> SweepOutcome:
+    """The launch once its parent run is open: the phases, then the final statuses and the summary."""
+    opts = launch.opts
     name_launch(parent.launch_id)
     tracking.log_params_and_tags(client, parent.run_id, {}, C.parent_display_tags(launch.plan.spec.description,
                                                                                    opts.overrides))
@@ -354,8 +378,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (SpecError, SweepError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except interrupts.LaunchAborted:
+        return 130  # the runs are KILLED and the resume command printed
     except KeyboardInterrupt:
-        print("interrupted before the sweep started", file=sys.stderr)
+        print("interrupted before the sweep started (no run was opened)", file=sys.stderr)
         return 130
     print(f"[sweep] wall time {time.perf_counter() - t0:.1f} s", flush=True)
     return {"finished": 0, "dry-run": 0, "nothing-to-do": 0, "interrupted": 130}.get(outcome.status, 1)

@@ -211,6 +211,8 @@ CASES = [
     C("train-set-bad-yaml", T, "--set algorithm.tau=[0.9,", "--set 'algorithm.tau=[0.9,': the value is not valid"),
     C("train-unknown-dataset", T, "--set data.dataset=imagenet", "data.dataset='imagenet'"),
     C("train-unknown-backbone", T, "--set model.backbone=vit", "model.backbone='vit': unknown"),
+    C("train-num-threads-huge", T, "--set train.num_threads=100000000000",
+      "train.num_threads=100000000000: must be in [0, 1024]"),
     C("train-bad-device", T, "--set train.device=tpu", "train.device='tpu': must be `auto`"),
     C("train-image-size-range", T, "--set data.image_size=1024", "data.image_size=1024: must be null or in [8, 512]"),
     C("train-image-size-beyond-memory", T, "--set data.image_size=512", "data.image_size=512: digits needs",

@@ -496,3 +496,35 @@ def test_a_second_launch_while_a_live_driver_holds_a_running_parent_is_refused(t
     assert f"launch 20261126-190000-abcd (driver pid {first.pid}, parent run {parent.info.run_id}) is running" \
            in line, line
     assert [r.info.run_id for r in client.search_runs([exp])] == [parent.info.run_id]  # nothing added
+
+
+def test_a_second_ctrl_c_after_the_parent_opened_kills_the_runs_and_prints_the_resume_command(
+        tmp_path, data_root, monkeypatch, capsys):
+    # Issue 26: a second Ctrl+C (here: during the final statuses) printed "interrupted before the sweep started",
+    # no resume command, and left the parent RUNNING.
+    from orchestration import sweep
+    from orchestration import tracking
+
+    def first_ctrl_c(ctx, grid_keys, phases):
+        trial = ctx.client.create_run(ctx.experiment_id, tags={"mlflow.parentRunId": ctx.parent.run_id,
+                                                                "mutexmatch.role": "trial"})
+        assert trial.info.status == "RUNNING"
+        raise KeyboardInterrupt
+
+    def second_ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep, "_start_ray", lambda opts, plan: (False, {"CPU": 1.0}))
+    monkeypatch.setattr(sweep, "run_phases", first_ctrl_c)
+    monkeypatch.setattr(sweep, "_finish", second_ctrl_c)
+    monkeypatch.chdir(tmp_path)
+    spec = write_spec(tmp_path, data_root, name="abort", iterations=4, folds=[0], methods=["fixmatch"])
+    assert sweep.main([str(spec)]) == 130
+    out, err = capsys.readouterr()
+    assert "before the sweep started" not in err and "Traceback" not in err, err
+    resume = out.split("To resume this launch (finished trials are not re-run):\n  ", 1)[1].splitlines()[0]
+    assert resume.startswith("python -m orchestration.sweep") and resume.endswith("--resume"), out
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("abort").experiment_id
+    statuses = sorted((r.data.tags["mutexmatch.role"], r.info.status) for r in tracking.iter_runs(client, exp, ""))
+    assert statuses == [("sweep", "KILLED"), ("trial", "KILLED")]
