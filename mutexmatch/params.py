@@ -104,6 +104,10 @@ def _nce_variant(v: int) -> int:
 Probability = Annotated[float, _within(0.0, 1.0, lo_open=True)]
 Weight = Annotated[float, _within(0.0, math.inf, hi_open=True)]
 Positive = Annotated[float, _within(0.0, math.inf, lo_open=True, hi_open=True)]
+Fraction = Annotated[float, _within(0.0, 1.0)]
+AboveOne = Annotated[float, _within(1.0, math.inf, lo_open=True, hi_open=True)]
+Steps = Annotated[int, AfterValidator(_allows("integer >= 0")(at_least(0)))]
+PositiveSteps = Annotated[int, AfterValidator(_allows("integer >= 1")(at_least(1)))]
 
 
 class AlgorithmParams(BaseModel):

@@ -32,6 +32,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 import yaml
+import torch.nn.functional as F
 from torch import nn
 
 from mutexmatch.algorithms import ALGORITHMS, StepInputs, TrainContext
@@ -318,7 +319,8 @@ class Trainer:
             labeled_counts=torch.bincount(self.bundle.train.y[labeled], minlength=self.num_classes),
             total_steps=t.iterations,
             steps_per_epoch=-(-len(split.unlabeled if uses_unlabeled else split.labeled) // per_step),
-            device=self.device, ema_model=self.ema.module)
+            device=self.device, ema_model=self.ema.module, reference_loss=self.reference_loss,
+            reference_split="validation" if self._val_data() is not None else "labeled")
 
     def _open_run_folder(self, resume_state: tuple[Path, dict] | None, fresh_overwrites: bool) -> None:
         """Lock the run folder, then continue the checkpoint's state or write a fresh run's files."""
@@ -515,20 +517,45 @@ class Trainer:
 
     # ---------------------------------------------------------------- evaluation
     @torch.no_grad()
-    def accuracy(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    def _eval_logits(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor):
+        """(TPC logits, labels) per ``eval_batch_size`` batch of ``x``, ``model`` in eval mode meanwhile."""
         info = self.bundle.info
         was_training = model.training
         model.eval()
-        correct = torch.zeros((), device=self.device)
         bs = self.cfg.train.eval_batch_size
-        for i in range(0, len(y), bs):
-            xb = normalize(x[i:i + bs].to(self.device), info.mean, info.std,
-                           channels_last=self.cfg.model.channels_last)
-            with self._autocast():
-                logits = model.forward_tpc(xb)
-            correct += (logits.argmax(1) == y[i:i + bs].to(self.device)).sum()
-        model.train(was_training)
+        try:
+            for i in range(0, len(y), bs):
+                xb = normalize(x[i:i + bs].to(self.device), info.mean, info.std,
+                               channels_last=self.cfg.model.channels_last)
+                with self._autocast():
+                    logits = model.forward_tpc(xb)
+                yield logits, y[i:i + bs].to(self.device)
+        finally:
+            model.train(was_training)
+
+    @torch.no_grad()
+    def accuracy(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+        correct = torch.zeros((), device=self.device)
+        for logits, yb in self._eval_logits(model, x, y):
+            correct += (logits.argmax(1) == yb).sum()
         return correct.item() / max(1, len(y))
+
+    @torch.no_grad()
+    def reference_loss(self, model: nn.Module) -> float:
+        """``model``'s mean cross-entropy on the validation split, or on the labeled images without one; never the
+        test split (TrainContext.reference_loss, e.g. Dash's rho_hat)."""
+        x, y = self._reference_data()
+        total = torch.zeros((), device=self.device)
+        for logits, yb in self._eval_logits(model, x, y):
+            total += F.cross_entropy(logits.float(), yb, reduction="sum")
+        return total.item() / max(1, len(y))
+
+    def _reference_data(self) -> tuple[torch.Tensor, torch.Tensor]:
+        val = self._val_data()
+        if val is not None:
+            return val
+        idx = torch.from_numpy(self.split.labeled)
+        return self.bundle.train.x[idx], self.bundle.train.y[idx]
 
     def evaluate(self) -> EvalEvent:
         """Test (and validation) accuracy of the EMA model and the accumulated training diagnostics since the last

@@ -85,6 +85,10 @@ class TrainContext:
     steps_per_epoch: int             # steps of one pass over the unlabeled pool: ceil(N_u / muB) (labeled: / B)
     device: torch.device = torch.device("cpu")
     ema_model: nn.Module | None = None
+    # A model's mean cross-entropy on the validation split, or on the labeled images where there is none (never the
+    # test split); ``reference_split`` names which. One host sync per call: for a one-off measurement (Dash's rho).
+    reference_loss: Callable[[nn.Module], float] | None = None
+    reference_split: str = "none"
 
     @property
     def num_unlabeled(self) -> int:
@@ -120,6 +124,7 @@ class StepOutput:
     comp_label: Tensor | None = None        # (muB,) the complementary label L_sep trains the TNC on (weak rows)
     tnc_comp_label: Tensor | None = None    # (muB,) argmax r^w: the TNC's "what it is not"
     neg_mask: Tensor | None = None          # (muB, C) UPS negative labels, several per row (fixmatch_nce)
+    soft_target: Tensor | None = None       # (muB, C) a soft consistency target (UDA's sharpened p^w, Dash)
 
 
 @dataclass

@@ -74,7 +74,8 @@ def grad_sum(model: FakeNet, loss: torch.Tensor) -> dict[str, float]:
 def test_registry_contents() -> None:
     expected = {"supervised", "fixmatch", "mutexmatch", "mutexmatch_hard_hard", "mutexmatch_rand_soft",
                 "mutexmatch_rev_norm", "lowconf_full", "lowconf_soft", "lowconf_mse", "fixmatch_nce",
-                "flexmatch", "freematch", "softmatch", "flexmatch_demo"}  # the last one: tests/mutexmatch/conftest.py
+                "flexmatch", "freematch", "softmatch", "adamatch", "pseudolabel", "dash",
+                "flexmatch_demo"}  # the last one: tests/mutexmatch/conftest.py
     assert set(ALGORITHMS) == expected
     assert all(cls.name == name for name, cls in ALGORITHMS.items())
     assert not ALGORITHMS["supervised"].uses_unlabeled and not ALGORITHMS["supervised"].uses_tnc

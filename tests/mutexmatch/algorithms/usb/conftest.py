@@ -22,6 +22,8 @@ for further assertions (a deliberate deviation from USB is asserted there). The 
   (USB's hooks are ``usb.hooks_dict["MaskingHook"]`` etc.);
 - optionally ``prepare(ours, usb, generator)``: puts both sides in the same mid-run state before the first step
   (so thresholds that only move slowly from their start are exercised);
+- where USB's pseudo-labelling hook returns soft targets (UDA, Dash), they are compared with our
+  ``StepOutput.soft_target`` and their argmax with our ``pseudo_label``;
 - optionally any :class:`Lockstep` field (``steps``, ``ulb_size``, ``num_classes``, ``lr``, ...).
 """
 from __future__ import annotations
@@ -167,6 +169,7 @@ def _light_base_init(self: Any, args: Namespace, net_builder: Any = None, tb_log
                      **kwargs: Any) -> None:
     """``AlgorithmBase.__init__`` without datasets, loaders, nets or optimiser: the fields a train_step reads."""
     from semilearn.core.criterions import CELoss, ConsistencyLoss
+    from semilearn.core.utils import Bn_Controller
     self.args, self.num_classes, self.lambda_u = args, args.num_classes, args.ulb_loss_ratio
     self.epochs, self.num_train_iter = args.epoch, args.num_train_iter
     self.num_iter_per_epoch = int(self.num_train_iter // self.epochs)
@@ -175,6 +178,7 @@ def _light_base_init(self: Any, args: Namespace, net_builder: Any = None, tb_log
     self.it, self.epoch, self.print_fn, self.algorithm = 0, 0, lambda *a, **k: None, args.algorithm
     self.model = self.ema_model = net_builder
     self.ce_loss, self.consistency_loss = CELoss(), ConsistencyLoss()
+    self.bn_controller = Bn_Controller()     # Pseudo-Label, Pi-Model, ...: BN statistics kept out of a forward
     self._hooks, self.hooks_dict = [], OrderedDict()
     self.set_hooks()
 
@@ -195,9 +199,12 @@ def build_usb(name: str, model: nn.Module, args: dict[str, Any], *, num_classes:
     return alg
 
 
-def build_ours(name: str, params: dict[str, Any], *, num_classes: int, ulb_size: int) -> Algorithm:
-    """Our algorithm through the public surface (the one place to follow the trainer's seam)."""
-    return build_algorithm(name, params, TrainContext.synthetic(num_classes, ulb_size))
+def build_ours(name: str, params: dict[str, Any], *, num_classes: int, ulb_size: int, total_steps: int,
+               steps_per_epoch: int) -> Algorithm:
+    """Our algorithm through the public surface (the one place to follow the trainer's seam); the schedule is
+    USB's: ``total_steps`` = its num_train_iter, ``steps_per_epoch`` = its num_iter_per_epoch."""
+    ctx = TrainContext.synthetic(num_classes, ulb_size, total_steps=total_steps, steps_per_epoch=steps_per_epoch)
+    return build_algorithm(name, params, ctx)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -299,7 +306,11 @@ def _check_step(adapter: Any, step: int, ours_alg: Algorithm, usb_alg: Any, rec:
     for n in grads[0]:
         torch.testing.assert_close(grads[0][n], grads[1][n], msg=lambda m: f"{at}: gradient of {n}\n{m}")
     torch.testing.assert_close(rec.ours.mask, rec.usb_hooks["masking"], msg=lambda m: f"{at}: mask\n{m}")
-    assert torch.equal(rec.ours.pseudo_label, rec.usb_hooks["gen_ulb_targets"]), f"{at}: pseudo-labels differ"
+    usb_targets = rec.usb_hooks["gen_ulb_targets"]
+    if usb_targets.dim() == 2:      # USB's soft targets (UDA, Dash) vs our StepOutput.soft_target
+        torch.testing.assert_close(rec.ours.soft_target, usb_targets, msg=lambda m: f"{at}: soft targets\n{m}")
+        usb_targets = usb_targets.argmax(dim=1)
+    assert torch.equal(rec.ours.pseudo_label, usb_targets), f"{at}: pseudo-labels differ"
     for ours_term, usb_key in adapter.terms.items():
         torch.testing.assert_close(rec.ours.terms[ours_term].item(), float(rec.usb_log[usb_key]),
                                    msg=lambda m: f"{at}: term {ours_term} vs USB {usb_key}\n{m}")
@@ -333,9 +344,10 @@ def run_lockstep(adapter: Any) -> list[Record]:
     usb_net = TinyNet(cfg.d_in, cfg.width, cfg.num_classes, adapter.logit_scale)
     usb_net.load_state_dict(ours_net.state_dict())
     sizes = {"num_classes": cfg.num_classes, "ulb_size": cfg.ulb_size}
-    ours = build_ours(adapter.name, adapter.ours_params, **sizes)
     usb = build_usb(adapter.usb_name, UsbNet(usb_net), adapter.usb_args, lb_size=cfg.lb_size,
                     total_steps=cfg.steps, **sizes)
+    ours = build_ours(adapter.name, adapter.ours_params, total_steps=cfg.steps,
+                      steps_per_epoch=usb.num_iter_per_epoch, **sizes)
     if hasattr(adapter, "prepare"):
         adapter.prepare(ours, usb, torch.Generator().manual_seed(cfg.seed + 2))
     data, records = Data(cfg, cfg.seed + 1), []
