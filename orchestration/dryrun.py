@@ -358,6 +358,14 @@ def _slots(plan: SweepPlan, opts: SweepOptions, device: str | None) -> tuple[int
     return slots, f"{slots} concurrent trial(s) on {where}"
 
 
+def plan_hours(plan: SweepPlan, rows: list[_Row]) -> float:
+    """Accelerator-hours (CPU-hours for a CPU sweep) of the estimated rows: trial time × the share of a device a
+    trial holds (the figure the dry run prints; experiments/paper_cost.py sums it over the paper's YAMLs)."""
+    res = plan.spec.resources
+    share = res.gpu if res.gpu > 0 else 1.0
+    return sum(r.per_trial.seconds * r.trials for r in rows if r.per_trial.seconds is not None) * share / 3600
+
+
 def _totals(plan: SweepPlan, rows: list[_Row], est: _Estimator, opts: SweepOptions) -> list[str]:
     known = [r for r in rows if r.per_trial.seconds is not None]
     unknown = sum(r.trials for r in rows if r.per_trial.seconds is None)
@@ -372,7 +380,7 @@ def _totals(plan: SweepPlan, rows: list[_Row], est: _Estimator, opts: SweepOptio
     slots, where = _slots(plan, opts, est.device)
     wall = max(trial_s / slots, max(r.per_trial.seconds for r in known))  # type: ignore[type-var]
     partial = f" for {n - unknown} of {n} trials ({unknown} unknown, see above)" if unknown else f" for {n} trials"
-    return [f"estimated cost{partial}: {format_hours(trial_s * share / 3600)} {est.unit}-hours"
+    return [f"estimated cost{partial}: {format_hours(plan_hours(plan, rows))} {est.unit}-hours"
             + (f" (a trial holds {share:g} of a GPU; shared GPUs assumed as fast as one trial alone)"
                if share != 1 else ""),
             f"wall clock: ≈ {format_duration(wall)} at {where}"

@@ -215,6 +215,7 @@ def test_dry_run_of_every_paper_yaml_plans_from_an_empty_folder(tmp_path, monkey
     from orchestration import sweep
 
     assert len(PAPER_YAMLS) == 13
+    readme = (REPO / "experiments" / "README.md").read_text()
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     for path in PAPER_YAMLS:
@@ -223,6 +224,10 @@ def test_dry_run_of_every_paper_yaml_plans_from_an_empty_folder(tmp_path, monkey
         assert out.count("warning: no data here for") == 1, out
         assert "python -m mutexmatch.datasets download" in out or "no downloader" in out
         assert "committed measurements for NVIDIA H200" in out and " H200-hours" in out, out
+        # the one cost figure (issue 24): the dry run's total is its row of experiments/README.md's generated table
+        hours = re.search(r"estimated cost for \d+ trials: ([\d,.]+) H200-hours", out).group(1)
+        assert f"| `{path.name}` | " in readme and re.search(rf"\| `{re.escape(path.name)}` \| \d+ \| \d+ \| "
+                                                            rf"{re.escape(hours)} \|", readme), (path.name, hours)
         assert "unknown" not in out and not re.search(r"(?<![\d.,])0(\.0+)? (s|min|h|d|H200-hours)\b", out), out
     assert list(tmp_path.iterdir()) == []  # nothing written: no store, no storage, no data
 
