@@ -8,7 +8,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install system-deps quickstart test test-fast test-heavy usb-reference report clean
+.PHONY: install system-deps quickstart test test-fast test-heavy test-cluster usb-reference report clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,14 +42,20 @@ system-deps:
 	else echo "LaTeX tools missing: sudo apt-get install --no-install-recommends $(TEX_DEBS)" >&2; exit 1; fi
 
 test: install system-deps
-	$(PY) -m pytest -q -m "not heavy"
+	$(PY) -m pytest -q -m "not heavy and not cluster"
 
 ## --smoke over every experiment YAML on generated fixture datasets (~27 min on 2 cores)
 test-heavy: install system-deps
 	$(PY) -m pytest -q -m heavy
 
+## The container cluster for real: images built on a debootstrap base, Postgres + S3 stand-in + MLflow server + Ray head
+## + 2 workers, a sweep through `ray job submit`, a worker kill, a head kill + --resume, an MLflow outage; all torn
+## down (docker/README.md, "Run for real on this machine": wall time). Needs root for dockerd and debootstrap.
+test-cluster: install
+	PYTHON=$(abspath $(PY)) docker/local/test-cluster.sh
+
 test-fast: install
-	$(PY) -m pytest -q -m "not slow and not heavy"
+	$(PY) -m pytest -q -m "not slow and not heavy and not cluster"
 
 clean:
 	rm -rf outputs ray_results reports/out .pytest_cache

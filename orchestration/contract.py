@@ -78,7 +78,7 @@ def axis_tag(axis: str) -> str:
 
 
 def attempt_tag(attempt: int, what: str) -> str:
-    """``mutexmatch.attempt.<n>.<what>`` (``node_id``, ``start_step``, ``tune_checkpoint``)."""
+    """``mutexmatch.attempt.<n>.<what>`` (``node_id``, ``host``, ``start_step``, ``tune_checkpoint``)."""
     return f"{TAG}attempt.{attempt}.{what}"
 
 

@@ -362,7 +362,7 @@ class TrialRun:
         params = {k: v for k, v in flatten_params(config).items() if k not in logged}
         log_params_and_tags(self.client, self.run_id, params, {
             C.ATTEMPTS: str(self.attempt), C.WORKER_PID: str(os.getpid()), C.NODE_ID: node_id,
-            C.attempt_tag(self.attempt, "node_id"): node_id,
+            C.attempt_tag(self.attempt, "node_id"): node_id, C.attempt_tag(self.attempt, "host"): socket.gethostname(),
             C.attempt_tag(self.attempt, "tune_checkpoint"): "yes" if tune_checkpoint else "none"})
 
     def log_start(self, event: StartEvent) -> None:

@@ -4,6 +4,7 @@ params, and the reconciliation of runs left RUNNING by a driver that is gone."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -144,6 +145,7 @@ def test_a_trial_run_continues_across_attempts_and_logs_each_evaluation_once(sto
     t = got.data.tags
     assert (t[C.ATTEMPTS], t[C.attempt_tag(2, "node_id")], t[C.attempt_tag(2, "tune_checkpoint")]) == ("2", "n2", "yes")
     assert (t[C.SPLIT_DIGEST], t[C.attempt_tag(1, "start_step")], t[C.LAST_STEP]) == ("d" * 64, "0", "6")
+    assert t[C.attempt_tag(2, "host")] == socket.gethostname()  # where the attempt ran: a container's name
     # MLflow's Dataset column: the data and its label budget, identified by the split (logged once, not per attempt)
     second.log_start(StartEvent(step=2, iterations=6, run=run, config_hash="h", split_digest="d" * 64))
     [given] = client.get_run(first.run_id).inputs.dataset_inputs

@@ -1,0 +1,298 @@
+"""The container cluster for real (issue 25), run by `make test-cluster` (marker ``cluster``; not part of `make test`).
+
+docker/local-base.sh has built the project image on a Debian base; here docker/compose.yaml's services run as
+containers on one user network (tests/docker/local_stack.py says what is substituted and why): Postgres, an S3 stand-in
+for MinIO, the MLflow server, a Ray head and two Ray workers. From the host venv, in order (the tests share the stack
+and run top to bottom; `-x` stops at the first failure):
+
+1. the image runs the pinned stack (torch, Ray, MLflow) as uid 1000;
+2. the stack publishes only on 127.0.0.1 and the Ray job API refuses a client without the token;
+3. `ray job submit ... python -m orchestration.sweep experiments/quickstart.yaml --set ...` (grid, search and
+   refit on one fold, short trials) runs its trials on both workers, with metrics and checkpoints in the MLflow server (Postgres) and the S3 store, and `python -m
+   reports.build` on the host builds the report from the server;
+4. faults on one launch with longer trials: a worker killed mid-trial (the trial continues on the other worker from
+   its checkpoint), the head killed (restarted, and `--resume` finishes the sweep), and the MLflow server stopped for
+   30 s during the resumed sweep (trials wait and retry: every evaluation is logged once).
+Teardown removes the containers, the network and the volume, and fails if any is left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.docker.local_stack import CLUSTER_ARGS, REPO, WORKERS, Stack, docker, submit_command, until
+
+pytestmark = pytest.mark.cluster
+
+IMAGE = os.environ.get("MUTEXMATCH_IMAGE", "mutexmatch:0.1.0-local")
+BIN = Path(sys.executable).parent
+QUICKSTART = "experiments/quickstart.yaml"
+# The sweep of step 3: the quickstart (grid, TPE search, refit of the best parameters) on one fold with short
+# trials: a report needs grid runs, which --smoke does not make.
+SMALL_SET = ["--set", "folds=[0]", "--set", "base.train.iterations=20", "--set", "base.train.eval_interval=10",
+             "--set", "search.n_trials=2", "--set", "search.base.train.iterations=20"]
+# The fault launch: the quickstart's smoke trials (3, one per method) made long enough to kill things in them.
+FAULT_ITERATIONS, FAULT_EVAL = 1500, 100
+FAULT_SET = ["--set", f"smoke.train.iterations={FAULT_ITERATIONS}", "--set", f"smoke.train.eval_interval={FAULT_EVAL}"]
+CLOSED_NETWORK_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_USAGE_STATS_REPORT_URL": "http://127.0.0.1:9/",
+                      "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"}
+
+
+def say(msg: str) -> None:
+    print(f"[cluster {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+@pytest.fixture(scope="module")
+def stack():
+    s = Stack(IMAGE)
+    started = time.monotonic()
+    try:
+        s.up()
+        say(f"stack up in {time.monotonic() - started:.0f} s: MLflow {s.mlflow_url}, Ray {s.ray_address}")
+        yield s
+    finally:
+        left = s.down()
+        say(f"stack removed (containers, network {s.network}, volume {s.volume}); left: {left or 'nothing'}")
+        assert not left, left
+
+
+def submit(stack: Stack, *args: str, wait: bool = True, timeout: float = 1200) -> subprocess.CompletedProcess:
+    """`ray job submit --address <head> --working-dir . -- python -m orchestration.sweep <args>` from the host venv,
+    the command docker/README.md and docker/kuberay/rayjob.yaml give."""
+    cmd = submit_command(stack.ray_address, list(args), wait=wait)
+    cmd[0] = str(BIN / "ray")
+    say("$ " + " ".join(cmd[1:]))
+    env = {**os.environ, **CLOSED_NETWORK_ENV, **stack.client_env}
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def client(stack: Stack):
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=stack.mlflow_url)
+
+
+def launch_runs(stack: Stack, overrides: list[str]) -> tuple[list, list]:
+    """(parent runs, trial runs) of the quickstart launches with these --set items."""
+    from orchestration import contract as C
+
+    mlc = client(stack)
+    exp = mlc.get_experiment_by_name("quickstart")
+    if exp is None:
+        return [], []
+    runs = mlc.search_runs([exp.experiment_id], max_results=1000)
+    parents = [r for r in runs if r.data.tags.get(C.ROLE) == C.ROLE_SWEEP
+               and json.loads(r.data.tags.get(C.OVERRIDES, "[]")) == overrides]
+    ids = {p.info.run_id for p in parents}
+    trials = [r for r in runs if r.data.tags.get(C.PARENT_RUN_ID) in ids]
+    return parents, trials
+
+
+def attempts(run) -> list[tuple[str, str, str]]:
+    """(host, start step, tune checkpoint) of each attempt of a trial run."""
+    from orchestration import contract as C
+
+    t = run.data.tags
+    return [(t.get(C.attempt_tag(i, "host"), "?"), t.get(C.attempt_tag(i, "start_step"), "?"),
+             t.get(C.attempt_tag(i, "tune_checkpoint"), "?")) for i in range(1, int(t.get(C.ATTEMPTS, "0")) + 1)]
+
+
+def s3_keys(stack: Stack, bucket: str) -> list[str]:
+    code = ("import boto3, sys; s3 = boto3.client('s3', endpoint_url='http://127.0.0.1:9000'); "
+            "p = s3.get_paginator('list_objects_v2'); "
+            "print('\\n'.join(o['Key'] for page in p.paginate(Bucket=sys.argv[1]) for o in page.get('Contents', [])))")
+    return docker("exec", "-e", "AWS_ACCESS_KEY_ID=x", "-e", "AWS_SECRET_ACCESS_KEY=x", "-e",
+                  "AWS_DEFAULT_REGION=us-east-1", stack.container("minio"), "python", "-c", code, bucket).split()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_1_image_runs_the_pinned_stack_as_uid_1000():
+    import mlflow
+    import ray
+    import torch
+
+    out = docker("run", "--rm", "--network", "none", IMAGE, "python", "-c",
+                 "import os, torch, ray, mlflow, mutexmatch, orchestration, reports; "
+                 "print(os.getuid(), torch.__version__, ray.__version__, mlflow.__version__)")
+    say(f"image {IMAGE}: uid, torch, ray, mlflow = {out}")
+    uid, image_torch, image_ray, image_mlflow = out.split()
+    assert uid == "1000"
+    assert (image_torch, image_ray, image_mlflow) == (torch.__version__, ray.__version__, mlflow.__version__)
+
+
+def test_2_ports_on_loopback_only_and_the_job_api_needs_the_token(stack):
+    bindings = stack.published()
+    say(f"published: {sorted(bindings)}")
+    assert bindings and all(b.startswith("127.0.0.1:") for b in bindings), bindings
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"{stack.ray_address}/api/jobs/", timeout=10)
+    assert refused.value.code in (401, 403)
+    nodes = stack.alive_nodes()
+    say(f"Ray nodes: {sorted(nodes.values())}")
+    assert sorted(nodes.values()) == sorted(["ray-head", *WORKERS])
+
+
+def planned_trials(overrides: list[str], smoke: bool) -> int:
+    from orchestration.overrides import load_sweep, plan_sweep
+
+    return plan_sweep(load_sweep(REPO / QUICKSTART, REPO, overrides, need_data=False), REPO, smoke=smoke).num_trials
+
+
+def test_3_sweep_runs_on_both_workers_and_the_report_builds_from_the_server(stack):
+    from orchestration import contract as C
+
+    started = time.monotonic()
+    job = submit(stack, QUICKSTART, *SMALL_SET, *CLUSTER_ARGS)
+    output = job.stdout + job.stderr
+    say(f"job finished in {time.monotonic() - started:.0f} s, exit {job.returncode}")
+    assert job.returncode == 0 and "succeeded" in output, output[-6000:] + stack.logs("ray-head")
+
+    parents, trials = launch_runs(stack, SMALL_SET[1::2])
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    for run in sorted(trials, key=lambda r: r.info.run_name):
+        say(f"  {run.info.run_name}: {run.info.status}, ran on {attempts(run)}")
+    planned = planned_trials(SMALL_SET[1::2], smoke=False)
+    say(f"MLflow: {len(trials)} trial runs, {planned} trials planned (grid, search, refit)")
+    assert len(trials) == planned and {r.info.status for r in trials} == {"FINISHED"}
+    hosts = {a[0] for r in trials for a in attempts(r)}
+    assert hosts == set(WORKERS), hosts  # both workers, never the head (it offers no CPU)
+
+    mlc = client(stack)
+    for run in trials:
+        files = {a.path for a in mlc.list_artifacts(run.info.run_id, "checkpoints")}
+        assert files, f"{run.info.run_name}: no checkpoint artifact"
+        assert run.info.artifact_uri.startswith("mlflow-artifacts:/"), run.info.artifact_uri  # through the proxy
+        assert 0.0 <= run.data.metrics[C.TEST_ACC] <= 1.0
+    stored = s3_keys(stack, "mlflow")
+    checkpoints = [k for k in stored if "/checkpoints/" in k]
+    tune = s3_keys(stack, "tune")
+    say(f"S3: {len(stored)} objects in s3://mlflow ({len(checkpoints)} checkpoints), {len(tune)} in s3://tune")
+    assert len(checkpoints) >= len(trials) and any("checkpoint_" in k for k in tune)
+
+    out = Path(tempfile.mkdtemp(prefix="mm-report-"))
+    report = subprocess.run([str(BIN / "python"), "-m", "reports.build", QUICKSTART, "--tracking-uri",
+                             stack.mlflow_url, "--out", str(out)], cwd=REPO, capture_output=True, text=True,
+                            env={**os.environ, **CLOSED_NETWORK_ENV}, timeout=600)
+    say(f"python -m reports.build {QUICKSTART} --tracking-uri {stack.mlflow_url}: exit {report.returncode}, "
+        f"{sorted(p.name for p in out.iterdir())}")
+    assert report.returncode == 0, report.stdout[-3000:] + report.stderr[-3000:]
+    table = (out / "main.md").read_text()  # every row of the quickstart's table, the tuned one (refit) included
+    for label in ("Supervised", "FixMatch", "MutexMatch (default)", "MutexMatch (tuned)"):
+        assert f"| {label} | " in table and "(n=1)" in table.split(f"| {label} | ")[1].splitlines()[0], table
+
+
+def _wait(what: str, ok, timeout_s: float, stack: Stack):
+    return until(ok, timeout_s, what, lambda: "".join(stack.logs(s) for s in ("ray-head", *WORKERS)), poll_s=2.0)
+
+
+def _running_with_checkpoint(stack: Stack, min_step: int):
+    """A RUNNING trial of the fault launch whose last logged evaluation is at ``min_step`` or later."""
+    from orchestration import contract as C
+
+    for run in launch_runs(stack, FAULT_SET[1::2])[1]:
+        if run.info.status == "RUNNING" and int(run.data.tags.get(C.LAST_STEP, "0")) >= min_step:
+            return run
+    return None
+
+
+def test_4_worker_kill_head_kill_resume_and_an_mlflow_outage_lose_nothing(stack):
+    from orchestration import contract as C
+
+    overrides = FAULT_SET[1::2]
+    fault_args = [QUICKSTART, "--smoke", *FAULT_SET, *CLUSTER_ARGS, "--max-failures", "3"]
+    job = submit(stack, *fault_args, wait=False)
+    assert job.returncode == 0, job.stdout + job.stderr
+
+    # (a) a worker dies in the middle of a trial that has checkpoints: the trial continues on the other worker
+    victim = _wait("a RUNNING trial with two evaluations", lambda: _running_with_checkpoint(stack, 2 * FAULT_EVAL), 600,
+                   stack)
+    host = attempts(victim)[-1][0]
+    assert host in WORKERS, attempts(victim)
+    other = next(w for w in WORKERS if w != host)
+    step = victim.data.tags[C.LAST_STEP]
+    docker("kill", stack.container(host))
+    say(f"docker kill {host} while {victim.info.run_name} was at step {step}")
+
+    def moved():
+        run = client(stack).get_run(victim.info.run_id)
+        return run if len(attempts(run)) >= 2 and attempts(run)[1][0] == other else None
+
+    resumed = _wait(f"{victim.info.run_name} restarted on {other}", moved, 900, stack)
+    say(f"{victim.info.run_name} attempts (host, start step, tune checkpoint): {attempts(resumed)}")
+    host2, start2, checkpoint2 = attempts(resumed)[1]
+    assert int(start2) > 0 and checkpoint2 == "yes", attempts(resumed)  # from its checkpoint, not from step 0
+
+    # (b) the head dies (and the job's driver with it): restart it, bring the killed worker back, --resume
+    _wait("the restarted trial logging an evaluation", lambda: _running_with_checkpoint(
+        stack, int(start2) + FAULT_EVAL), 600, stack)
+    docker("kill", stack.container("ray-head"))
+    say("docker kill ray-head (the sweep's driver runs there)")
+    stack.restart("ray-head")
+    docker("start", stack.container(host))
+    stack.wait_workers(len(WORKERS))
+    say(f"ray-head restarted, workers back: {sorted(stack.alive_nodes().values())}")
+
+    # (c) during the resumed sweep, the MLflow server is stopped for 30 s
+    before = _last_steps(stack)
+    resume = _ResumeInBackground(stack, [*fault_args, "--resume"])
+    _wait("the resumed sweep logging a new evaluation", lambda: _last_steps(stack) != before, 600, stack)
+    docker("stop", stack.container("mlflow"))
+    say("docker stop mlflow; 30 s without the tracking server")
+    time.sleep(30)
+    stack.restart("mlflow")
+    say("docker start mlflow")
+    job = resume.wait()
+    output = job.stdout + job.stderr
+    say(f"--resume: exit {job.returncode}")
+    assert job.returncode == 0 and "succeeded" in output, output[-8000:]
+
+    parents, trials = launch_runs(stack, overrides)
+    for run in sorted(trials, key=lambda r: r.info.run_name):
+        say(f"  {run.info.run_name}: {run.info.status}, attempts {attempts(run)}")
+    planned = planned_trials(overrides, smoke=True)
+    assert len(trials) == planned and len({r.info.run_name for r in trials}) == planned, [r.info.run_name for r in trials]
+    assert {r.info.status for r in trials} == {"FINISHED"}
+    mlc = client(stack)
+    exp = mlc.get_experiment_by_name("quickstart")
+    running = mlc.search_runs([exp.experiment_id], "attributes.status = 'RUNNING'")
+    assert not running, [r.info.run_name for r in running]
+    # every evaluation of every trial logged exactly once, through the worker kill, the head kill and the outage
+    expected_steps = list(range(FAULT_EVAL, FAULT_ITERATIONS + 1, FAULT_EVAL))
+    for run in trials:
+        steps = [m.step for m in mlc.get_metric_history(run.info.run_id, C.TEST_ACC)]
+        assert sorted(steps) == expected_steps, (run.info.run_name, steps)
+    say(f"MLflow: {len(trials)} trial runs for {len(trials)} trials, every evaluation logged once, none RUNNING")
+
+
+def _last_steps(stack: Stack) -> dict[str, str]:
+    from orchestration import contract as C
+
+    return {r.info.run_id: r.data.tags.get(C.LAST_STEP, "") for r in launch_runs(stack, FAULT_SET[1::2])[1]}
+
+
+class _ResumeInBackground:
+    """`ray job submit ... --resume`, blocking, in a thread so that the test can stop MLflow meanwhile."""
+
+    def __init__(self, stack: Stack, args: list[str]):
+        import threading
+
+        self.result: subprocess.CompletedProcess | None = None
+        self.thread = threading.Thread(target=lambda: setattr(self, "result", submit(stack, *args)), daemon=True)
+        self.thread.start()
+
+    def wait(self) -> subprocess.CompletedProcess:
+        self.thread.join(timeout=1800)
+        assert self.result is not None, "the resumed job did not finish within 30 min"
+        return self.result
