@@ -35,7 +35,7 @@ from mutexmatch.config import (SEED_MAX, SWEEP_ONLY_KEY, TRAIN_COMMAND, ConfigEr
 from mutexmatch.yamlfile import YamlFileError, read_yaml_mapping
 from mutexmatch.algorithms import ALGORITHMS
 from mutexmatch.checks import at_least, validation_error_lines  # noqa: F401  (re-exported)
-from mutexmatch.dotted import deep_merge, set_dotted  # noqa: F401  (re-exported)
+from mutexmatch.dotted import deep_merge, flatten_dotted, set_dotted  # noqa: F401  (deep_merge, set_dotted re-exported)
 
 from orchestration.contract import VALIDATION_METRICS, cell_id
 
@@ -243,6 +243,9 @@ class SweepSpec(_Strict):
                                 "each fold's run with its fold seed; false: every fold uses `train.seed` (the folds "
                                 "then differ only by their labeled split).")
     axes: dict[str, dict[str, dict[str, Any] | None]] = Field(description="axis → level → partial RunConfig.")
+    axis_wins: dict[str, str] = Field(default_factory=dict, description="field → the axis whose level sets it where "
+                                      "several axes do (the last of them: levels merge in axis order); any other "
+                                      "field set by two axes is refused.")
     exclude: list[dict[str, str]] = Field(default_factory=list, description="Partial cells to drop.")
     resources: Resources = Field(default_factory=Resources)
     smoke: dict[str, Any] | None = Field(None, description=f"Overrides for --smoke (default {SMOKE_DEFAULT}).")
@@ -433,6 +436,7 @@ def validate_spec(spec: SweepSpec, project_dir: Path) -> None:
     all_cells = [Cell(tuple(zip(spec.axes, combo)))
                  for combo in itertools.product(*(list(v) for v in spec.axes.values()))]
     errors += _partial_cell_errors("exclude", spec.exclude, spec, all_cells)
+    errors += _overlap_errors(spec)
     if spec.search is not None:
         errors += _space_path_errors(spec.search)
     cells = expand_cells(spec)
@@ -463,6 +467,28 @@ def validate_spec(spec: SweepSpec, project_dir: Path) -> None:
         errors += _search_errors(spec, project_dir)
     if errors:
         raise SpecError("\n".join(dict.fromkeys(errors)))
+
+
+def _overlap_errors(spec: SweepSpec) -> list[str]:
+    """A field set by levels of two axes: the later axis's level silently replaced the earlier one's (a level named
+    ``fixmatch_tau05`` never trained tau = 0.5), so it is refused unless ``axis_wins`` names the winner."""
+    setters: dict[str, list[str]] = {}
+    for axis, levels in spec.axes.items():
+        for path in sorted({p for o in levels.values() for p in flatten_dotted(o or {})}):
+            setters.setdefault(path, []).append(axis)
+    errors = []
+    for path, axes in setters.items():
+        winner = spec.axis_wins.get(path)
+        if len(axes) > 1 and winner is None:
+            errors.append(f"axes {' and '.join(axes)} both set {path}: each level of {axes[-1]} silently replaces "
+                          f"the value the other axis's level gives; set {path} on one axis only, or declare "
+                          f"`axis_wins: {{{path}: {axes[-1]}}}` if that is meant")
+        elif len(axes) > 1 and winner != axes[-1]:
+            errors.append(f"axis_wins.{path}={winner!r}: levels merge in axis order, so {axes[-1]} (the last of "
+                          f"{', '.join(axes)}) wins; move axis {winner!r} after the others or name {axes[-1]!r}")
+    errors += [f"axis_wins.{path}={winner!r}: not set by two axes ({', '.join(setters.get(path, [])) or 'by none'}); "
+               "remove it" for path, winner in spec.axis_wins.items() if len(setters.get(path, [])) < 2]
+    return errors
 
 
 def _seed_errors(spec: SweepSpec, cells: list[Cell], project_dir: Path) -> list[str]:
@@ -609,5 +635,5 @@ def load_spec(path: str | Path, project_dir: str | Path = ".") -> SweepSpec:
 
 def spec_hash(spec: SweepSpec) -> str:
     """Short sha256 over what changes the trials (description and report layouts excluded)."""
-    d = spec.model_dump(mode="json", exclude={"description", "tables", "figures"})
+    d = spec.model_dump(mode="json", exclude={"description", "tables", "figures", "axis_wins"})
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]

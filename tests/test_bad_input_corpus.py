@@ -292,6 +292,14 @@ CASES = [
       files={"s.yaml": _sweep(("folds: [0, 1]", "folds: [0, 0]"))}),
     C("sweep-bad-tau", S, "{t}/s.yaml", "algorithm.tau=2: must be in (0, 1]",
       files={"s.yaml": _sweep(("{name: fixmatch}", "{name: fixmatch, tau: 2}"))}),
+    C("sweep-two-axes-set-one-field", S, "{t}/s.yaml --dry-run",
+      "axes method and tau both set algorithm.tau: each level of tau silently replaces the value the other axis's "
+      "level gives; set algorithm.tau on one axis only, or declare `axis_wins: {algorithm.tau: tau}`",
+      files={"s.yaml": _sweep(("{name: fixmatch}}", "{name: fixmatch, tau: 0.5}}")) + "  tau:\n    t95: {algorithm: "
+                                                                                     "{tau: 0.95}}\n"}),
+    C("sweep-axis-wins-earlier", S, "{t}/s.yaml --dry-run", "axis_wins.algorithm.tau='method': levels merge in axis "
+      "order, so tau (the last of method, tau) wins", files={"s.yaml": _sweep(("{name: fixmatch}}", "{name: fixmatch, "
+      "tau: 0.5}}")) + "  tau:\n    t95: {algorithm: {tau: 0.95}}\naxis_wins: {algorithm.tau: method}\n"}),
     C("sweep-exclude-unknown-level", S, "{t}/s.yaml", "exclude[0].method='flexmatch': unknown level",
       files={"s.yaml": SWEEP_YAML + "exclude: [{method: flexmatch}]\n"}),
     C("sweep-max-concurrent-negative", S, "{t}/s.yaml --max-concurrent -1", "--max-concurrent",
