@@ -5,6 +5,7 @@ the same trials."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import tempfile
 from dataclasses import dataclass, field
@@ -76,15 +77,29 @@ def check_options(opts: SweepOptions) -> None:
         raise ValueError(f"--experiment-name={opts.experiment_name!r}: {NAME_RULE}")
 
 
+# What Ray Tune's storage (pyarrow's file systems) takes besides a local folder.
+STORAGE_SCHEMES = ("file", "s3", "gs", "gcs", "hdfs", "abfs", "abfss")
+
+
 def resolve_storage(storage: str | None, project_dir: Path) -> str:
     """Ray Tune's storage: default ``<project>/ray_results``; relative paths made absolute (trials run elsewhere);
     URIs (``s3://``, ``gs://``, ``file://``) passed through — a multi-node cluster needs shared storage."""
     if storage is None:
         return str(Path(project_dir).resolve() / "ray_results")
     if "://" in storage:
+        scheme = storage.split("://", 1)[0].lower()
+        if scheme not in STORAGE_SCHEMES:
+            raise ValueError(f"--storage {storage!r}: unknown scheme {scheme!r}; give a folder or a "
+                             f"{', '.join(f'{s}://' for s in STORAGE_SCHEMES)} URI that every node reaches")
         return storage
     p = Path(storage)
-    return str(p if p.is_absolute() else (Path(project_dir) / p).resolve())
+    p = p if p.is_absolute() else (Path(project_dir) / p).resolve()
+    existing = next(a for a in (p, *p.parents) if a.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK):
+        why = "a file" if not existing.is_dir() else "not writable"
+        what = "is a file" if existing == p else f"cannot be created ({existing} is {why})"
+        raise ValueError(f"--storage {storage!r}: {what}; give a folder Ray Tune can write its state to")
+    return str(p)
 
 
 def command_line(opts: SweepOptions, uri: str, storage: str, *, resume: bool) -> str:

@@ -187,6 +187,26 @@ class RefitSpec(_Strict):
     base: Overrides = Field(default_factory=dict, description="Overrides for refit trials only, applied over "
                                  "the grid's config (the search's own `base` is not used).")
 
+def check_rdb_url(url: str) -> str:
+    """``url`` if it is a database URL whose dialect SQLAlchemy (so Optuna) knows and, for SQLite, whose folder exists;
+    else ``ValueError`` saying what is allowed (a garbage URL passed --dry-run, then the launch trained the whole
+    grid and crashed in the search phase)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    try:
+        parsed = make_url(url)
+        parsed.get_dialect()
+    except (ArgumentError, NoSuchModuleError, ValueError):
+        raise ValueError("must be a database URL Optuna can open, e.g. sqlite:////abs/path/optuna.db or "
+                         "postgresql://user@host/db (or leave it out: optuna.db beside the MLflow store)") from None
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        folder = Path(parsed.database).expanduser().resolve().parent
+        if not folder.is_dir():
+            raise ValueError(f"its folder {folder} does not exist; create it or give another path")
+    return url
+
+
 class SearchSpec(_Strict):
     """An Optuna (TPE) search with ASHA over the searched cells; the objective is a validation metric only."""
 
@@ -210,6 +230,11 @@ class SearchSpec(_Strict):
     storage: str | None = Field(None, description="Optuna RDB storage URL of the studies (default: `optuna.db` "
                                 "beside the MLflow SQLite store, else in the project folder); a relaunch continues "
                                 "the same study.")
+
+    @field_validator("storage")
+    @classmethod
+    def _storage(cls, v: str | None) -> str | None:
+        return v if v is None else check_rdb_url(v)
 
     @field_validator("refit", mode="before")
     @classmethod

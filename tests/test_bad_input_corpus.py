@@ -308,6 +308,16 @@ CASES = [
       files={"s.yaml": SWEEP_YAML}),
     C("sweep-tracking-uri-not-a-db", S, "{t}/s.yaml --tracking-uri {t}/notes.db", "{t}/notes.db",
       files={"s.yaml": SWEEP_YAML, "notes.db": "not a database\n"}),
+    C("sweep-search-storage-garbage", S, "{t}/s.yaml --dry-run", "search.storage='not a url': must be a database URL "
+      "Optuna can open", files={"s.yaml": SWEEP_YAML + "search: {metric: val/acc, storage: not a url, space: "
+                                                       "{algorithm.tau: {type: float, low: 0.5, high: 0.9}}}\n"}),
+    C("sweep-search-storage-no-folder", S, "{t}/s.yaml --dry-run", "search.storage='sqlite:///gone/optuna.db': "
+      "its folder {t}/gone does not exist", files={"s.yaml": SWEEP_YAML + "search: {metric: val/acc, storage: "
+      "'sqlite:///gone/optuna.db', space: {algorithm.tau: {type: float, low: 0.5, high: 0.9}}}\n"}),
+    C("sweep-storage-is-a-file", S, "{t}/s.yaml --dry-run --storage {t}/notes.txt",
+      "--storage '{t}/notes.txt': is a file", files={"s.yaml": SWEEP_YAML, "notes.txt": "x"}),
+    C("sweep-storage-bad-scheme", S, "{t}/s.yaml --storage ftp://host/tune", "--storage 'ftp://host/tune': unknown "
+      "scheme 'ftp'", files={"s.yaml": SWEEP_YAML}),
     C("sweep-table-metric-typo", S, "{t}/s.yaml", "test/accc",
       files={"s.yaml": REPORT_YAML.replace("test/acc", "test/accc")}),
     # ---------------------------------------------------------------- reports.build
