@@ -41,6 +41,7 @@ PINNED = {  # YAML: (first grid trial's config hash, digest of every planned tri
     "table2_stl_mini_tiny.yaml": ("56c1b3e3e3a009d2", "0a8b1cdb6241f36b", 80),
     "table_cnn13_wrn.yaml": ("fe82e43f836b8f29", "f0c6bf0d76b0d9a6", 60),
     "usb_classic_cv.yaml": ("c33d122bd89d0ded", "7045bc135f069e50", 216),
+    "zoo_digits.yaml": ("3d0eb9b96566484e", "9edc53ab9f2422b6", 80),
 }
 
 

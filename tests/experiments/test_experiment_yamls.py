@@ -22,7 +22,8 @@ EXPERIMENTS = REPO / "experiments"
 SPECS = sorted(EXPERIMENTS.glob("*.yaml"))
 RUNS = sorted((EXPERIMENTS / "runs").glob("*.yaml"))
 # Sweeps that are not paper-scale benchmarks: the quickstart and the CPU-sized digits variants.
-CPU_SCALE = {"quickstart.yaml", "cifar10_cpu.yaml"} | {p.name for p in SPECS if p.name.startswith("digits_")}
+CPU_SCALE = {"quickstart.yaml", "cifar10_cpu.yaml", "zoo_digits.yaml"} | {p.name for p in SPECS
+                                                                       if p.name.startswith("digits_")}
 # Benchmarks of other papers, on their own schedule (each has its own test below).
 OTHER_BENCHMARKS = {"usb_classic_cv.yaml"}
 PAPER_SCALE = [p for p in SPECS if p.name not in CPU_SCALE | OTHER_BENCHMARKS]
@@ -149,6 +150,14 @@ def test_paper_scale_sweeps_use_the_paper_schedule(path: Path, project: Path) ->
         assert cfg.data.root == str(project / "data"), where
         if "form" in ALGORITHMS[cfg.algorithm.name].Params.model_fields:
             assert "form" in raw["algorithm"], f"{where}: the loss form is left to the default"
+
+
+def test_zoo_digits_runs_every_registered_algorithm(project: Path) -> None:
+    """One row per algorithm of the package (test-only algorithms registered by a conftest are not in it)."""
+    spec = load_spec(EXPERIMENTS / "zoo_digits.yaml", project)
+    names = {parse_config(trial_config(spec, cell, 0, project_dir=project)).algorithm.name
+             for cell in expand_cells(spec)}
+    assert names == {n for n, cls in ALGORITHMS.items() if cls.__module__.startswith("mutexmatch.algorithms.")}
 
 
 def test_usb_classic_cv_uses_usbs_settings(project: Path) -> None:
