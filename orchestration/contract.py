@@ -299,8 +299,10 @@ def percent_metric(name: str) -> str:
 
 
 def with_percent(metrics: dict[str, float]) -> dict[str, float]:
-    """``metrics`` plus the twin in % of each accuracy among them (:data:`PERCENT_METRICS`)."""
-    return {**metrics, **{percent_metric(k): percent(v) for k, v in metrics.items() if k in PERCENT_METRICS}}
+    """``metrics`` plus the twin in % of each accuracy among them (:data:`PERCENT_METRICS`), with the tables' two
+    decimals (the UI shows a value as logged; the fraction keeps full precision)."""
+    return {**metrics, **{percent_metric(k): round(percent(v), 2) for k, v in metrics.items()
+                          if k in PERCENT_METRICS}}
 
 # ------------------------------------------------------------------------------------------------ store
 SQLITE_HEADER = b"SQLite format 3\x00"  # the first bytes of every SQLite database file
@@ -409,11 +411,14 @@ def runs_view(axes: Iterable[str]) -> dict:
     is collapsed), sorted by name, with the final and best test accuracy in %, the level on each axis and the fold
     as columns beside the run name, widened so the names fit."""
     run_name = "attributes.`Run Name`"
-    columns = [f"metrics.`{percent_metric(TEST_ACC)}`", f"metrics.`{percent_metric(TEST_BEST_ACC)}`",
-               *(f"tags.`{axis_tag(a)}`" for a in axes), f"tags.`{FOLD}`", "attributes.`Source`"]
+    metrics = [f"metrics.`{percent_metric(TEST_ACC)}`", f"metrics.`{percent_metric(TEST_BEST_ACC)}`"]
+    levels = [f"tags.`{axis_tag(a)}`" for a in axes]
+    columns = [*metrics, *levels, f"tags.`{FOLD}`", "attributes.`Source`"]
+    # widths in pixels: the header of a tag column is the tag's name, which MLflow cuts to the column
+    widths = {run_name: 270, **{m: 120 for m in metrics}, **{t: 175 for t in levels}, f"tags.`{FOLD}`": 125}
     return {"searchFilter": f"tags.`{ROLE}` = '{ROLE_TRIAL}'", "orderByKey": "tags.`mlflow.runName`",
             "orderByAsc": True, "selectedColumns": columns, "columnOrder": [run_name, *columns],
-            "columnWidths": {run_name: 300}}
+            "columnWidths": widths}
 
 
 def experiment_tags(axes: Iterable[str]) -> dict[str, str]:

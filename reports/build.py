@@ -239,7 +239,7 @@ def _build(layout: ReportLayout, source: RunSource, uri: str, out: Path, protoco
     metrics = MetricCache(source)
     _tables(layout, metrics, table_runs, protocol, formats, out, result)
     if "png" in formats or "pdf" in formats:
-        _figures(layout, metrics, used, uri, protocol, out, result)
+        _figures(layout, metrics, table_runs, uri, protocol, out, result)  # tuned rows' refit runs too
     result.searches = write_searches(layout, source, experiment_id, uri, out, formats, settings.hashes("search"))
     result.files += result.searches.files
     if "tex" in formats:

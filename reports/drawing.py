@@ -10,12 +10,14 @@ from typing import Union
 import numpy as np
 import pandas as pd
 
-from reports.layout import (CurvesFigure, HeatmapFigure, ReportLayout, SensitivityFigure, cell_id, metric_name,
-                            sensitivity_param, sensitivity_x)
+from orchestration import contract as C
+from reports.layout import (TUNED_ROW, CurvesFigure, HeatmapFigure, ReportLayout, SensitivityFigure, cell_id,
+                            metric_name, param_name, sensitivity_param, sensitivity_x)
 from reports.runs import MetricCache, sum_class_counts
 from reports.tables import PROTOCOL_TEXT
 
-__all__ = ["DrawnFigure", "all_cells", "cells_matching", "cell_title", "level_labels", "draw_figure"]
+__all__ = ["DrawnFigure", "all_cells", "cells_matching", "cell_title", "curve_cells", "level_labels",
+           "draw_figure"]
 
 Figure = Union[CurvesFigure, HeatmapFigure, SensitivityFigure]
 Labels = dict[str, dict[str, str]]
@@ -47,10 +49,12 @@ def cells_matching(runs: pd.DataFrame, partial: dict[str, str]) -> pd.DataFrame:
 
 
 def level_labels(layout: ReportLayout) -> Labels:
-    """Display names per axis and level, collected from the tables' labels (figures reuse them)."""
+    """Display names per axis and level, collected from the tables' labels (figures reuse them); a tuned row's
+    label under ``<level>+tuned``."""
     labels: Labels = {a: {} for a in layout.axes}
     for t in layout.tables:
         labels[t.rows].update(t.row_labels)
+        labels[t.rows].update({lvl + TUNED_ROW: label for lvl, label in t.tuned_rows.items()})
         labels[t.columns].update(t.column_labels)
         if t.row_groups:
             labels[t.row_groups].update(t.row_group_labels)
@@ -58,9 +62,24 @@ def level_labels(layout: ReportLayout) -> Labels:
 
 
 def cell_title(cell: dict[str, str], layout: ReportLayout, labels: Labels) -> str:
-    """The cell in words: the display names of its levels on the axes that vary."""
+    """The cell in words: the display names of its levels on the axes that vary (a tuned cell's by its tuned
+    row's label)."""
     varying = [a for a in layout.axes if len(layout.axes[a]) > 1] or list(layout.axes)
-    return ", ".join(labels[a].get(cell[a], cell[a]) for a in varying if a in cell)
+    tuned = C.TUNED_AXIS in cell
+
+    def name(axis: str) -> str:
+        level = cell[axis]
+        return labels[axis].get(level + TUNED_ROW if tuned and level + TUNED_ROW in labels[axis] else level, level)
+    return ", ".join(name(a) for a in varying if a in cell)
+
+
+def curve_cells(layout: ReportLayout) -> list[dict[str, str]]:
+    """Every cell in YAML order, each followed by its tuned cell (the refit runs) when a table has a tuned row for
+    its level, as the tables place them."""
+    tuned = {(t.rows, lvl) for t in layout.tables for lvl in t.tuned_rows}
+    return [c for cell in all_cells(layout)
+            for c in [cell] + ([{**cell, C.TUNED_AXIS: C.TUNED_LEVEL}]
+                               if any(cell.get(a) == lvl for a, lvl in tuned) else [])]
 
 
 def _curves(fig: CurvesFigure, layout: ReportLayout, metrics: MetricCache, runs: pd.DataFrame, labels: Labels,
@@ -70,7 +89,7 @@ def _curves(fig: CurvesFigure, layout: ReportLayout, metrics: MetricCache, runs:
     partials = fig.cells or [{}]
     panels = []
     # Panels in YAML order of the cells (axis by axis), each cell once even when several partials match it.
-    for cell in all_cells(layout):
+    for cell in curve_cells(layout):
         if not any(all(cell[a] == lvl for a, lvl in p.items()) for p in partials):
             continue
         ids = list(runs.loc[runs["cell"] == cell_id(cell, layout.axes), "run_id"])
@@ -125,9 +144,9 @@ def _sensitivity(fig: SensitivityFigure, layout: ReportLayout, metrics: MetricCa
             rows.append({"x": x, "mean": vals.mean() if len(vals) else np.nan,
                          "std": vals.std(ddof=1) if len(vals) > 1 else np.nan, "n": len(vals)})
         series["" if s is None else labels[fig.series].get(s, s)] = pd.DataFrame(rows)
-    xlabel = sensitivity_param(fig, layout.axes)
-    files = figs.plot_sensitivity(series, stem, xlabel=xlabel, ylabel=f"{fig.metric} (%, {protocol})")
+    xlabel = param_name(sensitivity_param(fig, layout.axes))
     name = metric_name(fig.metric)
+    files = figs.plot_sensitivity(series, stem, xlabel=xlabel, ylabel=f"{name[:1].upper()}{name[1:]} (%)")
     caption = fig.title or (f"{name[:1].upper()}{name[1:]} (%) against {xlabel}: mean ± std over folds"
                             f"{', one line per ' + fig.series if fig.series else ''}; protocol: "
                             f"{PROTOCOL_TEXT[protocol]}.")

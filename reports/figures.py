@@ -22,16 +22,44 @@ import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import EngFormatter
+from matplotlib.ticker import EngFormatter, MaxNLocator
 
 from mutexmatch.atomic import atomic_write
+from orchestration import contract as C
 from reports.layout import metric_name
 
-__all__ = ["FIGURE_FORMATS", "CurvePanel", "PanelDrawn", "curve_band", "is_fraction_metric", "row_normalise",
-           "plot_curves", "plot_heatmaps", "plot_sensitivity", "save_figure"]
+__all__ = ["FIGURE_FORMATS", "COLUMN_IN", "TEXT_IN", "FONT_PT", "STYLE", "CurvePanel", "PanelDrawn", "curve_band",
+           "is_fraction_metric", "row_normalise", "plot_curves", "plot_heatmaps", "plot_sensitivity",
+           "plot_search_history", "plot_search_slice"]
 
 FIGURE_FORMATS = ("png", "pdf", "svg")
-_DPI = 150
+_DPI = 300
+# Paper sizes: a figure is one column (3.3 in) or the text width (6.8 in) wide and is included at that width, so
+# its 8 pt text stays 8 pt on the page. One style for every figure, the search plots included: the same fonts, the
+# palette the MLflow UI colours runs with (contract.PALETTE), light grids, no top or right spines.
+COLUMN_IN, TEXT_IN = 3.3, 6.8
+FONT_PT = 8
+STYLE = {"font.size": FONT_PT, "axes.titlesize": FONT_PT, "axes.labelsize": FONT_PT, "xtick.labelsize": FONT_PT,
+         "ytick.labelsize": FONT_PT, "legend.fontsize": FONT_PT, "figure.titlesize": FONT_PT,
+         "axes.prop_cycle": matplotlib.cycler(color=list(C.PALETTE)), "lines.linewidth": 1.2,
+         "lines.markersize": 4, "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True,
+         "grid.alpha": 0.3, "grid.linewidth": 0.5, "axes.linewidth": 0.6, "legend.frameon": False}
+
+
+def styled(draw: Any) -> Any:
+    """``draw`` run under :data:`STYLE` (text sizes are fixed when the artists are made, so the whole drawing is)."""
+    import functools
+
+    @functools.wraps(draw)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with matplotlib.rc_context(STYLE):
+            return draw(*args, **kwargs)
+    return wrapper
+
+
+def paper_figure(wide: bool, height_in: float) -> Figure:
+    """A figure one column (``wide`` False) or the text width wide, laid out so nothing is cut."""
+    return Figure(figsize=(TEXT_IN if wide else COLUMN_IN, height_in), layout="constrained")
 # TrueType (42) instead of Type 3 glyphs in PDFs; SVG text as paths looks the same everywhere.
 _VECTOR_RC = {"pdf.fonttype": 42, "ps.fonttype": 42, "svg.fonttype": "path"}
 
@@ -48,8 +76,6 @@ def _save(fig: Figure, stem: Path) -> list[Path]:
                          mode=0o644)
     return paths
 
-
-save_figure = _save  # public name: reports.search saves Optuna's plots with the same formats and fonts
 
 
 def curve_band(histories: pd.DataFrame, scale: float = 100.0) -> pd.DataFrame:
@@ -83,6 +109,7 @@ def is_fraction_metric(metric: str) -> bool:
     return "acc" in name or "cpa" in name or name == "mask_ratio"
 
 
+@styled
 def plot_curves(panels: list[CurvePanel], metrics: list[str], stem: Path, sharey: bool = True
                 ) -> tuple[list[Path], list[PanelDrawn]]:
     """A grid of panels (four per line), one line + ±std band per metric from every evaluation, shared legend;
@@ -94,9 +121,9 @@ def plot_curves(panels: list[CurvePanel], metrics: list[str], stem: Path, sharey
     """
     if not panels:
         raise ValueError(f"{stem.name}: no cell with a finished run to plot")
-    ncols = min(4, len(panels))
+    ncols = min(3, len(panels))
     nrows = -(-len(panels) // ncols)
-    fig = Figure(figsize=(3.6 * ncols, 2.8 * nrows + 0.4), layout="constrained")
+    fig = paper_figure(len(panels) > 1, 1.9 * nrows + 0.35)
     axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False, sharey=sharey)).ravel()
     handles: dict[str, Any] = {}
     points = [_draw_panel(ax, panel, metrics, handles) for ax, panel in zip(axes, panels)]
@@ -104,8 +131,8 @@ def plot_curves(panels: list[CurvePanel], metrics: list[str], stem: Path, sharey
         ax.set_visible(False)
     if handles:
         fig.legend(list(handles.values()),
-                   [f"{metric_name(m)} ({m}{'' if is_fraction_metric(m) else ', right axis'})" for m in handles],
-                   loc="outside lower center", ncols=min(len(handles), 3), fontsize=8, frameon=False)
+                   [f"{metric_name(m)}{'' if is_fraction_metric(m) else ' (right axis)'}" for m in handles],
+                   loc="outside lower center", ncols=min(len(handles), 2))
     drawn = [PanelDrawn(p.title, tuple(float(v) for v in ax.get_ylim()), n) for p, ax, n in zip(panels, axes, points)]
     return _save(fig, stem), drawn
 
@@ -124,7 +151,7 @@ def _draw_panel(ax: Any, panel: CurvePanel, metrics: list[str], handles: dict[st
         if not fraction:
             right = right or ax.twinx()
             target = right
-        (line,) = target.plot(band["step"], band["mean"], color=f"C{i}", lw=1.2)
+        (line,) = target.plot(band["step"], band["mean"], color=f"C{i}")
         std = band["std"].fillna(0.0)
         low, high = band["mean"] - std, band["mean"] + std
         if fraction:
@@ -132,14 +159,13 @@ def _draw_panel(ax: Any, panel: CurvePanel, metrics: list[str], handles: dict[st
         target.fill_between(band["step"], low, high, color=f"C{i}", alpha=0.2, lw=0)
         handles[metric] = line
         points[metric] = len(band)
-    ax.set_title(f"{panel.title} (n={panel.n_runs})", fontsize=8)
-    ax.set_xlabel("step", fontsize=8)
+    ax.set_title(f"{panel.title} (n={panel.n_runs})")
+    ax.set_xlabel("step")
     ax.xaxis.set_major_formatter(EngFormatter(sep=""))        # 200k, 1M: the paper trains for 2^20 steps
-    ax.set_ylabel("%", fontsize=8)
-    ax.tick_params(labelsize=7)
-    ax.grid(alpha=0.3)
+    ax.xaxis.set_major_locator(MaxNLocator(4))                 # a narrow panel: four ticks stay apart at 8 pt
+    ax.set_ylabel("%")
     if right is not None:
-        right.tick_params(labelsize=7)
+        right.grid(False)
     return points
 
 
@@ -153,6 +179,7 @@ def row_normalise(counts: np.ndarray) -> np.ndarray:
         return np.where(totals > 0, 100.0 * counts / totals, np.nan)
 
 
+@styled
 def plot_heatmaps(pseudo_counts: np.ndarray, comp_counts: np.ndarray | None, stem: Path,
                   class_names: list[str] | None = None) -> list[Path]:
     """Side by side: TPC pseudo-labels and TNC complementary labels per true class, row-normalised (%).
@@ -169,37 +196,40 @@ def plot_heatmaps(pseudo_counts: np.ndarray, comp_counts: np.ndarray | None, ste
     if class_names is not None and len(class_names) != c:
         raise ValueError(f"class_names: {len(class_names)} names given, but the class counts have {c} classes")
     names = class_names or [str(i) for i in range(c)]
-    side = min(5.5, 2.0 + 0.35 * c)
-    fig = Figure(figsize=(len(maps) * side + 1.2, side + 0.6), layout="constrained")
+    wide = len(maps) > 1
+    fig = paper_figure(wide, 3.3 if wide else 3.0)
     axes = np.atleast_1d(fig.subplots(1, len(maps)))
     image = None
+    # cell values are written only where an 8 pt number fits in a cell (a map is ~2.6 in = 187 pt across)
+    annotate = c <= 10
     for ax, (name, predicted, rates) in zip(axes, maps):
         image = ax.imshow(np.ma.masked_invalid(rates), cmap="Blues", vmin=0, vmax=100, interpolation="nearest")
-        ax.set_title(name, fontsize=10)
-        ax.set_xlabel(f"{predicted} (class)", fontsize=9)
-        ax.set_ylabel("true class", fontsize=9)
-        ticks = np.arange(c) if c <= 20 else np.arange(0, c, max(1, c // 10))
-        ax.set_xticks(ticks, [names[i] for i in ticks], fontsize=7, rotation=45 if class_names else 0,
+        ax.grid(False)
+        ax.set_title(name)
+        ax.set_xlabel(f"{predicted} (class)")
+        ax.set_ylabel("true class")
+        ticks = np.arange(c) if c <= 10 else np.arange(0, c, max(1, -(-c // 10)))
+        ax.set_xticks(ticks, [names[i] for i in ticks], rotation=45 if class_names else 0,
                       ha="right" if class_names else "center")
-        ax.set_yticks(ticks, [names[i] for i in ticks], fontsize=7)
-        if c <= 12:
-            size = 9 if c <= 5 else 7 if c <= 8 else 6
+        ax.set_yticks(ticks, [names[i] for i in ticks])
+        if annotate:
             for i in range(c):
                 for j in range(c):
                     if np.isfinite(rates[i, j]):
-                        ax.text(j, i, f"{rates[i, j]:.0f}", ha="center", va="center", fontsize=size,
+                        ax.text(j, i, f"{rates[i, j]:.0f}", ha="center", va="center",
                                 color="white" if rates[i, j] > 55 else "black")
     fig.colorbar(image, ax=list(axes), shrink=0.8, label="% of the row's labels")
     return _save(fig, stem)
 
 
+@styled
 def plot_sensitivity(series: dict[str, pd.DataFrame], stem: Path, xlabel: str, ylabel: str) -> list[Path]:
     """One line per series: frames with columns ``x``, ``mean``, ``std``, ``n``; ``x`` numbers give a numeric axis
     (sorted), anything else a categorical axis in the given order."""
     xs_all = [x for frame in series.values() for x in frame["x"]]
     numeric = all(isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool) for x in xs_all)
     categories: list[Any] = list(dict.fromkeys(xs_all))
-    fig = Figure(figsize=(6.4, 3.6), layout="constrained")
+    fig = paper_figure(False, 2.6 + 0.15 * len(series))
     ax = fig.subplots()
     plotted = False
     for i, (label, frame) in enumerate(series.items()):
@@ -214,7 +244,7 @@ def plot_sensitivity(series: dict[str, pd.DataFrame], stem: Path, xlabel: str, y
         std = frame["std"].fillna(0.0).to_numpy()
         mean = frame["mean"].to_numpy()
         label = label or "mean ± std"
-        ax.errorbar(pos, mean, yerr=std, marker="o", ms=4, capsize=3, lw=1.4, color=f"C{i}",
+        ax.errorbar(pos, mean, yerr=std, marker="o", capsize=3, color=f"C{i}",
                     label=f"{label} (n={int(frame['n'].min())}–{int(frame['n'].max())})"
                     if frame["n"].min() != frame["n"].max() else f"{label} (n={int(frame['n'].iloc[0])})")
         ax.fill_between(pos, mean - std, mean + std, color=f"C{i}", alpha=0.15, lw=0)
@@ -228,7 +258,65 @@ def plot_sensitivity(series: dict[str, pd.DataFrame], stem: Path, xlabel: str, y
         ax.set_xticks(sorted(float(x) for x in categories), [f"{x:g}" for x in sorted(categories)])
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.grid(alpha=0.3)
-    # Outside the axes: with several series any spot inside covers a line.
-    fig.legend(loc="outside right upper", fontsize=8, frameon=False)
+    # Below the axes: with several series any spot inside covers a line, and a column has no room at the side.
+    fig.legend(loc="outside lower center", ncols=1)
     return _save(fig, stem)
+
+
+def _search_points(ax: Any, x: Any, y: Any, pruned: Any, best: Any) -> None:
+    """A search's trials on ``ax``: ran to the end filled, stopped early by ASHA hollow grey, the best a red star."""
+    x, y, pruned, best = (np.asarray(v) for v in (x, y, pruned, best))
+    done = ~pruned
+    ax.plot(x[done], y[done], "o", color="C0", label="trial", zorder=2)
+    ax.plot(x[pruned], y[pruned], "o", mfc="none", color="C6", label="pruned (ASHA)", zorder=2)
+    ax.plot(x[best], y[best], "*", color="C1", ms=10, mec="black", mew=0.4, label="best trial", zorder=3)
+
+
+def _search_values(frame: pd.DataFrame, scale: float) -> pd.DataFrame:
+    """The trials with an objective (``trial``, parameters, ``objective`` × ``scale``, ``pruned``, ``best``)."""
+    f = frame.dropna(subset=["objective"]).sort_values("trial").copy()
+    if f.empty:
+        raise ValueError("search plot: no trial with an objective")
+    f["objective"] = f["objective"].astype(float) * scale
+    return f
+
+
+@styled
+def plot_search_history(frame: pd.DataFrame, ylabel: str, mode: str, stem: Path, scale: float = 100.0) -> list[Path]:
+    """A search's optimisation history: each trial's objective by trial number (:func:`_search_points`) and the
+    best so far as a step line. ``frame`` has ``trial``, ``objective``, ``pruned`` and ``best`` columns."""
+    f = _search_values(frame, scale)
+    fig = paper_figure(False, 2.5)
+    ax = fig.subplots()
+    y = f["objective"]
+    ax.step(f["trial"], y.cummax() if mode == "max" else y.cummin(), where="post", color="C0", alpha=0.5,
+            label="best so far")
+    _search_points(ax, f["trial"], y, f["pruned"], f["best"])
+    ax.set_xlabel("trial")
+    ax.set_ylabel(ylabel)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    fig.legend(*_unique_handles(ax), loc="outside lower center", ncols=2)
+    return _save(fig, stem)
+
+
+@styled
+def plot_search_slice(frame: pd.DataFrame, params: dict[str, str], ylabel: str, stem: Path, whole: set[str],
+                      scale: float = 100.0) -> list[Path]:
+    """A search's slice plot: each trial's objective against each parameter (``params``: column → axis label), one
+    panel per parameter, the ``whole`` (integer) ones with whole-number ticks."""
+    f = _search_values(frame, scale)
+    fig = paper_figure(len(params) > 1, 2.5)
+    axes = np.atleast_1d(fig.subplots(1, len(params), sharey=True, squeeze=False)).ravel()
+    for ax, (key, label) in zip(axes, params.items()):
+        _search_points(ax, f[key].astype(float), f["objective"], f["pruned"], f["best"])
+        ax.set_xlabel(label)
+        ax.xaxis.set_major_locator(MaxNLocator(4, integer=key in whole))  # ticks that stay apart at 8 pt
+    axes[0].set_ylabel(ylabel)
+    fig.legend(*_unique_handles(axes[0]), loc="outside lower center", ncols=3)
+    return _save(fig, stem)
+
+
+def _unique_handles(ax: Any) -> tuple[list[Any], list[str]]:
+    """The legend entries of ``ax`` that have points (an empty series, e.g. no pruned trial, is left out)."""
+    pairs = [(h, lab) for h, lab in zip(*ax.get_legend_handles_labels()) if len(np.atleast_1d(h.get_xdata()))]
+    return [h for h, _ in pairs], [lab for _, lab in pairs]

@@ -34,6 +34,11 @@ _FLOATS = [r"\renewcommand{\topfraction}{0.9}", r"\renewcommand{\bottomfraction}
            r"\setcounter{topnumber}{3}", r"\setcounter{totalnumber}{5}"]
 
 
+# A figure file at its own size, shrunk to the text width only when wider (graphicx alone: no extra package).
+_FIGURE_FILE = (r"\newcommand{\figurefile}[1]{\sbox0{\includegraphics{#1}}"
+                r"\ifdim\wd0>\linewidth\resizebox{\linewidth}{!}{\usebox0}\else\usebox0\fi}")
+
+
 def latex_document(title: str, table_ids: Sequence[str], figures: Sequence[tuple[str, str]],
                    sections: Sequence[str] = ()) -> str:
     """The standalone document: ``\\input`` of each ``<id>.tex`` table, then each figure (file stem, caption), then
@@ -42,15 +47,17 @@ def latex_document(title: str, table_ids: Sequence[str], figures: Sequence[tuple
     lines = [r"\documentclass[10pt]{article}",
              r"\IfFileExists{lmodern.sty}{\usepackage[T1]{fontenc}\usepackage{lmodern}}{}",
              r"\usepackage[utf8]{inputenc}", r"\usepackage[margin=2cm]{geometry}",
-             *(rf"\usepackage{{{p}}}" for p in PACKAGES if p != "geometry"), *_FLOATS, r"\begin{document}",
+             *(rf"\usepackage{{{p}}}" for p in PACKAGES if p != "geometry"), *_FLOATS, _FIGURE_FILE,
+             r"\begin{document}",
              # the title in the running head, not above the first table: a table nearly a page tall could not
              # follow a heading on page 1 and would leave that page empty
              r"\pagestyle{myheadings}", rf"\markright{{{latex_escape(title)}}}"]
     lines += [rf"\input{{{t}.tex}}" for t in table_ids]
     for stem, caption in figures:
-        # no extension: pdflatex takes the vector .pdf before the .png
-        lines += [r"\begin{figure}[!htbp]", r"\centering",
-                  rf"\includegraphics[width=\linewidth,height=0.45\textheight,keepaspectratio]{{{stem}}}",
+        # no extension: pdflatex takes the vector .pdf before the .png. At its own size (one column, 3.3 in, or the
+        # text width, 6.8 in: reports.figures), so its 8 pt text stays 8 pt; only what is wider than the page shrinks.
+        lines += [r"\begin{figure}[htbp]", r"\centering",
+                  rf"\figurefile{{{stem}}}",
                   rf"\caption{{{latex_escape(caption)}}}", r"\end{figure}"]
     lines += [rf"\input{{{s}.tex}}" for s in sections]
     if table_ids:

@@ -86,6 +86,7 @@ __all__ = [
     "sensitivity_x",
     "validate_layout",
     "validate_report",
+    "param_name",
 ]
 
 PROTOCOLS = ("best", "final", "median20")
@@ -93,6 +94,7 @@ Protocol = Literal["best", "final", "median20"]
 # What the trainer's metrics are, in words, for captions and legends (unlisted ones are shown by their key).
 METRIC_NAMES = {contract.TEST_ACC: "test accuracy (EMA model)", "test/acc_raw": "test accuracy (raw model)",
                 contract.TEST_BEST_ACC: "best test accuracy so far", contract.VAL_ACC: "validation accuracy",
+                contract.VAL_BEST_ACC: "best validation accuracy", "test/median_acc": "median test accuracy",
                 contract.PL_ACC: "pseudo-label accuracy", contract.TRAIN_LOSS: "training loss",
                 "train/cpa": "complementary-label accuracy", "train/mask_ratio": "share of confident samples"}
 
@@ -100,6 +102,21 @@ METRIC_NAMES = {contract.TEST_ACC: "test accuracy (EMA model)", "test/acc_raw": 
 def metric_name(metric: str) -> str:
     """``metric`` in words (:data:`METRIC_NAMES`), else the key itself."""
     return METRIC_NAMES.get(metric, metric)
+
+
+# Config keys in words for figure axes: the paper's symbol where it has one (``algorithm.tau`` → τ).
+PARAM_NAMES = {"optim.lr": "learning rate", "optim.weight_decay": "weight decay", "train.ema": "EMA decay",
+               "train.batch_size": "batch size B", "train.mu": "μ (unlabeled ratio)", "data.num_labels": "labels"}
+_GREEK = {"alpha": "α", "beta": "β", "gamma": "γ", "delta": "δ", "eta": "η", "lambda": "λ", "mu": "μ", "tau": "τ"}
+
+
+def param_name(key: str) -> str:
+    """A dotted config key in words (:data:`PARAM_NAMES`), else its last part with Greek names as letters:
+    ``algorithm.tau`` → ``τ``, ``algorithm.lambda_sep`` → ``λ_sep``, ``algorithm.k`` → ``k``."""
+    if key in PARAM_NAMES:
+        return PARAM_NAMES[key]
+    head, _, tail = key.rpartition(".")[2].partition("_")
+    return _GREEK.get(head, head) + (f"_{tail}" if tail else "")
 
 
 _ID = re.compile(r"^[A-Za-z0-9_-]+$")

@@ -12,8 +12,10 @@
   ``mutexmatch.early_stopped`` tag, the run matched to its Optuna trial by the parameters. Those trials keep their
   objective, and TPE, the best trial and the importances count them with it, as the sweep does.
 - Importances: ``optuna.importance.get_param_importances`` with the fANOVA evaluator (seeded), "n/a" with the reason
-  below :data:`MIN_IMPORTANCE_TRIALS` trials with an objective or when every objective is the same.
-- Plots: ``optuna.visualization.matplotlib``'s optimisation history and slice plot, as PNG, PDF and SVG.
+  below :data:`MIN_IMPORTANCE_TRIALS` trials that ran to the end (ASHA-stopped ones do not count towards it) or when
+  every objective is the same.
+- Plots: the optimisation history and a slice plot, drawn in the report's own style (:mod:`reports.figures`):
+  pruned trials hollow, the best trial a star, parameters and objective named in words; PNG, PDF and SVG.
 
 Files per study (stem ``search-<levels>-fold<k>``): ``<stem>.md``, ``<stem>.tex`` (``\\input`` by report.tex),
 ``<stem>-history.*``, ``<stem>-slice.*``.
@@ -33,16 +35,17 @@ import pandas as pd
 
 from mutexmatch.atomic import atomic_write
 from orchestration import contract as C
-from reports.figures import save_figure
-from reports.layout import ReportLayout
+from reports.drawing import level_labels
+from reports.layout import ReportLayout, metric_name, param_name
 from reports.runs import RunSource, select_trials, split_by_settings
 from reports.tables import latex_escape
 
 __all__ = ["MIN_IMPORTANCE_TRIALS", "STATES", "SearchInfo", "StudyTrials", "SearchOutput", "with_refit_trials",
            "read_studies", "importances", "render_markdown", "render_latex", "write_searches"]
 
-MIN_IMPORTANCE_TRIALS = 3
-"""fANOVA fits a random forest to the trials with an objective: below three it has nothing to split on."""
+MIN_IMPORTANCE_TRIALS = 5
+"""fANOVA fits a random forest to the trials with an objective; with fewer than five that ran to the end (the
+quickstart's four trials, three of them stopped by ASHA) its numbers say nothing and are not printed."""
 COMPLETE, PRUNED, FAILED, RUNNING = "complete", "pruned (ASHA)", "failed", "running"
 STATES = (COMPLETE, PRUNED, FAILED, RUNNING)
 _MAX_RUNS = 10_000         # search runs read in one request: a search has tens
@@ -50,7 +53,8 @@ _STEM = re.compile(r"[^A-Za-z0-9_-]+")
 _SOURCES = {True: "the durable Optuna study", False: "the MLflow search runs (no Optuna study found)"}
 _BEST = "the best trial (the refit trains the best one over all studies of the cell)"
 _CAPTIONS = {"history": "optimisation history (each trial's objective and the best so far, by trial number)",
-             "slice": "slice plot (each trial's objective against each parameter, colour = trial number)"}
+             "slice": "slice plot (each trial's objective against each parameter)"}
+_MARKS = "filled: ran to the end; hollow grey: stopped early by ASHA; star: the best trial"
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,7 @@ class StudyTrials:
     study: Any                 # optuna.Study: the durable one, or rebuilt in memory from MLflow
     trials: pd.DataFrame
     durable: bool              # read from the Optuna storage (else rebuilt from MLflow)
+    label: str = ""            # the cell in words (the YAML's row/column labels), set by write_searches
 
     @property
     def stem(self) -> str:
@@ -112,7 +117,7 @@ class StudyTrials:
 
     @property
     def title(self) -> str:
-        return f"Search: {self.cell.replace(',', ', ')}, fold {self.fold}"
+        return f"Search: {self.label or self.cell.replace(',', ', ')}, fold {self.fold}"
 
 
 @dataclass
@@ -296,17 +301,19 @@ def read_studies(info: SearchInfo, sweep: str, source: RunSource, experiment_id:
 
 
 # ------------------------------------------------------------------------------------------------ analysis
-def importances(study: Any) -> tuple[dict[str, float] | None, str]:
+def importances(study: Any, pruned: int = 0) -> tuple[dict[str, float] | None, str]:
     """fANOVA parameter importances (normalised to sum 1) and how they were obtained; (None, why) when they
-    cannot say anything."""
+    cannot say anything: fewer than :data:`MIN_IMPORTANCE_TRIALS` trials that ran to the end (``pruned`` of the
+    study's trials with an objective were stopped early by ASHA), or one objective for all."""
     import optuna
     from optuna.importance import FanovaImportanceEvaluator, get_param_importances
 
     # Optuna's COMPLETE trials: every trial with an objective, ASHA-stopped ones included (see the module docstring)
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    if len(complete) < MIN_IMPORTANCE_TRIALS:
-        return None, (f"n/a: fANOVA needs at least {MIN_IMPORTANCE_TRIALS} trials with an objective, the study has "
-                      f"{len(complete)}")
+    ran = len(complete) - pruned
+    if ran < MIN_IMPORTANCE_TRIALS:
+        return None, (f"n/a: fANOVA needs at least {MIN_IMPORTANCE_TRIALS} trials that ran to the end, the study "
+                      f"has {ran}" + (f" (and {pruned} stopped early by ASHA)" if pruned else ""))
     values = {t.value for t in complete}
     if len(values) == 1:
         return None, f"n/a: all {len(complete)} trials with an objective have the same one ({values.pop():.4g})"
@@ -317,44 +324,24 @@ def importances(study: Any) -> tuple[dict[str, float] | None, str]:
                          "the value they reached")
 
 
-def _plot(draw: Any, stem: Path, whole: set[str]) -> list[Path]:
-    """Draw one of Optuna's matplotlib plots and save it like the report's figures: no title (the caption says what
-    is plotted), whole numbers on the axes of trial numbers and of the ``whole`` (integer) parameters, and a layout
-    that keeps the colour bar, the legend and the panels' tick labels clear."""
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
-    axes = np.atleast_1d(draw())
-    fig = axes.flat[0].figure
-    try:
-        fig.suptitle("")
-        for ax in fig.axes:
-            ax.set_title("")
-            if ax.get_xlabel() in whole | {"Trial"}:
-                ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-            if ax.get_ylabel() == "Trial":  # the slice plot's colour bar
-                ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-        fig.set_size_inches(max(6.4, 3.4 * axes.size + 1.2), 3.6)
-        fig.set_layout_engine("constrained", wspace=0.08)
-        return save_figure(fig, stem)
-    finally:
-        plt.close(fig)
-
-
 def draw_plots(st: StudyTrials, info: SearchInfo, out: Path) -> dict[str, list[Path]]:
-    """The optimisation history and slice plots (``history``/``slice`` → files); empty without a complete trial."""
-    import optuna
-    from optuna.visualization import matplotlib as ovm
+    """The optimisation history and slice plots (``history``/``slice`` → files), in the report's style; empty
+    without a trial that has an objective."""
+    from reports.figures import is_fraction_metric, plot_search_history, plot_search_slice
 
-    if not st.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+    frame = st.trials[st.trials["state"].isin([COMPLETE, PRUNED])].dropna(subset=["objective"])
+    if frame.empty:
         return {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        whole = {p for p, spec in info.space.items() if spec["type"] == "int"}
-        return {"history": _plot(lambda: ovm.plot_optimization_history(st.study, target_name=info.metric),
-                                 out / f"{st.stem}-history", whole),
-                "slice": _plot(lambda: ovm.plot_slice(st.study, target_name=info.metric), out / f"{st.stem}-slice",
-                               whole)}
+    frame = frame.assign(pruned=frame["state"] == PRUNED)
+    percent = is_fraction_metric(info.metric)
+    ylabel = metric_name(info.metric) + (" (%)" if percent else "")
+    scale = 100.0 if percent else 1.0
+    whole = {p for p, spec in info.space.items() if spec["type"] == "int"}
+    params = {p: param_name(p) for p, spec in info.space.items() if spec["type"] != "categorical"}
+    plots = {"history": plot_search_history(frame, ylabel, info.mode, out / f"{st.stem}-history", scale)}
+    if params:
+        plots["slice"] = plot_search_slice(frame, params, ylabel, out / f"{st.stem}-slice", whole, scale)
+    return plots
 
 
 # ------------------------------------------------------------------------------------------------ rendering
@@ -387,7 +374,7 @@ def render_markdown(st: StudyTrials, info: SearchInfo, imp: dict[str, float] | N
               f"Parameter importances ({why}):" if imp else f"Parameter importances: {why}."]
     if imp:
         lines += ["", "| Parameter | Importance |", "| :--- | ---: |"]
-        lines += [f"| `{p}` | {v:.3f} |" for p, v in imp.items()]
+        lines += [f"| `{p}` | {v:.2f} |" for p, v in imp.items()]
     for kind, files in plots.items():
         lines += ["", f"![{st.stem} {kind}]({files[0].name})"]
     if not plots:
@@ -412,7 +399,7 @@ def render_latex(st: StudyTrials, info: SearchInfo, imp: dict[str, float] | None
     if imp:
         lines += [rf"{{\footnotesize Parameter importances ({latex_escape(why)}):\par}}", r"\smallskip",
                   r"\begin{tabular}{@{}lr@{}}", r"\toprule", r"Parameter & Importance \\", r"\midrule",
-                  *(rf"{latex_escape(p)} & {v:.3f} \\" for p, v in imp.items()), r"\bottomrule", r"\end{tabular}"]
+                  *(rf"{latex_escape(p)} & {v:.2f} \\" for p, v in imp.items()), r"\bottomrule", r"\end{tabular}"]
     else:
         lines.append(rf"{{\footnotesize Parameter importances: {latex_escape(why)}.\par}}")
     lines.append(r"\end{table}")
@@ -452,12 +439,16 @@ def write_searches(layout: ReportLayout, source: RunSource, experiment_id: str, 
     lines = ["## Searches", ""]
     if not output.studies:
         lines.append("The YAML has a search, but no search run of it is in this experiment yet.")
+    labels = level_labels(layout)
     for st in output.studies:
-        imp, why = importances(st.study)
+        st.label = ", ".join(labels.get(axis, {}).get(level, level)
+                             for axis, _, level in (pair.partition("=") for pair in st.cell.split(",")))
+        imp, why = importances(st.study, pruned=int((st.trials["state"] == PRUNED).sum()))
         plots = draw_plots(st, info, out) if "png" in formats or "pdf" in formats else {}
         for kind, files in plots.items():
             output.files += files
-            output.figures.append((files[0].stem, f"{st.title}: {_CAPTIONS[kind]} of {info.metric}."))
+            output.figures.append((files[0].stem, f"{st.title}: {_CAPTIONS[kind]} of the "
+                                                  f"{metric_name(info.metric)}; {_MARKS}."))
         if "md" in formats:
             _write(out / f"{st.stem}.md", render_markdown(st, info, imp, why, plots), output)
         if "tex" in formats:

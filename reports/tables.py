@@ -196,6 +196,12 @@ def caption(data: TableData) -> str:
     return cap
 
 
+def folds_caption(data: TableData) -> str:
+    """The per-fold table's caption: what its values are, not the summary table's "mean ± std over k folds"."""
+    name = metric_name(data.layout.metric)
+    return f"{name[:1].upper()}{name[1:]} (%) of each fold: the values behind the table's mean ± std"
+
+
 def _note(data: TableData, markdown: bool) -> str:
     """The method notes, one line: what a cell is, protocol, split rule, marks, and Paper/Δ when shown."""
     lay = data.layout
@@ -296,7 +302,7 @@ def render_folds_markdown(data: TableData) -> str:
     """Appendix: the value of every fold (×100, under the table's protocol), one line per row and fold."""
     lay = data.layout
     head = (["Group"] if lay.row_groups else []) + [_row_header(data), "Fold"] + _column_titles(data)
-    lines = [f"**{_md_escape(caption(data))}: each fold**", "",
+    lines = [f"**{_md_escape(folds_caption(data))} (table `{lay.id}`)**", "",
              _md_row([_md_escape(h) for h in head]),
              _md_row([":---"] * (len(head) - len(data.columns) - 1) + ["---:"] * (len(data.columns) + 1))]
     for g in data.groups:
@@ -503,7 +509,7 @@ def render_folds_latex(data: TableData) -> str:
     lay = data.layout
     lead = (["Group"] if lay.row_groups else []) + [_row_header(data), "Fold"]
     header = _tex_header(data, [latex_escape(t) for t in lead])
-    caption_text = latex_escape(f"{caption(data)}: each fold")
+    caption_text = latex_escape(folds_caption(data)) + rf" (Table~\ref{{tab:{lay.id}}})"
     lines = [rf"\begin{{longtable}}{{@{{}}{'l' * (len(lead) - 1)}r{'c' * len(data.columns)}@{{}}}}",
              rf"\caption{{{caption_text}}}\label{{tab:{lay.id}-folds}} \\", r"\toprule", *header, r"\midrule",
              r"\endfirsthead", r"\toprule", *header, r"\midrule", r"\endhead", r"\bottomrule", r"\endlastfoot"]

@@ -80,7 +80,9 @@ def test_per_fold_appendix_exact(report):
     lines = (report.out_dir / "main_folds.md").read_text().splitlines()
     assert lines[2:4] == ["| Method | Fold | 20 labels | 40 labels |", "| :--- | ---: | ---: | ---: |"]
     body = lines[4:19]
-    assert lines[0] == "**Accuracy (%) on digits: each fold**" and lines[19] == ""
+    # what the values are, not the summary table's caption ("mean ± std over 5 folds" above one fold each)
+    assert lines[0] == ("**Test accuracy (EMA model) (%) of each fold: the values behind the table's mean ± std "
+                        "(table `main`)**") and lines[19] == ""
     assert lines[20].startswith("Note: `test/acc` ×100 of each fold, protocol: best")
     assert body[0] == "| Supervised | 0 | 80.00 | — |"
     # fold 0 of fixmatch/d20 is the newer run (88), not the older duplicate (50); fold 3 of d40 FAILED.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.image import imread
 
 from reports.figures import (CurvePanel, curve_band, is_fraction_metric, plot_curves, plot_heatmaps, plot_sensitivity,
@@ -82,3 +83,82 @@ def test_fraction_metrics_are_the_percent_ones():
     assert all(is_fraction_metric(m) for m in ("test/acc", "train/pl_acc", "val/best_acc", "train/tnc_cpa",
                                                "train/mask_ratio"))
     assert not any(is_fraction_metric(m) for m in ("train/loss", "train/lr", "perf/img_per_s"))
+
+
+# ------------------------------------------------------------------------------------------------ paper-ready
+def _drawn(monkeypatch):
+    """The matplotlib Figures the plot functions save (instead of their files)."""
+    from reports import figures
+
+    drawn = []
+    monkeypatch.setattr(figures, "_save", lambda fig, stem: drawn.append(fig) or [])
+    return drawn
+
+
+def _search_frame() -> pd.DataFrame:
+    return pd.DataFrame({"trial": [0, 1, 2, 3], "algorithm.tau": [0.8, 0.9, 0.95, 0.7],
+                         "algorithm.k": [2, 5, 9, 1], "objective": [0.5, 0.62, 0.6, 0.4],
+                         "pruned": [False, True, False, True], "best": [False, True, False, False]})
+
+
+def test_every_figure_is_a_column_or_the_text_wide_with_8_pt_text(monkeypatch, tmp_path):
+    from matplotlib.text import Text
+
+    from reports.figures import COLUMN_IN, TEXT_IN, plot_search_history, plot_search_slice
+
+    drawn = _drawn(monkeypatch)
+    h = pd.DataFrame({"run_id": ["a"] * 3, "step": [100, 200, 300], "value": [0.5, 0.6, 0.7]})
+    one = [CurvePanel("MutexMatch", 1, {"test/acc": h})]
+    plot_curves(one, ["test/acc"], tmp_path / "c1")
+    plot_curves(one * 4, ["test/acc"], tmp_path / "c4")
+    plot_heatmaps(np.eye(10) * 5 + 1, 1 - np.eye(10), tmp_path / "h2")
+    plot_heatmaps(np.eye(10) * 5 + 1, None, tmp_path / "h1")
+    plot_sensitivity({"MutexMatch": pd.DataFrame({"x": [1, 3], "mean": [90.0, 91.0], "std": [1.0, 0.5],
+                                                  "n": [5, 5]})}, tmp_path / "s", xlabel="k", ylabel="%")
+    plot_search_history(_search_frame(), "best validation accuracy (%)", "max", tmp_path / "sh")
+    plot_search_slice(_search_frame(), {"algorithm.tau": "τ", "algorithm.k": "k"}, "%", tmp_path / "ss",
+                      whole={"algorithm.k"})
+    widths = [round(float(f.get_size_inches()[0]), 2) for f in drawn]
+    assert widths == [COLUMN_IN, TEXT_IN, TEXT_IN, COLUMN_IN, COLUMN_IN, COLUMN_IN, TEXT_IN]
+    for fig in drawn:
+        FigureCanvasAgg(fig).draw()
+        texts = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+        assert texts and min(t.get_fontsize() for t in texts) >= 8, [(t.get_text(), t.get_fontsize())
+                                                                     for t in texts if t.get_fontsize() < 8]
+
+
+def test_search_plots_mark_pruned_trials_and_the_best_one(monkeypatch, tmp_path):
+    from reports.figures import plot_search_history
+
+    drawn = _drawn(monkeypatch)
+    plot_search_history(_search_frame(), "best validation accuracy (%)", "max", tmp_path / "sh")
+    lines = {ln.get_label(): ln for ln in drawn[0].axes[0].get_lines()}
+    assert list(lines["trial"].get_xdata()) == [0, 2] and lines["trial"].get_markerfacecolor() != "none"
+    assert list(lines["pruned (ASHA)"].get_xdata()) == [1, 3] and lines["pruned (ASHA)"].get_markerfacecolor() == "none"
+    assert list(lines["best trial"].get_xdata()) == [1] and lines["best trial"].get_marker() == "*"
+    assert list(lines["best so far"].get_ydata()) == pytest.approx([50.0, 62.0, 62.0, 62.0])  # in %, as the tables
+    assert [t.get_text() for t in drawn[0].legends[0].get_texts()] == ["best so far", "trial", "pruned (ASHA)",
+                                                                       "best trial"]
+
+
+def test_parameters_and_metrics_are_named_in_words():
+    from reports.layout import metric_name, param_name
+
+    assert (param_name("algorithm.tau"), param_name("algorithm.k"), param_name("algorithm.lambda_sep")) == \
+        ("τ", "k", "λ_sep")
+    assert param_name("optim.lr") == "learning rate" and metric_name("val/best_acc") == "best validation accuracy"
+
+
+def test_learning_curves_have_a_panel_for_each_tuned_row():
+    from types import SimpleNamespace
+
+    from reports.drawing import cell_title, curve_cells, level_labels
+
+    table = SimpleNamespace(rows="method", columns="setting", row_groups=None, tuned_rows={"mm": "MM (tuned)"},
+                            row_labels={"mm": "MM (default)", "fm": "FixMatch"}, column_labels={"d20": "20 labels"})
+    layout = SimpleNamespace(axes={"method": {"fm": {}, "mm": {}}, "setting": {"d20": {}}}, tables=[table])
+    cells = curve_cells(layout)
+    assert cells == [{"method": "fm", "setting": "d20"}, {"method": "mm", "setting": "d20"},
+                     {"method": "mm", "setting": "d20", "tuned": "true"}]
+    labels = level_labels(layout)
+    assert [cell_title(c, layout, labels) for c in cells] == ["FixMatch", "MM (default)", "MM (tuned)"]

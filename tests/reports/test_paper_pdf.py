@@ -101,4 +101,4 @@ def test_index_lists_markdown_latex_and_pdf(paper):
     assert "None: every table cell has at least one finished run." in index
     assert "split rule: not logged." in (paper.out_dir / "main.md").read_text()   # the fixture logs no params
     tex = (paper.out_dir / "report.tex").read_text()
-    assert r"\includegraphics[width=\linewidth,height=0.45\textheight,keepaspectratio]{curves-main}" in tex
+    assert r"\figurefile{curves-main}" in tex  # at its own (paper) size, shrunk only when wider than the text

@@ -115,10 +115,14 @@ def test_importances_are_na_with_the_reason_when_the_trials_cannot_say_anything(
     dist = {"x": optuna.distributions.FloatDistribution(0, 1)}
     for x in (0.1, 0.2):
         study.add_trial(optuna.trial.create_trial(params={"x": x}, distributions=dist, value=1.0))
-    assert importances(study) == (None, f"n/a: fANOVA needs at least {MIN_IMPORTANCE_TRIALS} trials with an "
-                                        "objective, the study has 2")
-    study.add_trial(optuna.trial.create_trial(params={"x": 0.3}, distributions=dist, value=1.0))
-    assert importances(study) == (None, "n/a: all 3 trials with an objective have the same one (1)")
+    assert importances(study) == (None, f"n/a: fANOVA needs at least {MIN_IMPORTANCE_TRIALS} trials that ran to "
+                                        "the end, the study has 2")
+    for x in (0.3, 0.4, 0.5):
+        study.add_trial(optuna.trial.create_trial(params={"x": x}, distributions=dist, value=1.0))
+    assert importances(study) == (None, "n/a: all 5 trials with an objective have the same one (1)")
+    # the quickstart's case: four trials, three stopped early by ASHA: their objectives say too little
+    assert importances(study, pruned=3) == (None, f"n/a: fANOVA needs at least {MIN_IMPORTANCE_TRIALS} trials that "
+                                                  "ran to the end, the study has 2 (and 3 stopped early by ASHA)")
 
 
 # ------------------------------------------------------------------------------------------------ a real store
@@ -230,7 +234,8 @@ def test_importances_are_fanova_on_the_complete_trials_or_na_with_the_reason(swe
     (st,) = swept.report.searches.studies
     md = (swept.project / "report" / f"{st.stem}.md").read_text()
     complete = _study(swept).get_trials(states=[optuna.trial.TrialState.COMPLETE])
-    if len(complete) < MIN_IMPORTANCE_TRIALS or len({t.value for t in complete}) == 1:
+    pruned = int((st.trials["state"] == PRUNED).sum())  # ASHA-stopped trials do not count towards the minimum
+    if len(complete) - pruned < MIN_IMPORTANCE_TRIALS or len({t.value for t in complete}) == 1:
         assert "Parameter importances: n/a: " in md
         return
     rows = [ln for ln in md.splitlines() if ln.startswith("| `algorithm.")]
