@@ -306,6 +306,46 @@ def with_percent(metrics: dict[str, float]) -> dict[str, float]:
 
 # ------------------------------------------------------------------------------------------------ store
 SQLITE_HEADER = b"SQLite format 3\x00"  # the first bytes of every SQLite database file
+MLFLOW_TABLES = frozenset({"experiments", "runs"})  # what makes an SQLite file an MLflow store
+
+
+def check_sqlite_store(tracking_uri: str, path: Path, label: str, *, create: bool = False) -> None:
+    """``ValueError`` (one line naming ``label`` and ``tracking_uri``) unless ``path`` is an SQLite file with
+    MLflow's tables. With ``create`` (the sweep, which makes the store) a missing or empty file passes too; never
+    another program's database, to which MLflow would add its 65 tables. Reading commands (status, report) pass
+    ``create=False``: they never turn a file into a store."""
+    import sqlite3
+
+    if path.is_dir() or not path.is_file() and not create:
+        what = "a folder" if path.is_dir() else "no such file"
+        raise ValueError(f"{label} {tracking_uri!r}: {what} at {path}, no MLflow store there; give the SQLite file "
+                         "the sweep wrote (run the sweep first) or the store's URI")
+    if not path.is_file():
+        return
+    try:
+        with path.open("rb") as f:
+            header = f.read(len(SQLITE_HEADER))
+    except OSError as e:
+        raise ValueError(f"{label} {tracking_uri!r}: cannot read {path} ({e.strerror})") from None
+    if not header:
+        if create:
+            return
+        raise ValueError(f"{label} {tracking_uri!r}: {path} is empty, not an MLflow store; give the store the "
+                         "sweep wrote (mlflow.db)")
+    if header != SQLITE_HEADER:
+        raise ValueError(f"{label} {tracking_uri!r}: {path} is not an SQLite database; give the MLflow "
+                         "store the sweep wrote (mlflow.db)" + (" or a new file name" if create else ""))
+    try:
+        with sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True) as db:
+            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.Error as e:
+        raise ValueError(f"{label} {tracking_uri!r}: {path} cannot be read as SQLite ({e})") from None
+    if tables and not MLFLOW_TABLES <= tables or not tables and not create:
+        raise ValueError(f"{label} {tracking_uri!r}: {path} is an SQLite database but not an MLflow store "
+                         f"(no {'/'.join(sorted(MLFLOW_TABLES))} tables); give the store the sweep wrote"
+                         + (" or a new file name" if create else ""))
+
+
 # The first requests to a tracking server: MLflow's defaults (7 retries with exponential back-off, 120 s per
 # request) wait about four minutes in silence before a dead server's error. Three tries of 5 s with a 1 s back-off
 # answer within ~20 s; a user's own MLFLOW_HTTP_REQUEST_* settings win.

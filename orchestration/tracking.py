@@ -58,31 +58,17 @@ __all__ = [
 _PAGE = 1000
 
 
-def resolve_tracking_uri(uri: str | None, project_dir: Path) -> str:
+def resolve_tracking_uri(uri: str | None, project_dir: Path, *, create: bool = True) -> str:
     """The store the sweep writes and its trials use from any working directory: the contract's rule
     (:func:`orchestration.contract.resolve_tracking_uri`: ``--tracking-uri``, else ``$MLFLOW_TRACKING_URI``, else
     ``sqlite:///<project>/mlflow.db``), refusing MLflow 3's plain file store and an SQLite path that holds something
-    else than a database (MLflow would fail on it with a traceback, after the sweep started)."""
+    else than an MLflow store (:func:`orchestration.contract.check_sqlite_store`; ``create=False`` for a command
+    that only reads: a missing or empty file is refused too, never made a store)."""
     resolved = C.resolve_tracking_uri(uri, project_dir, writable=True)
-    if resolved.startswith("sqlite:///"):
-        _check_sqlite_path(uri or resolved, Path(resolved[len("sqlite:///"):].partition("?")[0]))
+    if resolved.startswith("sqlite:///") and not resolved.startswith("sqlite:///:memory:"):
+        C.check_sqlite_store(uri or resolved, Path(resolved[len("sqlite:///"):].partition("?")[0]), "--tracking-uri",
+                             create=create)
     return resolved
-
-
-def _check_sqlite_path(uri: str, path: Path) -> None:
-    """``ValueError`` naming ``uri`` unless ``path`` is missing (the sweep creates the store), empty or a database."""
-    if path.is_dir():
-        raise ValueError(f"--tracking-uri {uri!r}: {path} is a folder; give an SQLite file (e.g. mlflow.db)")
-    if not path.is_file():
-        return
-    try:
-        with path.open("rb") as f:
-            head = f.read(len(C.SQLITE_HEADER))
-    except OSError as e:
-        raise ValueError(f"--tracking-uri {uri!r}: cannot read {path} ({e.strerror})") from None
-    if head and head != C.SQLITE_HEADER:
-        raise ValueError(f"--tracking-uri {uri!r}: {path} is not an SQLite database; give the MLflow store "
-                         "(e.g. mlflow.db) or a new file name")
 
 
 def artifact_location(tracking_uri: str) -> str | None:

@@ -342,34 +342,6 @@ class SqliteRunSource(RunSource):
         return _history_frame(names, rows["code"], rows["step"], rows["ts"], rows["value"])
 
 
-def _check_sqlite_store(tracking_uri: str, path: Path, label: str) -> None:
-    """``ValueError`` unless ``path`` is an SQLite file with MLflow's tables (MLflow would otherwise create an
-    empty store, or fail with a traceback on a file that is not a database)."""
-    if not path.is_file():
-        what = "a folder" if path.is_dir() else "no such file"
-        raise ValueError(f"{label} {tracking_uri!r}: {what} at {path}; give the SQLite file the sweep "
-                         "wrote (run the sweep first) or the store's URI")
-    try:
-        with path.open("rb") as f:
-            header = f.read(len(C.SQLITE_HEADER))
-    except OSError as e:
-        raise ValueError(f"{label} {tracking_uri!r}: cannot read {path} ({e.strerror})") from None
-    if not header:
-        raise ValueError(f"{label} {tracking_uri!r}: {path} is empty, not an MLflow store; give the store the "
-                         "sweep wrote (mlflow.db)")
-    if header != C.SQLITE_HEADER:
-        raise ValueError(f"{label} {tracking_uri!r}: {path} is not an SQLite database; give the MLflow "
-                         "store the sweep wrote (mlflow.db)")
-    try:
-        with sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True) as db:
-            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    except sqlite3.Error as e:
-        raise ValueError(f"{label} {tracking_uri!r}: {path} cannot be read as SQLite ({e})") from None
-    if not {"experiments", "runs"} <= tables:
-        raise ValueError(f"{label} {tracking_uri!r}: {path} is an SQLite database but not an MLflow store "
-                         "(no experiments/runs tables)")
-
-
 def open_run_source(tracking_uri: str, bulk_sqlite: bool = True, label: str = "--tracking-uri") -> RunSource:
     """The reader for ``tracking_uri``: bulk SQL for a compatible SQLite file (unless ``bulk_sqlite`` is False),
     else the public API. An SQLite path that is missing, not a database or not an MLflow store raises
@@ -383,7 +355,7 @@ def open_run_source(tracking_uri: str, bulk_sqlite: bool = True, label: str = "-
                              "give the store the sweep wrote (mlflow.db) or http://host:port")
         path, tracking_uri = Path(tracking_uri), f"sqlite:///{Path(tracking_uri).resolve()}"
     if path is not None and str(path) != ":memory:":
-        _check_sqlite_store(tracking_uri, path, label)
+        C.check_sqlite_store(tracking_uri, path, label)
         if bulk_sqlite and SqliteRunSource.compatible(path):
             source: RunSource = SqliteRunSource(tracking_uri, path)
             source.label = label

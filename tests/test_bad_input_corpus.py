@@ -130,6 +130,13 @@ def _not_a_run(t: Path) -> None:
     (t / "mine" / "checkpoints" / "model_v1.bin").write_bytes(b"weights")
 
 
+def _foreign_db(t: Path) -> None:
+    """Another program's SQLite database: one table of its own, nothing of MLflow's."""
+    with sqlite3.connect(t / "notes.db") as db:
+        db.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, text TEXT)")
+        db.execute("INSERT INTO notes (text) VALUES ('mine')")
+
+
 def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
     """torchvision's downloader as it behaves without network (no real request is ever made)."""
     import socket
@@ -382,6 +389,14 @@ CASES = [
       files={"r.yaml": RUN_YAML}),
     C("status-no-store", ST, "{t}/s.yaml", "no MLflow store there", files={"s.yaml": SWEEP_YAML}),
     C("status-watch-zero", ST, "{t}/s.yaml --watch 0", "--watch=0", files={"s.yaml": SWEEP_YAML}),
+    # Issue 26: pointed at someone else's database, sweep and status (documented as read-only) added MLflow's 65
+    # tables to it, and status turned an empty file into an MLflow store.
+    C("sweep-tracking-uri-foreign-db", S, "{t}/s.yaml --tracking-uri {t}/notes.db",
+      "{t}/notes.db is an SQLite database but not an MLflow store", files={"s.yaml": SWEEP_YAML}, setup=_foreign_db),
+    C("status-foreign-db", ST, "{t}/s.yaml --tracking-uri {t}/notes.db",
+      "{t}/notes.db is an SQLite database but not an MLflow store", files={"s.yaml": SWEEP_YAML}, setup=_foreign_db),
+    C("status-empty-file", ST, "{t}/s.yaml --tracking-uri {t}/empty.db", "{t}/empty.db is empty, not an MLflow store",
+      files={"s.yaml": SWEEP_YAML, "empty.db": ""}),
     C("status-store-not-a-db", ST, "{t}/s.yaml --tracking-uri {t}/notes.db", "{t}/notes.db",
       files={"s.yaml": SWEEP_YAML, "notes.db": "not a database\n"}),
 ]
@@ -551,3 +566,4 @@ def test_the_real_command_line_refuses_in_one_line(cli, argv, files, expect, tmp
     assert "Traceback" not in proc.stderr and proc.returncode == 2, proc.stderr
     assert expect in proc.stderr and len(_error_lines(proc.stderr)) == 1, proc.stderr
     assert _snapshot(tmp_path) == before
+
