@@ -11,7 +11,7 @@ reads the services' commands and environments from docker/compose.yaml — the f
 * ray-worker: two of them (`ray-worker-1`, `ray-worker-2`, one CPU each) without the GPU reservation; the head
   offers no CPU (RAY_HEAD_NUM_CPUS=0), so every trial runs on a worker and the head runs only the jobs' drivers.
 
-Every published port is bound to 127.0.0.1 on a free port. Containers, the network and the volume carry the
+Every published port is bound to 127.0.0.1, on a port free when the stack starts. Containers, the network and the volume carry the
 stack's prefix; :meth:`Stack.down` removes exactly those.
 """
 
@@ -21,6 +21,7 @@ import json
 import os
 import re
 import secrets
+import socket
 import subprocess
 import time
 import urllib.error
@@ -106,15 +107,15 @@ class Stack:
         args = ["run", "-d", "--name", self.container(service), "--hostname", service, "--network", self.network,
                 "--network-alias", alias, "--label", f"mutexmatch.stack={self.prefix}"]
         if publish:
-            args += ["-p", f"127.0.0.1::{publish}"]
+            # a fixed host port, free now: a container that Docker or the test restarts keeps its address
+            self.ports.setdefault(service, _free_port())
+            args += ["-p", f"127.0.0.1:{self.ports[service]}:{publish}"]
         for key in env:
             args += ["-e", key]
         proc = subprocess.run(["docker", *args, *extra, image, *command], capture_output=True, text=True,
                               env={**_docker_env(), **env}, timeout=120)
         if proc.returncode != 0:
             raise RuntimeError(f"docker run {service} failed: {proc.stderr.strip()[-2000:]}")
-        if publish:
-            self.ports[service] = int(docker("port", self.container(service), str(publish)).split(":")[-1])
 
     # -- bring up ------------------------------------------------------------------------------------------------
 
@@ -163,10 +164,11 @@ class Stack:
         self.wait_mlflow()
 
     def running(self, service: str) -> bool:
-        state = docker("inspect", "-f", "{{.State.Running}}", self.container(service), check=False)
-        if state != "true":
-            raise RuntimeError(f"container {service} is not running:{self.logs(service)}")
-        return True
+        """True while the container runs or its restart policy is restarting it; an error once it has stopped."""
+        state = docker("inspect", "-f", "{{.State.Status}}", self.container(service), check=False)
+        if state not in ("running", "restarting"):
+            raise RuntimeError(f"container {service} is {state or 'gone'}:{self.logs(service)}")
+        return state == "running"
 
     def wait_mlflow(self, timeout_s: float = 240) -> None:
         until(lambda: self.running("mlflow") and _http_ok(f"{self.mlflow_url}/health"), timeout_s, "mlflow /health",
@@ -174,24 +176,33 @@ class Stack:
 
     def start_head(self) -> None:
         self.run("ray-head", self.image, [*self.command("ray-head"), OBJECT_STORE], self.environment("ray-head"),
-                 alias="ray-head", publish=8265, extra=("--init", "--shm-size=512m"))
+                 alias="ray-head", publish=8265, extra=("--init", "--shm-size=512m", *self.restart_policy()))
         self.wait_head()
 
-    def wait_head(self, timeout_s: float = 240) -> None:
-        until(lambda: self.running("ray-head") and _http_ok(f"{self.ray_address}/api/gcs_healthz"), timeout_s,
-               "ray head",
-               lambda: self.logs("ray-head"))
+    def restart_policy(self) -> tuple[str, str]:
+        """compose's `restart: unless-stopped` (Docker does not restart a container that `docker kill` stopped, but
+        does restart a `ray start` that fails: a head started on a loaded machine can time out waiting for its own
+        agents)."""
+        return ("--restart", self.compose["x-mutexmatch-image"]["restart"])
+
+    def wait_head(self, timeout_s: float = 300) -> None:
+        """The head's GCS answers and the head node is alive in it (a raylet that fails after the GCS started
+        exits `ray start`, and the restart policy starts the container again)."""
+        def alive() -> bool:
+            try:
+                return self.running("ray-head") and "ray-head" in self.alive_nodes().values()
+            except (OSError, KeyError, ValueError):
+                return False
+        until(alive, timeout_s, "ray head", lambda: self.logs("ray-head"))
 
     def start_worker(self, name: str) -> None:
         command = [*self.command("ray-worker"), "--num-cpus=1", OBJECT_STORE]
         self.run(name, self.image, command, self.environment("ray-worker"), alias=name,
-                 extra=("--init", "--shm-size=512m", "--restart", "on-failure"))
+                 extra=("--init", "--shm-size=512m", *self.restart_policy()))
 
     def restart(self, service: str) -> None:
-        """`docker start` a stopped or killed service again; its loopback port may change, so it is read again."""
+        """`docker start` a stopped or killed service again and wait until it answers."""
         docker("start", self.container(service))
-        publish = {"mlflow": 5000, "ray-head": 8265}[service]
-        self.ports[service] = int(docker("port", self.container(service), str(publish)).split(":")[-1])
         (self.wait_mlflow if service == "mlflow" else self.wait_head)()
 
     # -- inspect -------------------------------------------------------------------------------------------------
@@ -256,6 +267,12 @@ class Stack:
 
 def _docker_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "DOCKER_HOST", "DOCKER_CONFIG")}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def _http_ok(url: str) -> bool:
