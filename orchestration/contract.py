@@ -306,6 +306,16 @@ def with_percent(metrics: dict[str, float]) -> dict[str, float]:
 
 # ------------------------------------------------------------------------------------------------ store
 SQLITE_HEADER = b"SQLite format 3\x00"  # the first bytes of every SQLite database file
+def deleted_experiment(name: str, experiment_id: str, tracking_uri: str, *, restored: bool = False) -> str:
+    """The one rule for an experiment in MLflow's trash, said the same way by sweep, status and report: the sweep
+    restores it (``restored``); the readers name it and both ways back."""
+    what = f"experiment {name!r} (id {experiment_id}) at {tracking_uri} was deleted (in MLflow's trash, runs kept)"
+    if restored:
+        return f"{what}; this launch restored it"
+    return (f"{what}; launch its sweep again, which restores it, or run `MLFLOW_TRACKING_URI={tracking_uri} mlflow "
+            f"experiments restore --experiment-id {experiment_id}`")
+
+
 MLFLOW_TABLES = frozenset({"experiments", "runs"})  # what makes an SQLite file an MLflow store
 
 

@@ -370,6 +370,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if exp is not None and exp.lifecycle_stage == "deleted":
+        print(f"error: {C.deleted_experiment(exp.name, exp.experiment_id, uri)}", file=sys.stderr)
+        return 2
     experiment_id = exp.experiment_id if exp is not None else None
     shown = 0
     try:

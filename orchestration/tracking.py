@@ -90,6 +90,7 @@ def ensure_experiment(client: MlflowClient, name: str, tracking_uri: str, tags: 
         experiment_id = exp.experiment_id
         if exp.lifecycle_stage == "deleted":
             client.restore_experiment(experiment_id)
+            print(f"[sweep] {C.deleted_experiment(name, experiment_id, tracking_uri, restored=True)}", flush=True)
     for key, value in tags.items():
         client.set_experiment_tag(experiment_id, key, value)
     return experiment_id

@@ -170,6 +170,8 @@ class RunSource:
             if exp is None:
                 raise ValueError(f"experiment {name!r}: not found at {self.tracking_uri}; experiments there: "
                                  f"{', '.join(self.experiment_names()) or 'none'}")
+        if exp.lifecycle_stage == "deleted":
+            raise ValueError(C.deleted_experiment(name, exp.experiment_id, self.tracking_uri))
         return exp.experiment_id
 
     def experiment_names(self, limit: int = 50) -> list[str]:
@@ -317,8 +319,10 @@ class SqliteRunSource(RunSource):
                                                 sorted(set(run_ids)))}
 
     def experiment_id(self, name: str) -> str:
-        row = self._db.execute("SELECT experiment_id FROM experiments WHERE name = ? AND lifecycle_stage = 'active'",
+        row = self._db.execute("SELECT experiment_id, lifecycle_stage FROM experiments WHERE name = ?",
                                (name,)).fetchone()
+        if row is not None and row[1] == "deleted":
+            raise ValueError(C.deleted_experiment(name, str(row[0]), self.tracking_uri))
         if row is None:
             raise ValueError(f"experiment {name!r}: not found at {self.tracking_uri}; experiments there: "
                              f"{', '.join(self.experiment_names()) or 'none'}")

@@ -567,3 +567,29 @@ def test_the_real_command_line_refuses_in_one_line(cli, argv, files, expect, tmp
     assert expect in proc.stderr and len(_error_lines(proc.stderr)) == 1, proc.stderr
     assert _snapshot(tmp_path) == before
 
+
+
+def test_a_deleted_experiment_is_said_the_same_way_by_report_status_and_sweep(isolated, monkeypatch, capsys) -> None:
+    # Issue 26: after the experiment was deleted, the next sweep restored it silently ("nothing to do") while
+    # status and report called it missing. One rule now (contract.deleted_experiment), said by each.
+    from mlflow.tracking import MlflowClient
+
+    from orchestration import contract, tracking
+
+    t = isolated
+    _make_store(t)
+    (t / "s.yaml").write_text(REPORT_YAML)
+    uri = f"sqlite:///{t / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("corpus").experiment_id
+    client.delete_experiment(exp)
+    capsys.readouterr()
+    said = contract.deleted_experiment("corpus", exp, uri)
+    for cli in (R, ST):
+        main = importlib.import_module(CLIS[cli][1]).main
+        assert _in_process(main, [str(t / "s.yaml"), "--tracking-uri", str(t / "mlflow.db")]) == 2
+        err = capsys.readouterr().err
+        assert _error_lines(err) == [f"error: {said}"], err
+    assert tracking.ensure_experiment(client, "corpus", uri) == exp
+    assert capsys.readouterr().out == f"[sweep] {contract.deleted_experiment('corpus', exp, uri, restored=True)}\n"
+    assert client.get_experiment(exp).lifecycle_stage == "active"
