@@ -465,7 +465,7 @@ def runs_view(axes: Iterable[str]) -> dict:
     levels = [f"tags.`{axis_tag(a)}`" for a in axes]
     columns = [*metrics, *levels, f"tags.`{FOLD}`", "attributes.`Source`"]
     # widths in pixels: the header of a tag column is the tag's name, which MLflow cuts to the column
-    widths = {run_name: 270, **{m: 120 for m in metrics}, **{t: 175 for t in levels}, f"tags.`{FOLD}`": 125}
+    widths = {run_name: 290, **{m: 140 for m in metrics}, **{t: 195 for t in levels}, f"tags.`{FOLD}`": 130}
     return {"searchFilter": f"tags.`{ROLE}` = '{ROLE_TRIAL}'", "orderByKey": "tags.`mlflow.runName`",
             "orderByAsc": True, "selectedColumns": columns, "columnOrder": [run_name, *columns],
             "columnWidths": widths}

@@ -27,6 +27,7 @@ Tables::
         protocol: best                  # best | final | median20
         published: {mutexmatch: {digits-20: "93.22±2.52"}}   # with row_groups: {group: {row: {column: …}}}
         paired: {a: mutexmatch, b: fixmatch}   # or a list of such pairs (row levels)
+        paired_column: true             # the comparisons as a "Δ (p)" column in the table, not tables below it
         tuned_rows: {mutexmatch: "MutexMatch (tuned)"}   # a row of the search's refit runs after its level
         paper: true                     # false hides the Paper and Δ columns (the numbers stay in the YAML)
         value_columns: [ours, paper, delta]   # the sub-columns under each column with published numbers, in order
@@ -217,6 +218,7 @@ class TableLayout(_Strict):
     protocol: Protocol = "best"
     published: dict[str, Any] = Field(default_factory=dict)
     paired: list[PairedSpec] = Field(default_factory=list)
+    paired_column: bool = False         # the paired comparisons as a Δ (p) sub-column, one pair per row at most
     paper: bool = True                  # False: no Paper/Δ columns even when `published` has numbers
     value_columns: list[Literal["ours", "paper", "delta"]] = Field(
         default_factory=lambda: ["ours", "paper", "delta"])
@@ -435,6 +437,10 @@ def _check_table(t: TableLayout, where: str, axes: Axes) -> list[str]:
                               f"{', '.join(t.row_keys(axes))}")
         if pair.a == pair.b:
             errors.append(f"{where}.paired[{pair_i}]: a and b are both {pair.a!r}")
+        if t.paired_column and [p.a for p in t.paired].count(pair.a) > 1 and t.paired.index(pair) == pair_i:
+            errors.append(f"{where}.paired[{pair_i}].a={pair.a!r}: paired_column shows one comparison per row, and "
+                          f"{pair.a!r} is `a` of {[p.a for p in t.paired].count(pair.a)} pairs; keep one, or set "
+                          "paired_column: false")
     errors += _check_published(t, where, axes, groups, rows, cols)
     return errors
 

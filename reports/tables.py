@@ -76,6 +76,11 @@ class TableData:
         return list(self.layout.value_columns)
 
     @property
+    def shown(self) -> list[str]:
+        """:attr:`subcolumns` plus ``pair`` (the paired comparison's Δ (p)) when the layout folds it in."""
+        return self.subcolumns + (["pair"] if self.layout.paired_column and self.paired else [])
+
+    @property
     def has_published(self) -> bool:
         """Whether a Paper or Δ column is shown."""
         return len(self.subcolumns) > 1
@@ -239,12 +244,33 @@ def _md_cell(data: TableData, key: Key) -> str:
     return text + _n_suffix(stats)
 
 
-_MD_SUB = {"paper": "paper", "delta": "Δ"}
-_TEX_SUB = {"ours": "Ours", "paper": "Paper", "delta": r"$\Delta$"}
+_MD_SUB = {"paper": "paper", "delta": "Δ", "pair": "paired Δ (p)"}
+_TEX_SUB = {"ours": "Ours", "paper": "Paper", "delta": r"$\Delta$", "pair": r"paired $\Delta$ ($p$)"}
+
+
+def _paired_text(data: TableData, key: Key) -> str:
+    """A row's paired comparison in its column: ``+1.23 (0.0412)`` (mean a − b, p); empty for a row that is no
+    pair's ``a``."""
+    g, r, c = key
+    found = next((res for pair, res in data.paired if pair.a == r), None)
+    if found is None:
+        return ""
+    res = found[(g, c)]
+    return "n/a" if res.mean_diff is None else f"{_signed(res.mean_diff)} ({format_p(res.p_value)})"
+
+
+def _paired_note(data: TableData) -> str:
+    """What the paired Δ (p) column compares, for the table's note."""
+    lay = data.layout
+    pairs = "; ".join(f"{lay.row_label(p.a)} − {lay.row_label(p.b)}" for p, _ in data.paired)
+    return (f" Paired Δ (p): {pairs}, on the same folds (same fold index and labeled split digest), ×100, mean of the "
+            "differences and the two-sided paired t-test's p (scipy.stats.ttest_rel); n/a with fewer than 2 pairs.")
 
 
 def _published_text(data: TableData, key: Key, sub: str) -> str:
-    """The ``paper`` or ``delta`` sub-column of a position, as plain text ("—" when there is none)."""
+    """The ``paper``, ``delta`` or ``pair`` sub-column of a position, as plain text ("—" when there is none)."""
+    if sub == "pair":
+        return _paired_text(data, key)
     paper = data.published.get(key)
     if sub == "paper":
         return str(paper) if paper else "—"
@@ -258,7 +284,7 @@ def render_markdown(data: TableData) -> str:
     header = [_md_escape(_row_header(data))]
     for t in titles:
         # "paper" and "Δ" beside their column: repeating the column title would triple a wide table's width.
-        header += [_md_escape(t) if sc == "ours" else _MD_SUB[sc] for sc in data.subcolumns]
+        header += [_md_escape(t) if sc == "ours" else _MD_SUB[sc] for sc in data.shown]
     lines = [f"**{_md_escape(caption(data))}**", "", _md_row(header),
              _md_row([":---"] + ["---:"] * (len(header) - 1))]
     for g in data.groups:
@@ -268,10 +294,11 @@ def render_markdown(data: TableData) -> str:
             row = [_md_escape(lay.row_label(r))]
             for c in data.columns:
                 row += [_md_cell(data, (g, r, c)) if sc == "ours" else _published_text(data, (g, r, c), sc)
-                        for sc in data.subcolumns]
+                        for sc in data.shown]
             lines.append(_md_row(row))
-    lines += ["", f"Note: {_note(data, markdown=True)}"]
-    for pair, results in data.paired:
+    folded = "pair" in data.shown
+    lines += ["", f"Note: {_note(data, markdown=True)}" + (_paired_note(data) if folded else "")]
+    for pair, results in ([] if folded else data.paired):
         lines += [""] + _md_paired(data, pair, results)
     return "\n".join(lines) + "\n"
 
@@ -438,7 +465,7 @@ def _column_blocks(data: TableData, span: int) -> list[list[str]]:
 def render_latex(data: TableData) -> str:
     """A ``table`` float (booktabs) to ``\\input``; needs ``booktabs`` and ``graphicx`` in the preamble."""
     lay = data.layout
-    span = len(data.subcolumns)
+    span = len(data.shown)
     # One font size for every block (footnotesize, tighter columns, as SSL papers set their tables); a block is
     # scaled down only if it is still wider than the line.
     lines = [r"\begin{table}[!htbp]", r"\centering", r"\footnotesize", r"\setlength{\tabcolsep}{4pt}",
@@ -449,7 +476,7 @@ def render_latex(data: TableData) -> str:
             lines.append(r"\par\medskip")
         lines += [_FIT, rf"\begin{{tabular}}{{@{{}}l{'c' * (ncols - 1)}@{{}}}}", r"\toprule"]
         lines += _tex_header(data, [latex_escape(_row_header(data))], columns, span,
-                             sub=[_TEX_SUB[sc] for sc in data.subcolumns] if span > 1 else None)
+                             sub=[_TEX_SUB[sc] for sc in data.shown] if span > 1 else None)
         lines.append(r"\midrule")
         for gi, g in enumerate(data.groups):
             if g is not None:
@@ -461,11 +488,12 @@ def render_latex(data: TableData) -> str:
                 row = [latex_escape(lay.row_label(r))]
                 for c in columns:
                     row += [_tex_cell(data, (g, r, c)) if sc == "ours" else _tex_published(data, (g, r, c), sc)
-                            for sc in data.subcolumns]
+                            for sc in data.shown]
                 lines.append(" & ".join(row) + r" \\")
         lines += [r"\bottomrule", r"\end{tabular}}"]
-    lines.append(_tex_note(_note(data, markdown=False)))
-    for pair, results in data.paired:
+    folded = "pair" in data.shown
+    lines.append(_tex_note(_note(data, markdown=False) + (_paired_note(data) if folded else "")))
+    for pair, results in ([] if folded else data.paired):
         lines += _tex_paired(data, pair, results)
     lines.append(r"\end{table}")
     return "\n".join(lines) + "\n"
@@ -473,6 +501,9 @@ def render_latex(data: TableData) -> str:
 
 def _tex_published(data: TableData, key: Key, sub: str) -> str:
     text = _published_text(data, key, sub)
+    if sub == "pair":
+        mean, _, p = text.partition(" ")
+        return rf"${mean}$ {latex_escape(p)}" if p else latex_escape(text)
     return _tex_value(text) if sub == "paper" else _tex_signed(text)
 
 

@@ -186,3 +186,25 @@ def test_latex_escape():
     assert latex_escape("τ=0.95, λ_n, Δ ± 1 — k≤3, Ω") == \
         r"$\tau$=0.95, $\lambda$\_n, $\Delta$ $\pm$ 1 --- k$\leq$3, $\Omega$"
     assert latex_escape("back\\slash") == r"back\textbackslash{}slash"
+
+
+def test_paired_comparisons_fold_into_a_column_when_the_layout_asks():
+    import copy
+
+    spec = copy.deepcopy(SPEC)
+    spec["tables"][0].update(paired_column=True, column_groups={})
+    report = validate_report(spec)
+    folded = build_table_data(report.tables[0], report.axes, report.folds, runs(), "final")
+    md = render_markdown(folded).splitlines()
+    assert md[2] == ("| Method | 40 labels | paired Δ (p) | 250 labels | paired Δ (p) | 400 labels | "
+                     "paired Δ (p) |")
+    assert "| MutexMatch | **91.00±1.41** (n=2) | 0.00 (1.0000) | 95.00 (n=1) | n/a | — | n/a |" in md
+    assert "| FixMatch | *95.00±1.58* |  | — |  | — |  |" in md       # no pair's `a`: empty
+    assert not any(ln.startswith("Paired comparison") for ln in md)   # no table below
+    assert "Paired Δ (p): MutexMatch − FixMatch, on the same folds" in md[-1]
+    tex = render_latex(folded)
+    assert r"paired $\Delta$ ($p$)" in tex and "$+1.00$ (n/a)" in tex
+    # one comparison per row: a row that is `a` of two pairs is refused in one line
+    spec["tables"][0]["paired"] = [{"a": "mm", "b": "fm"}, {"a": "mm", "b": "sup"}]
+    with pytest.raises(Exception, match=r"paired\[0\]\.a='mm': paired_column shows one comparison per row"):
+        validate_report(spec)
