@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
-__all__ = ["validation_error_lines", "shown", "interval_text", "in_interval", "within", "at_least", "check_int"]
+__all__ = ["validation_error_lines", "shown", "int_arg", "interval_text", "in_interval", "within", "at_least", "check_int"]
 
 SHOWN_CHARS = 80  # a value echoed in a message: enough to recognise it, never the whole of a huge one
 _SHOWN = reprlib.Repr()
@@ -55,6 +55,25 @@ def validation_error_lines(err: "ValidationError", *, where: Callable[[Sequence[
         else:
             lines.append(f"{field}={shown(e.get('input'))}: {msg}")
     return lines
+
+
+def int_arg(low: int, high: int | None = None, unit: str = "") -> Callable[[str], int]:
+    """An argparse ``type``: the integer in [low, high] (no upper bound when ``high`` is None), else
+    ``ArgumentTypeError`` saying what is allowed (argparse names the flag)."""
+    allowed = ("a positive integer" if low == 1 else f"an integer >= {low}") if high is None else \
+        f"an integer in [{low}, {high}]"
+
+    def parse(value: str) -> int:
+        import argparse
+
+        try:
+            n = int(value)
+        except ValueError:
+            n = None
+        if n is None or n < low or high is not None and n > high:
+            raise argparse.ArgumentTypeError(f"must be {allowed}{f' ({unit})' if unit else ''}, got {value!r}")
+        return n
+    return parse
 
 
 def interval_text(low: float | None, high: float | None, low_open: bool = False, high_open: bool = False) -> str:

@@ -92,6 +92,7 @@ def roles(*names: str, owned: str | None = None) -> dict[str, Any]:
 # Bounds declared on the field; the messages ("must be >= 1", "must be in [0, 1)") are checks.at_least's and
 # checks.within's, the field and value are added by the error formatter.
 _AtLeast0 = Annotated[int, AfterValidator(at_least(0))]
+IMAGE_SIZE_MIN, IMAGE_SIZE_MAX = 8, 512  # pixels a side: data.image_size and `datasets check --image-size`
 MAX_THREADS = 1024  # torch takes a C int; a larger count is a typo, not a machine
 _AtLeast1 = Annotated[int, AfterValidator(at_least(1))]
 _UnitOpen = Annotated[float, AfterValidator(within(0.0, 1.0, high_open=True))]   # [0, 1)
@@ -163,8 +164,8 @@ class DataConfig(_Section):
     @field_validator("image_size")
     @classmethod
     def _image_size(cls, v: int | None) -> int | None:
-        if v is not None and not 8 <= v <= 512:
-            raise ValueError("must be null or in [8, 512]")
+        if v is not None and not IMAGE_SIZE_MIN <= v <= IMAGE_SIZE_MAX:
+            raise ValueError(f"must be null or in [{IMAGE_SIZE_MIN}, {IMAGE_SIZE_MAX}]")
         return v
 
 
@@ -275,6 +276,8 @@ class RunConfig(_Section):
     @field_validator("output_dir")
     @classmethod
     def _absolute_output(cls, v: str) -> str:
+        if not v.strip():  # Path("") is the current folder: a run would fill it
+            raise ValueError("must name the run's folder, e.g. outputs/run (an empty value is the current folder)")
         return str(Path(v).expanduser().resolve())
 
     @model_validator(mode="after")

@@ -30,7 +30,8 @@ from torchvision.datasets.utils import check_integrity
 
 from mutexmatch import imagefolder
 from mutexmatch.cliwarnings import one_line_warnings
-from mutexmatch.config import DATASET_NAMES
+from mutexmatch.checks import int_arg
+from mutexmatch.config import DATASET_NAMES, IMAGE_SIZE_MAX, IMAGE_SIZE_MIN
 from mutexmatch.datasets import (CHECKSUM_SUFFIX, DATASETS, DatasetBundle, ImageData, cache_paths, checksum_path,
                                  dataset_dir, load_dataset, svhn_splits, torchvision_files, verify_checksum,
                                  verify_published_md5s)
@@ -357,16 +358,6 @@ def run_export(args: argparse.Namespace) -> int:
 # command line
 
 
-def _positive_int(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer (pixels), got {value!r}")
-    return n
-
-
 def _epilog(commands: Sequence[str]) -> str:
     return "examples:\n" + "\n".join(f"  {e}" for c in commands for e in _EXAMPLES[c])
 
@@ -390,7 +381,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--svhn-extra", action="store_true", help="svhn only: include the 531k extra images")
         if command == "download":
             continue
-        p.add_argument("--image-size", type=_positive_int, default=None, metavar="N",
+        p.add_argument("--image-size", type=int_arg(IMAGE_SIZE_MIN, IMAGE_SIZE_MAX, "pixels"), default=None, metavar="N",
                        help="side in pixels (data.image_size); digits, miniimagenet and imagefolder only")
         if command == "export":
             p.add_argument("--to", required=True, metavar="DIR", help="the image folder to write (new or empty)")

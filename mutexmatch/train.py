@@ -43,6 +43,7 @@ from mutexmatch import metrics as M
 from mutexmatch.callbacks import Callback, EvalEvent, RunSummary, StartEvent
 from mutexmatch.checkpoint import (CheckpointError, latest_checkpoint, load_checkpoint, prune_checkpoints,
                                    save_checkpoint)
+from mutexmatch.checks import int_arg
 from mutexmatch.cliwarnings import one_line_warnings
 from mutexmatch.config import ConfigError, RunConfig, config_hash, load_config, parse_config, read_config_file
 from mutexmatch.datasets import DatasetBundle, DatasetError, Footprint, footprint, load_dataset
@@ -802,7 +803,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--resume", type=Path, metavar="DIR", help="continue the run in DIR")
     parser.add_argument("--overwrite", action="store_true",
                         help="start fresh in a non-empty output_dir, replacing the run files there")
-    parser.add_argument("--stop-at", type=int, default=None, help="stop at this step (schedule of the full run)")
+    parser.add_argument("--stop-at", type=int_arg(1), default=None, help="stop at this step (schedule of the full run)")
     parser.add_argument("--yes", action="store_true",
                         help="start a CPU run whose measured ETA exceeds an hour without asking")
     return parser

@@ -64,7 +64,7 @@ __all__ = [
     "validate_spec",
 ]
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*\Z")  # \Z: `$` also matches before a final newline
 NAME_RULE = "must start with a letter or digit and use only letters, digits, `_`, `-`, `.`, `+` (it names a folder)"
 
 
@@ -310,9 +310,12 @@ class SweepSpec(_Strict):
                 raise ValueError(f"axis {axis!r}: use letters, digits, `_`, `-`, `.`, `+` (no `=` or `,`)")
             if not levels:
                 raise ValueError(f"axis {axis!r}: needs at least one level")
-            for level in levels:
+            for level, override in levels.items():
                 if not _NAME.match(level):
-                    raise ValueError(f"level {axis}.{level}: use letters, digits, `_`, `-`, `.`, `+`")
+                    raise ValueError(f"level {axis}.{level!r}: use letters, digits, `_`, `-`, `.`, `+`")
+                if override is None:  # it trained the base config under the level's name
+                    raise ValueError(f"level {axis}.{level}: is null; give its settings, or {{}} for a level that "
+                                     "keeps the base config")
         return {a: {lv: _none_to_dict(o) for lv, o in levels.items()} for a, levels in v.items()}
 
 

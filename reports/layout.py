@@ -120,7 +120,7 @@ def param_name(key: str) -> str:
     return _GREEK.get(head, head) + (f"_{tail}" if tail else "")
 
 
-_ID = re.compile(r"^[A-Za-z0-9_-]+$")
+_ID = re.compile(r"^[A-Za-z0-9_-]+\Z")  # \Z: `$` also matches before a final newline (main\n.md)
 _PUBLISHED = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(?:(?:±|\+-|\+/-)\s*(\d+(?:\.\d+)?))?\s*$")
 
 

@@ -105,7 +105,7 @@ def test_a_library_warning_keeps_its_category_and_origin_on_its_one_line():
     ([], ["download, check or export"]),
     (["check", "cifar11", "--root", "x"], ["NAME", "'cifar11'", "imagefolder"]),
     (["check", "digits"], ["--root"]),
-    (["check", "digits", "--root", "x", "--image-size", "0"], ["--image-size", "'0'", "positive integer"]),
+    (["check", "digits", "--root", "x", "--image-size", "0"], ["--image-size", "'0'", "an integer in [8, 512] (pixels)"]),
     (["export", "digits", "--root", "x", "--to", "y", "--format", "jpg"], ["--format", "'jpg'", "png"]),
 ])
 def test_argument_errors_are_one_line(capsys, argv, parts):
