@@ -7,7 +7,7 @@ raises :class:`ConfigError` with one line per problem naming the field, the valu
 ``algorithm.tau=1.5: must be in (0, 1]`` — before any data is touched.
 
 Command-line overrides use dotted paths: ``--set algorithm.tau=0.9 --set train.iterations=2000``; the value is
-parsed with ``yaml.safe_load`` so ``true``, ``0.5`` and ``[1, 2]`` get their natural types.
+parsed as YAML (``mutexmatch.yamlfile.read_set_value``) so ``true``, ``0.5`` and ``[1, 2]`` get their natural types.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationEr
 from mutexmatch import params as algorithm_params
 from mutexmatch.params import resolve_k
 from mutexmatch.checks import at_least, validation_error_lines, within
-from mutexmatch.yamlfile import YamlFileError, read_yaml_mapping
+from mutexmatch.yamlfile import YamlFileError, read_set_value, read_yaml_mapping
 
 __all__ = [
     "ConfigError",
@@ -451,12 +451,18 @@ def parse_config(raw: dict[str, Any] | None) -> RunConfig:
 
 
 def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
-    """Apply ``a.b=value`` overrides to a raw config mapping (values parsed by ``yaml.safe_load``)."""
+    """Apply ``a.b=value`` overrides to a raw config mapping (values read by :func:`mutexmatch.yamlfile
+    .read_set_value`); a key given twice is refused, as a key repeated in a YAML file is."""
     out = copy.deepcopy(raw)
+    seen: dict[str, str] = {}
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"--set {item!r}: expected KEY=VALUE with a dotted key such as algorithm.tau=0.9")
+        if key.strip() in seen:
+            raise ConfigError(f"--set {item!r}: {key.strip()} is already set by --set {seen[key.strip()]!r}; give "
+                              "each key once")
+        seen[key.strip()] = item
         parts = key.strip().split(".")
         node = out
         for p in parts[:-1]:
@@ -470,13 +476,10 @@ def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, 
 
 def _override_value(item: str, value: str) -> Any:
     """An override's value as YAML reads a scalar (``true``, ``0.5``, ``[1, 2]``); empty is null."""
-    if not value.strip():
-        return None
     try:
-        return yaml.safe_load(value)
-    except yaml.YAMLError as e:
-        problem = " ".join(str(getattr(e, "problem", None) or e).split())
-        raise ConfigError(f"--set {item!r}: the value is not valid YAML ({problem}); quote it or fix it") from None
+        return read_set_value(item, value)
+    except YamlFileError as e:
+        raise ConfigError(str(e)) from None
 
 
 def read_config_file(path: str | Path, what: str = "--config") -> dict[str, Any]:

@@ -16,12 +16,13 @@ Standard library and PyYAML only, so the reports can use it without importing to
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-__all__ = ["YamlFileError", "UniqueKeyLoader", "read_yaml", "read_yaml_mapping", "load_text", "MAX_BYTES", "MAX_VALUES"]
+__all__ = ["YamlFileError", "UniqueKeyLoader", "read_yaml", "read_yaml_mapping", "load_text", "read_set_value", "MAX_BYTES", "MAX_VALUES"]
 
 # The experiment YAMLs are at most a few KB and hold at most ~400 values (scalars, lists and mappings) after their
 # aliases are expanded; these bounds leave room for far larger configs and none for a bomb.
@@ -125,6 +126,28 @@ def load_text(text: str, where: str) -> Any:
         raise YamlFileError(f"{where}: nested too deeply to be a config") from None
     finally:
         loader.dispose()
+
+
+# Plain scalars YAML 1.1 (PyYAML) reads as numbers nobody typing them means: 010 is 8 (octal), 1:00 is 60 (base 60).
+_YAML11_SURPRISE = re.compile(r"^[-+]?(0[0-7_]+|[0-9][0-9_]*(:[0-5]?[0-9])+(\.[0-9_]*)?)$")
+
+
+def read_set_value(item: str, text: str) -> Any:
+    """The value of ``--set key=text`` (every command's ``--set`` reads it here): YAML as a scalar, list or mapping
+    reads it (``true``, ``0.5``, ``[1, 2]``), empty is null, within the same bounds as a file. A plain ``010`` or
+    ``1:00``, which YAML 1.1 turns into 8 and 60, is refused with what it would become."""
+    where = f"--set {item!r}"
+    token = text.strip()
+    if not token:
+        return None
+    if _YAML11_SURPRISE.match(token):
+        raise YamlFileError(f"{where}: YAML 1.1 reads {token} as {yaml.safe_load(token)!r}; write the number you mean "
+                            f"(or quote it, '{token}', for text)")
+    try:
+        return load_text(text, where)
+    except YamlFileError as err:
+        raise YamlFileError(str(err).replace(f"{where}: not valid YAML", f"{where}: the value is not valid YAML", 1)
+                            ) from None
 
 
 def read_yaml(path: str | Path, what: str = "YAML file") -> Any:

@@ -186,17 +186,13 @@ EXPECTED_RUNS_DIR = "expected_runs"
 
 def parse_set_item(item: str) -> tuple[list[str], object]:
     """``a.b=value`` → (``["a", "b"]``, the value read as YAML); ``ValueError`` naming the item."""
-    import yaml  # a dependency of every package here; imported late so the contract stays cheap to import
+    from mutexmatch.yamlfile import read_set_value  # the one reader of --set values (PyYAML: imported late)
 
     key, sep, text = item.partition("=")
     if not sep or not key.strip() or any(not p for p in key.strip().split(".")):
         raise ValueError(f"{SET_OPTION} {item!r}: expected key=value with a dotted YAML key, e.g. "
                          f"{SET_OPTION} base.data.root=/mnt/datasets or {SET_OPTION} resources.gpu=1")
-    try:
-        value = yaml.safe_load(text) if text.strip() else None
-    except yaml.YAMLError as e:
-        raise ValueError(f"{SET_OPTION} {item!r}: the value is not valid YAML ({' '.join(str(e).split())})") from None
-    return key.strip().split("."), value
+    return key.strip().split("."), read_set_value(item, text)
 
 
 def _set_path(raw: dict, parts: list[str], value: object, item: str) -> None:
@@ -220,8 +216,14 @@ def _set_path(raw: dict, parts: list[str], value: object, item: str) -> None:
 def apply_set_items(raw: dict, items: Iterable[str]) -> dict:
     """``raw`` (a parsed sweep YAML; edited in place and returned) with every ``key=value`` of ``items`` set: a key
     is a dotted path, and where a key itself holds dots (``search.space.algorithm.tau``) the longest one wins."""
+    seen: dict[str, str] = {}
     for item in items:
         parts, value = parse_set_item(item)
+        key = ".".join(parts)
+        if key in seen:  # the last would silently win, while a key repeated in the YAML is refused
+            raise ValueError(f"{SET_OPTION} {item!r}: {key} is already set by {SET_OPTION} {seen[key]!r}; give each "
+                             "key once")
+        seen[key] = item
         _set_path(raw, parts, value, item)
     return raw
 

@@ -216,6 +216,11 @@ CASES = [
     C("train-labels-not-divisible", T, "--set data.num_labels=25", "data.num_labels=25: must be divisible by the 10"),
     C("train-set-no-equals", T, "--set algorithm.tau", "--set 'algorithm.tau': expected KEY=VALUE"),
     C("train-set-bad-yaml", T, "--set algorithm.tau=[0.9,", "--set 'algorithm.tau=[0.9,': the value is not valid"),
+    C("train-set-octal", T, "--set train.seed=010", "--set 'train.seed=010': YAML 1.1 reads 010 as 8"),
+    C("train-set-sexagesimal", T, "--set train.iterations=1:00", "--set 'train.iterations=1:00': YAML 1.1 reads 1:00 "
+      "as 60"),
+    C("train-set-twice", T, "--set algorithm.tau=0.9 --set algorithm.tau=0.5", "--set 'algorithm.tau=0.5': "
+      "algorithm.tau is already set by --set 'algorithm.tau=0.9'; give each key once"),
     C("train-unknown-dataset", T, "--set data.dataset=imagenet", "data.dataset='imagenet'"),
     C("train-unknown-backbone", T, "--set model.backbone=vit", "model.backbone='vit': unknown"),
     C("train-num-threads-huge", T, "--set train.num_threads=100000000000",
@@ -309,6 +314,9 @@ CASES = [
     C("sweep-axis-wins-earlier", S, "{t}/s.yaml --dry-run", "axis_wins.algorithm.tau='method': levels merge in axis "
       "order, so tau (the last of method, tau) wins", files={"s.yaml": _sweep(("{name: fixmatch}}", "{name: fixmatch, "
       "tau: 0.5}}")) + "  tau:\n    t95: {algorithm: {tau: 0.95}}\naxis_wins: {algorithm.tau: method}\n"}),
+    C("sweep-set-twice", S, "{t}/s.yaml --dry-run --set base.train.seed=1 --set base.train.seed=2",
+      "--set 'base.train.seed=2': base.train.seed is already set by --set 'base.train.seed=1'",
+      files={"s.yaml": SWEEP_YAML}),
     C("sweep-null-level", S, "{t}/s.yaml --dry-run", "level method.mutexmatch: is null; give its settings, or {}",
       files={"s.yaml": _sweep(("{algorithm: {name: mutexmatch}}", "null"))}),
     C("sweep-level-trailing-newline", S, "{t}/s.yaml --dry-run", "level method.'fixmatch\\n': use letters",
