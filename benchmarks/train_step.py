@@ -71,6 +71,7 @@ MODIFIERS = {
     "fp32": "fp32 (whatever --precision says)",
     "bf16": "bf16 autocast (whatever --precision says)",
     "fp16": "fp16 autocast with the GradScaler (whatever --precision says)",
+    "graphs": "train.cuda_graphs (CUDA graphs over the compiled backbone; CUDA only)",
 }
 DEFAULT_PIPELINES = ["reference", "reference_retain", "ours", "ours+compile", "ours+no_keep", "ours+deterministic",
                      "ours+on_demand", "ours+sgd_foreach"]
@@ -131,14 +132,15 @@ def timed(step, args) -> list[float]:
 
 
 def build_ours(args, bundle: DatasetBundle, root: str, compile_model: bool = False, keep: bool = True,
-               deterministic: bool = False, precision: str | None = None) -> Trainer:
+               deterministic: bool = False, precision: str | None = None, cuda_graphs: bool = False) -> Trainer:
     cfg = parse_config({
         "data": {"dataset": "cifar10", "root": root, "num_labels": 25 * bundle.info.num_classes},
         "model": {"backbone": args.backbone},
         "algorithm": {"name": "mutexmatch", "form": "official"},
         "train": {"batch_size": args.batch, "mu": args.mu, "device": args.device,
                   "precision": precision or args.precision, "progress": False, "iterations": 1000,
-                  "compile": compile_model, "keep_freed_memory": keep, "deterministic": deterministic},
+                  "compile": compile_model, "keep_freed_memory": keep, "deterministic": deterministic,
+                  "cuda_graphs": cuda_graphs},
         "output_dir": str(Path(root) / "ours"),
     })
     return Trainer(cfg, bundle=bundle)
@@ -148,7 +150,7 @@ def time_ours(args, bundle: DatasetBundle, root: str, pipeline: str) -> list[flo
     mods = modifiers(pipeline)
     precision = next((m for m in mods if m in ("fp32", "bf16", "fp16")), None)
     trainer = build_ours(args, bundle, root, compile_model="compile" in mods, keep="no_keep" not in mods,
-                         deterministic="deterministic" in mods, precision=precision)
+                         deterministic="deterministic" in mods, precision=precision, cuda_graphs="graphs" in mods)
     if "on_demand" in mods:
         trainer.prefetcher.ahead = False
     if "sgd_foreach" in mods:
@@ -201,7 +203,10 @@ def run_child(args) -> None:
             times = time_reference(args, bundle)
         else:
             times = time_ours(args, bundle, root, args.child)
-    print(json.dumps({"step_s": times, "threads": torch.get_num_threads()}))
+    from mutexmatch.compiled import compile_report
+
+    compiled = {"compile": compile_report()} if {"compile", "graphs"} & set(modifiers(args.child)) else {}
+    print(json.dumps({"step_s": times, "threads": torch.get_num_threads(), **compiled}))
 
 
 def measure(pipeline: str, argv: list[str]) -> list[float]:
@@ -212,7 +217,12 @@ def measure(pipeline: str, argv: list[str]) -> list[float]:
                           text=True)
     if proc.returncode:
         sys.exit(f"{pipeline} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])["step_s"]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    if "compile" in out:  # graph breaks and recompiles of a compiled pipeline (issue 24)
+        c = out["compile"]
+        print(f"  {pipeline}: {c['graphs']} graph(s), {c['graph_breaks']} graph break(s), {c['recompiles']} "
+              f"recompile(s)" + (f"; breaks: {c['break_reasons']}" if c["break_reasons"] else ""), flush=True)
+    return out["step_s"]
 
 
 def add_step_arguments(ap: argparse.ArgumentParser) -> None:

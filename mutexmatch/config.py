@@ -234,7 +234,15 @@ class TrainConfig(_Section):
         "fp32", description="Autocast precision of the backbone's forward pass; the heads, softmax thresholds "
         "and losses run in fp32 on its features cast to fp32, and BatchNorm keeps fp32 statistics. Whether bf16 "
         "keeps the accuracy of fp32 is not measured yet (issue 13).")
-    compile: bool = Field(False, description="Wrap the model in torch.compile.")
+    compile: bool = Field(False, description="Wrap the model in torch.compile (its forward and, through "
+                          "AOTAutograd, its backward; any precision). Graph breaks and recompiles: "
+                          "mutexmatch.compiled.compile_report.")
+    cuda_graphs: bool = Field(False, description="CUDA only: compile the model with CUDA graphs "
+                              "(torch.compile mode reduce-overhead: the backbone's forward and backward replayed "
+                              "from a captured graph, inputs copied into static buffers; heads, losses, SGD and EMA "
+                              "stay eager). Refused on the CPU. With train.deterministic a graphed step equals the "
+                              "compiled step bitwise (tests/mutexmatch/test_compiled.py, a device check).",
+                              json_schema_extra=roles(NO_RESULT, RESUMABLE))
     num_threads: Annotated[int, AfterValidator(within(0, MAX_THREADS))] = Field(
         0, description=f"torch CPU threads; 0 keeps torch's default (at most {MAX_THREADS}).",
                                    json_schema_extra=roles(NO_RESULT, RESUMABLE))

@@ -41,6 +41,7 @@ from mutexmatch.atomic import atomic_write
 from mutexmatch.augment import normalize, strong_augment, weak_augment
 from mutexmatch import metrics as M
 from mutexmatch.callbacks import Callback, EvalEvent, RunSummary, StartEvent
+from mutexmatch.compiled import check_cuda_graphs, compiled_forward
 from mutexmatch.checkpoint import (CheckpointError, latest_checkpoint, load_checkpoint, prune_checkpoints,
                                    save_checkpoint)
 from mutexmatch.checks import int_arg
@@ -254,6 +255,7 @@ class Trainer:
         self.out = self.run.path
         self.ckpt_dir = self.run.checkpoints
         self.device = resolve_device(cfg.train.device)
+        check_cuda_graphs(cfg.train.cuda_graphs, self.device)  # before any work
         if resume is False:
             self.run.check_fresh(overwrite)  # before any work; checked again under the lock
         if cfg.train.num_threads:
@@ -261,6 +263,8 @@ class Trainer:
         if self.device.type == "cpu" and cfg.train.keep_freed_memory:
             keep_freed_memory()
         _set_deterministic(cfg.train.deterministic)
+        if self.device.type == "cuda":  # autotuned convolution algorithms vary run to run: not when deterministic
+            torch.backends.cudnn.benchmark = not cfg.train.deterministic
         resume_state = self._find_resume_state(resume)
 
         _seed_everything(cfg.train.seed)
@@ -380,7 +384,7 @@ class Trainer:
         self.memory_format = torch.channels_last if cfg.model.channels_last else torch.contiguous_format
         self.model.to(self.device, memory_format=self.memory_format)
         self.ema = ModelEMA(self.model, cfg.train.ema)
-        self.forward = torch.compile(self.model) if cfg.train.compile else self.model
+        self.forward = compiled_forward(self.model, cfg.train, self.device)
 
     def _make_split(self) -> Split:
         d = self.cfg.data
