@@ -1,27 +1,29 @@
 #!/usr/bin/env bash
 # GPU checks and figures in one call of a lent GPU machine (figures: benchmarks/README.md).
 #
-#   OUT=/tmp/gpu bash benchmarks/device_check.sh [PART ...]     (default: parts 1-5)
+#   OUT=/tmp/gpu bash benchmarks/device_check.sh [PART ...]     (default: step profile memory share fidelity)
+#   DRY=1 OUT=/tmp/dry bash benchmarks/device_check.sh [PART ...]   (every part tiny on the CPU: checks the script)
 #
 # Each part has its own time limit and log, so a part that fails or runs long leaves the others' figures; the
 # summary at the end prints every part's exit status. Logs, summary and results files (benchmarks/record.py, in
 # results/: copy them into benchmarks/results/ and commit them) are packed into $OUT/device_check.tgz after every
-# part, one file because the device tool brings back at most 8. Parts, in order of priority:
-#   1. step_fp32: the training-step benchmark (ours vs the released design) on CUDA, fp32, DataLoader workers as
-#      released (4);
-#   2. step_bf16: the same with bf16 autocast for ours and 12 DataLoader workers for the reference (its best on
-#      16 cores), and whether the side-stream prefetch and the fused SGD pay (ours_on_demand, ours_sgd_foreach);
-#   3. profile: the CUDA-only tests (augmentation and prefetch without synchronisation, side-stream batches equal
-#      inline ones), then one steady-state step under torch.profiler, fp32 and bf16 (kernel time by category, GPU
-#      idle, CPU launch time) and its device->host synchronisations (set_sync_debug_mode);
-#   4. augment: the augmentation benchmark on CUDA;
-#   5. digits: end to end on CUDA: an uninterrupted run and one stopped half-way and resumed (bit-identical with
-#      train.deterministic), the same pair without it, and a bf16 run;
-#   6. cost: per-setup step and evaluation times of every experiment YAML on CUDA (GPU-hours), cached as it goes;
-#   7. memory: peak GPU memory of a full-batch step per backbone and image size, fp32 and bf16 (what fits);
-#   8. share: two training processes on one GPU vs one alone (do the YAMLs' `gpu: 0.5` trials pay?).
-# The default (parts 1-5) fits one call of under 9 minutes: its limits add up to 520 s. Parts 6-8 need calls of
-# their own: `... device_check.sh cost share` (280 s of limits), `... device_check.sh memory` (300 s).
+# part, one file because the device tool brings back at most 8. Default parts, in order of priority (issue 24):
+#   step: the training step free-running (one sync per 30 steps), 3 interleaved rounds: the released design (4
+#      DataLoader workers) vs ours fp32, bf16, bf16 + train.compile, bf16 + compile + CUDA graphs, fp16 + GradScaler
+#      (the ratio to the released design of the same run is printed; graph breaks and recompiles too);
+#   profile: the `cuda` tests (a CUDA-graph step equals the compiled step bitwise under train.deterministic; the
+#      augmentation and prefetch CUDA tests), then one bf16 step under torch.profiler (real syncs over 5 steps,
+#      launches per category, busy time without annotation spans);
+#   memory: peak memory of a full-batch step of the expensive setups (WRN-28-8 at 80 and 64 px, WRN-37-2 at 96
+#      px), fp32 and bf16;
+#   share: 1 vs 2 training processes on the GPU (does packing two trials per GPU pay?);
+#   fidelity: CIFAR-10 photos (an image folder, 250 labels), FixMatch and MutexMatch, fp32 vs the fast path, two
+#      seeds, $FIDELITY_STEPS steps (default 600 here: a short check; FIDELITY_STEPS=3000 in a call of its own),
+#      fast path $FIDELITY_FAST (default bf16). Needs the archive copied into the checkout: `mkdir -p .data && cp
+#      ../shared/data/cifar10-jpeg.tar.gz .data/` (`.data/` is git-ignored), and `carry: [".data"]` in the call.
+# The default parts' limits add up to 515 s: one device call of timeout_s 600 (the machine check and the wheel
+# install take ~20 s). Other parts, each in a call of its own: digits (bit-identical resume), augment, cost
+# (every experiment setup at the full batch: GPU-hours).
 # Python packages the machine lacks travel as wheels in .whl (pydantic and its needs).
 set -u
 OUT=${OUT:?set OUT to a folder for logs}
@@ -36,12 +38,31 @@ else
   export PYTHONPATH=$PWD
 fi
 declare -A RC
-WANTED=" ${*:-step_fp32 step_bf16 profile augment digits} "
+PY=${PYTHON:-python3}
+export PY
+WANTED=" ${*:-step profile memory share fidelity} "
+FIDELITY_STEPS=${FIDELITY_STEPS:-600}
+FIDELITY_FAST=${FIDELITY_FAST:-train.precision=bf16}
+# DRY=1: every part on the CPU at toy sizes, so the script itself is checked where no GPU is (nothing it prints
+# is a measurement). Each part reads its sizes from these variables.
+if [[ ${DRY:-0} == 1 ]]; then
+  DEV=cpu; STEP="--batch 2 --mu 1 --steps 1 --rounds 1 --images 256 --workers 0"
+  PIPES=ours,ours+bf16  # compiling takes minutes on a CPU, CUDA graphs are refused there
+  PROF="--batch 2 --mu 1 --warmup 1 --steps 1 --images 256"
+  MEM="--batch 2 --mu 1 --setups cnn13@32 --precision fp32"; SHARE="--batch 2 --mu 1 --steps 2"
+  FID="--backbone small_cnn --batch 2 --mu 1 --seeds 0,1"; FIDELITY_STEPS=2
+else
+  DEV=cuda; STEP="--steps 30 --rounds 3 --workers 4"
+  PIPES=ours,ours+bf16,ours+bf16+compile,ours+bf16+compile+graphs,ours+fp16; PROF="--warmup 10 --steps 5 --sync-steps 5"
+  MEM="--setups wrn28_8@80,wrn28_8@64,wrn37_2@96 --precision fp32,bf16"; SHARE="--steps 20"; FID=""
+fi
+export DEV STEP PIPES PROF MEM SHARE FID FIDELITY_STEPS FIDELITY_FAST
 mkdir -p "$W/results"
 pack() { tar -czf "$OUT/device_check.tgz" -C "$W" .; }
 part() {  # part NAME SECONDS COMMAND...
   local name=$1 limit=$2; shift 2
   [[ $WANTED == *" $name "* ]] || return 0
+  [[ ${DRY:-0} == 1 ]] && limit=$((limit * 4))  # a shared CPU is slow even at toy sizes
   echo "=== $name (limit ${limit}s): $*" | tee -a "$W/summary.txt"
   local t0=$SECONDS
   # timeout signals its whole process group, so a part's child processes stop with it
@@ -53,73 +74,114 @@ part() {  # part NAME SECONDS COMMAND...
 }
 
 { nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
-  python3 -c "import torch, torchvision, sys; print(sys.version.split()[0], torch.__version__, torchvision.__version__,
-torch.cuda.get_device_name(0), torch.backends.cudnn.version())"
+  $PY -c "import torch, torchvision, sys; print(sys.version.split()[0], torch.__version__, torchvision.__version__,
+torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no CUDA', torch.backends.cudnn.version())"
   lscpu | grep -E "Model name|^CPU\(s\)"; } 2>&1 | tee "$W/machine.txt"
 
-part step_fp32 195 python3 benchmarks/train_step.py --device cuda --steps 30 --rounds 2 --workers 4 \
-  --pipelines ours,ours_compile,ours_deterministic --out "$W/results/train_step_cuda_wrn28_2_fp32.json"
-part step_bf16 85 python3 benchmarks/train_step.py --device cuda --steps 30 --rounds 1 --workers 12 \
-  --precision bf16 --pipelines ours,ours_on_demand,ours_sgd_foreach --out "$W/results/train_step_cuda_wrn28_2_bf16.json"
+# The size variables hold several words each: unquoted on purpose.
+step() {
+  $PY benchmarks/train_step.py --device $DEV $STEP --pipelines $PIPES \
+    --out "$W/results/train_step_${DEV}_wrn28_2.json"
+}
+export -f step
+part step 190 step
 
 profile() {
-  python3 -m pytest -q -p no:cacheprovider tests/mutexmatch/test_augment.py tests/mutexmatch/test_prefetch.py \
+  $PY -m pytest -q -p no:cacheprovider -rs -m cuda tests/mutexmatch/test_compiled.py || return 1
+  $PY -m pytest -q -p no:cacheprovider -rs tests/mutexmatch/test_augment.py tests/mutexmatch/test_prefetch.py \
     -k cuda || return 1
-  for precision in fp32 bf16; do
-    python3 benchmarks/profile_step.py --device cuda --precision $precision --warmup 10 --steps 5 \
-      --out "$W/results/profile_cuda_wrn28_2_$precision.json" || return 1
-  done
+  $PY benchmarks/profile_step.py --device $DEV --precision bf16 $PROF \
+    --out "$W/results/profile_${DEV}_wrn28_2_bf16.json"
 }
 export -f profile
-part profile 70 profile
-part augment 30 python3 benchmarks/augment.py --device cuda --seconds 5 --workers 12
+part profile 60 profile
+
+memory() { $PY benchmarks/step_memory.py --device $DEV $MEM; }
+export -f memory
+part memory 55 memory
+share() { $PY benchmarks/gpu_share.py --device $DEV --processes 2 $SHARE; }
+export -f share
+part share 40 share
+
+fake_photos() {  # ten classes of a few generated photos (DRY=1)
+  $PY -c "
+import sys
+from pathlib import Path
+import numpy as np
+from PIL import Image
+rng = np.random.default_rng(0)
+for split, n in (('train', 30), ('test', 4)):
+    for c in range(10):
+        d = Path(sys.argv[1]) / split / f'class{c}'
+        d.mkdir(parents=True, exist_ok=True)
+        for i in range(n):
+            Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(d / f'{i}.jpg')
+" "$1"
+}
+export -f fake_photos
+fidelity() {
+  local data=/tmp/cifar10-folder
+  if [[ ${DRY:-0} == 1 ]]; then
+    data=$W/fake-photos; fake_photos "$data" || return 1
+  elif [[ ! -d $data/train ]]; then
+    if [[ ! -f .data/cifar10-jpeg.tar.gz ]]; then
+      echo "no .data/cifar10-jpeg.tar.gz: copy ../shared/data/cifar10-jpeg.tar.gz into .data/ and carry .data"
+      return 1
+    fi
+    mkdir -p $data && tar xzf .data/cifar10-jpeg.tar.gz -C $data || return 1
+  fi
+  $PY benchmarks/fidelity.py --data "$data" --device $DEV --steps "$FIDELITY_STEPS" --fast "$FIDELITY_FAST" $FID \
+    --out "$W/results/fidelity_${DEV}_cifar10_250.json"
+  local rc=$?
+  [[ ${DRY:-0} == 1 ]] && rm -rf "$data"
+  return $rc
+}
+export -f fidelity
+part fidelity 170 fidelity
+
+part augment 30 $PY benchmarks/augment.py --device cuda --seconds 5 --workers 12
 
 digits() {
   local d=/tmp/digits; rm -rf $d
   local common=(--config experiments/runs/digits.yaml --set train.device=cuda --set train.iterations=600
                 --set train.eval_interval=300 --set train.progress=false)
   for det in true false; do
-    python3 -m mutexmatch.train "${common[@]}" --set train.deterministic=$det --set output_dir=$d/full_$det || return 1
-    python3 -m mutexmatch.train "${common[@]}" --set train.deterministic=$det --set output_dir=$d/resumed_$det \
+    $PY -m mutexmatch.train "${common[@]}" --set train.deterministic=$det --set output_dir=$d/full_$det || return 1
+    $PY -m mutexmatch.train "${common[@]}" --set train.deterministic=$det --set output_dir=$d/resumed_$det \
       --stop-at 300 || return 1
-    python3 -m mutexmatch.train --resume $d/resumed_$det || return 1
+    $PY -m mutexmatch.train --resume $d/resumed_$det || return 1
   done
-  python3 -m mutexmatch.train "${common[@]}" --set output_dir=$d/bf16 --set train.precision=bf16 || return 1
-  for run in full_true resumed_true bf16; do cp $d/$run/metrics.jsonl "$W/digits_$run.jsonl"; done
-  python3 - <<'EOF'
+  for run in full_true resumed_true; do cp $d/$run/metrics.jsonl "$W/digits_$run.jsonl"; done
+  $PY -c "
 import torch
-for det in ("true", "false"):
-    a, b = (torch.load(f"/tmp/digits/{r}_{det}/final_model.pt", weights_only=True, map_location="cpu")
-            for r in ("full", "resumed"))
+for det in ('true', 'false'):
+    a, b = (torch.load(f'/tmp/digits/{r}_{det}/final_model.pt', weights_only=True, map_location='cpu')
+            for r in ('full', 'resumed'))
     diff = max((a[k].double() - b[k].double()).abs().max().item() for k in a if a[k].is_floating_point())
-    print(f"train.deterministic={det}: final model, uninterrupted vs stopped at 300 and resumed: "
-          f"{sum(torch.equal(a[k], b[k]) for k in a)}/{len(a)} tensors bit-identical, largest difference {diff:.3g}")
-EOF
+    print(f'train.deterministic={det}: final model, uninterrupted vs stopped at 300 and resumed: '
+          f'{sum(torch.equal(a[k], b[k]) for k in a)}/{len(a)} tensors bit-identical, largest difference {diff:.3g}')
+"
 }
 export -f digits
-part digits 140 digits
+part digits 120 digits
 
-cost() {
+cost() {  # every setup at the full batch (B = 64, mu = 7): the expensive ones measured, not scaled
   rm -rf /tmp/cost
-  python3 -c "from mutexmatch.fakedata import FakeSize as F, write_fake_root as w; w('/tmp/cost/data', sizes={
+  $PY -c "from mutexmatch.fakedata import FakeSize as F, write_fake_root as w; w('/tmp/cost/data', sizes={
     'cifar10': F(400, 1000), 'cifar100': F(100, 100), 'svhn': F(25, 2603), 'stl10': F(500, 800, 20),
     'miniimagenet': F(10, 100), 'tinyimagenet': F(25, 50)})" || return 1
-  python3 experiments/estimate_cost.py experiments/table1_cifar_svhn.yaml experiments/table_cnn13_wrn.yaml \
+  $PY experiments/estimate_cost.py experiments/table1_cifar_svhn.yaml experiments/table_cnn13_wrn.yaml \
     experiments/ablation_*.yaml experiments/pseudo_label_accuracy.yaml experiments/table2_stl_mini_tiny.yaml \
-    --project /tmp/cost --device cuda --threads 4 --steps 10 --batch-for wrn37_2=32 \
-    --batch-for wrn28_8@miniimagenet=16 --batch-for wrn28_8@tinyimagenet=16 --cache /tmp/gpu_cost_cache.json
+    --project /tmp/cost --device cuda --threads 4 --steps 10 --cache /tmp/gpu_cost_cache.json
   local rc=$?
   cp /tmp/gpu_cost_cache.json "$W/" 2>/dev/null  # the cache outlives this call's folder: a rerun continues it
   return $rc
 }
 export -f cost
-part cost 190 cost
-
-part memory 300 python3 benchmarks/step_memory.py --device cuda
-part share 90 python3 benchmarks/gpu_share.py --device cuda --processes 2 --steps 30
+part cost 300 cost
 
 echo "=== exit status per part:"; for k in "${!RC[@]}"; do echo "  $k ${RC[$k]}"; done
 echo "=== results files (copy into benchmarks/results/ and commit):"; ls -1 "$W/results"; pack
-nvidia-smi --query-gpu=memory.used,clocks.sm --format=csv || true
+nvidia-smi --query-gpu=memory.used,clocks.sm --format=csv 2>/dev/null || true
 failed=0; for k in "${!RC[@]}"; do [[ ${RC[$k]} == 0 ]] || failed=$((failed + 1)); done
 exit $failed  # the number of parts that failed

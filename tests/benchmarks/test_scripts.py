@@ -195,6 +195,32 @@ def test_device_check_packs_everything_into_one_file(tmp_path):
         assert {"./machine.txt", "./results"} <= set(tar.getnames())
 
 
+@pytest.mark.slow
+def test_device_check_dry_mode_runs_every_default_part_on_the_cpu(tmp_path):
+    """DRY=1: the prepared device call, at toy sizes on the CPU (the script and its parts work before device time is
+    spent on them; nothing measured)."""
+    proc = subprocess.run(["bash", str(BENCH / "device_check.sh")], cwd=BENCH.parent, capture_output=True, text=True,
+                          env={**os.environ, "OUT": str(tmp_path), "DRY": "1", "PYTHON": sys.executable},
+                          timeout=900)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    for name in ("step", "profile", "memory", "share", "fidelity"):
+        assert f"=== {name}: rc=0 in " in proc.stdout, proc.stdout[-4000:]
+    with tarfile.open(tmp_path / "device_check.tgz") as tar:
+        names = set(tar.getnames())
+    assert {"./results/train_step_cpu_wrn28_2.json", "./results/profile_cpu_wrn28_2_bf16.json",
+            "./results/fidelity_cpu_cifar10_250.json", "./summary.txt"} <= names
+
+
+def test_fidelity_verdict_compares_the_mean_difference_with_the_seed_spread():
+    fid = _bench_module("fidelity")
+    results = {fid._name(a, s, f): {"final": acc} for a, accs in
+               {"fixmatch": {0: (0.80, 0.79), 1: (0.82, 0.82)}, "mutexmatch": {0: (0.85, 0.80), 1: (0.85, 0.80)}}.items()
+               for s, pair in accs.items() for f, acc in zip((False, True), pair)}
+    table = fid.compare(results, [0, 1])
+    assert table["fixmatch"]["within_seed_noise"] and table["fixmatch"]["mean_difference"] == pytest.approx(-0.005)
+    assert not table["mutexmatch"]["within_seed_noise"]  # 5 points lower, seeds agree exactly
+
+
 def test_breakdown_attributes_cuda_kernels_by_phase_then_operator():
     cpu = torch.autograd.DeviceType.CPU
 
