@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -59,7 +60,20 @@ def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dic
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:  # a file that hashes right but does not unpickle is still unusable
-        raise CheckpointError(f"{path}: cannot be loaded: {e}") from e
+        raise CheckpointError(f"{path}: cannot be loaded: {_load_failure(e)}") from None
+
+
+def _load_failure(err: Exception) -> str:
+    """Why ``torch.load(weights_only=True)`` refused a file, in a few words. Never torch's own advice to retry
+    with ``weights_only=False``: for a file that names code, that advice is how the code would run."""
+    text = " ".join(str(err).split())
+    found = re.search(r"unsupported GLOBAL (\S+)", text)
+    if found:
+        return (f"it refers to code ({found.group(1)}), which no checkpoint of ours holds; refused without running "
+                "it (a file from an untrusted source?)")
+    if "Weights only load failed" in text:
+        return "it holds objects a checkpoint never holds; refused without loading them"
+    return text[:200]
 
 
 def list_checkpoints(directory: Path) -> list[tuple[int, Path]]:
@@ -80,13 +94,18 @@ def latest_checkpoint(directory: Path, map_location: str | torch.device = "cpu")
     problems = []
     for _, path in reversed(ckpts):
         try:
-            return path, load_checkpoint(path, map_location)
+            state = load_checkpoint(path, map_location)
         except CheckpointError as e:
             problems.append(str(e))
-            warnings.warn(f"skipping unusable checkpoint: {e}; trying the previous one", RuntimeWarning,
+            continue
+        for problem in problems:  # said only when an older checkpoint is used instead: then the skip is news
+            warnings.warn(f"skipped unusable checkpoint: {problem}; resuming from {path.name}", RuntimeWarning,
                           stacklevel=2)
+        return path, state
     if ckpts:
-        raise CheckpointError("no usable checkpoint in " + str(directory) + ":\n  " + "\n  ".join(problems))
+        more = f" (and {len(problems) - 1} older one(s), none usable)" if len(problems) > 1 else ""
+        raise CheckpointError(f"no usable checkpoint in {directory}: {problems[0]}{more}; the run cannot continue: "
+                              "start it again with --overwrite")
     return None
 
 

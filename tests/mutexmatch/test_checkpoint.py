@@ -40,11 +40,15 @@ def test_missing_checksum_is_unusable(tmp_path):
     assert state["step"] == 1
 
 
-def test_all_corrupted_raises_instead_of_restarting(tmp_path):
-    p = save_checkpoint(_state(1), tmp_path, 1)
-    p.write_bytes(b"garbage")
-    with pytest.warns(RuntimeWarning), pytest.raises(CheckpointError, match="no usable checkpoint"):
+def test_all_corrupted_raises_one_line_instead_of_restarting(tmp_path, recwarn):
+    for step in (1, 2):
+        save_checkpoint(_state(step), tmp_path, step).write_bytes(b"garbage")
+    with pytest.raises(CheckpointError) as err:
         latest_checkpoint(tmp_path)
+    assert str(err.value) == (f"no usable checkpoint in {tmp_path}: {tmp_path / 'ckpt_00000002.pt'}: checksum mismatch "
+                              "(file truncated or corrupted) (and 1 older one(s), none usable); the run cannot "
+                              "continue: start it again with --overwrite")
+    assert not recwarn.list  # issue 26: a warning per checkpoint, then the error repeating them, was 5 lines
 
 
 def test_empty_folder_means_no_checkpoint(tmp_path):
@@ -56,8 +60,27 @@ def test_weights_only_refuses_arbitrary_objects(tmp_path):
     import argparse  # any class outside torch's allow-list stands for an arbitrary pickled object
 
     p = save_checkpoint({"x": argparse.Namespace(a=1)}, tmp_path, 1)
-    with pytest.raises(CheckpointError, match="cannot be loaded"):
+    with pytest.raises(CheckpointError, match="cannot be loaded: it holds objects a checkpoint never holds") as err:
         load_checkpoint(p)
+    assert "weights_only=False" not in str(err.value) and "\n" not in str(err.value)  # never torch's advice
+
+
+def test_a_checkpoint_that_runs_code_is_refused_without_running_it(tmp_path):
+    import hashlib
+    import os
+
+    marker = tmp_path / "payload-ran"
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    p = save_checkpoint({"x": Payload()}, tmp_path, 1)  # with a matching checksum: only weights_only stands guard
+    assert p.with_name(p.name + ".sha256").read_text() == hashlib.sha256(p.read_bytes()).hexdigest()
+    with pytest.raises(CheckpointError) as err:
+        latest_checkpoint(tmp_path)
+    assert "refers to code (posix.system)" in str(err.value) and "weights_only=False" not in str(err.value)
+    assert not marker.exists()
 
 
 def test_prune_keeps_newest(tmp_path):

@@ -357,3 +357,15 @@ def test_a_diverging_run_is_its_one_line_without_a_traceback(tmp_path, monkeypat
     monkeypatch.setattr(StepAccumulator, "non_finite", lambda self: [("loss", 3)])
     assert main(STEPS + ["--set", f"output_dir={tmp_path / 'run'}"]) == 1
     _one_line_error(capsys, "error: non-finite loss term 'loss' at step 3", "the run is stopped")
+
+
+def test_resume_with_every_checkpoint_corrupt_is_one_line(tmp_path, capsys):
+    # Issue 26: a warning per checkpoint and then the error repeating each one (5 lines).
+    out = tmp_path / "run"
+    assert main(STEPS + ["--set", f"output_dir={out}", "--stop-at", "4"]) == 0
+    for ckpt in (out / "checkpoints").glob("*.pt"):
+        ckpt.write_bytes(b"junk")
+    capsys.readouterr()
+    assert main(["--resume", str(out)]) == 2
+    _one_line_error(capsys, f"error: no usable checkpoint in {out / 'checkpoints'}: ",
+                    "(and 1 older one(s), none usable)", "start it again with --overwrite")
