@@ -328,10 +328,11 @@ def check_sqlite_store(tracking_uri: str, path: Path, label: str, *, create: boo
     ``create=False``: they never turn a file into a store."""
     import sqlite3
 
-    if path.is_dir() or not path.is_file() and not create:
-        what = "a folder" if path.is_dir() else "no such file"
-        raise ValueError(f"{label} {tracking_uri!r}: {what} at {path}, no MLflow store there; give the SQLite file "
-                         "the sweep wrote (run the sweep first) or the store's URI")
+    if path.is_dir():
+        raise ValueError(f"{label} {tracking_uri!r}: {path} is a folder; give an SQLite file (e.g. mlflow.db)")
+    if not path.is_file() and not create:
+        raise ValueError(f"{label} {tracking_uri!r}: no such file at {path}, no MLflow store there; give the SQLite "
+                         "file the sweep wrote (run the sweep first) or the store's URI")
     if not path.is_file():
         return
     try:
@@ -536,6 +537,9 @@ def resolve_tracking_uri(uri: str | None, project_dir: str | Path | None = None,
     if uri.startswith("sqlite:///") or ("://" not in uri and uri.endswith(".db")):
         raw = uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else uri
         path, sep, query = raw.partition("?")
+        if path in ("", ":memory:"):  # each process (trial, report) would see its own empty store
+            raise ValueError(f"{source}={uri!r}: an in-memory store is gone when the command ends and no other "
+                             "process sees it; give a file, e.g. sqlite:////abs/path/mlflow.db")
         if path != ":memory:" and not Path(path).is_absolute():
             path = str((base / path).resolve())
         return f"sqlite:///{path}{sep}{query}"

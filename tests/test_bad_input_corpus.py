@@ -339,6 +339,9 @@ CASES = [
       "--storage '{t}/notes.txt': is a file", files={"s.yaml": SWEEP_YAML, "notes.txt": "x"}),
     C("sweep-storage-bad-scheme", S, "{t}/s.yaml --storage ftp://host/tune", "--storage 'ftp://host/tune': unknown "
       "scheme 'ftp'", files={"s.yaml": SWEEP_YAML}),
+    C("sweep-tracking-uri-memory", S, "{t}/s.yaml --dry-run --tracking-uri sqlite:///:memory:",
+      "--tracking-uri='sqlite:///:memory:': an in-memory store is gone when the command ends", files={"s.yaml":
+                                                                                                  SWEEP_YAML}),
     C("sweep-table-metric-typo", S, "{t}/s.yaml", "test/accc",
       files={"s.yaml": REPORT_YAML.replace("test/acc", "test/accc")}),
     # ---------------------------------------------------------------- reports.build
@@ -357,6 +360,8 @@ CASES = [
       files={"s.yaml": REPORT_YAML, "notes.db": "not a database\n"}),
     C("report-table-id-newline", R, "{t}/s.yaml", "'main\\n'",
       files={"s.yaml": REPORT_YAML.replace("id: main", 'id: "main\\n"')}),
+    C("report-tracking-uri-memory", R, "{t}/s.yaml --tracking-uri sqlite:///:memory:",
+      "--tracking-uri='sqlite:///:memory:': an in-memory store", files={"s.yaml": REPORT_YAML}),
     C("report-bad-format", R, "{t}/s.yaml --format md,docx", "docx", files={"s.yaml": REPORT_YAML}),
     C("report-bad-protocol", R, "{t}/s.yaml --protocol mean", "argument --protocol: invalid choice: 'mean'",
       files={"s.yaml": REPORT_YAML}),
@@ -415,6 +420,8 @@ CASES = [
       "{t}/notes.db is an SQLite database but not an MLflow store", files={"s.yaml": SWEEP_YAML}, setup=_foreign_db),
     C("status-empty-file", ST, "{t}/s.yaml --tracking-uri {t}/empty.db", "{t}/empty.db is empty, not an MLflow store",
       files={"s.yaml": SWEEP_YAML, "empty.db": ""}),
+    C("status-tracking-uri-memory", ST, "{t}/s.yaml --tracking-uri sqlite:///:memory:",
+      "--tracking-uri='sqlite:///:memory:': an in-memory store", files={"s.yaml": SWEEP_YAML}),
     C("status-store-not-a-db", ST, "{t}/s.yaml --tracking-uri {t}/notes.db", "{t}/notes.db",
       files={"s.yaml": SWEEP_YAML, "notes.db": "not a database\n"}),
 ]
