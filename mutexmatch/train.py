@@ -400,10 +400,33 @@ class Trainer:
         run = self.run
         atomic_write(run.config, yaml.safe_dump(self.cfg.to_dict(), sort_keys=False).encode())
         self.split.save(run.split)
-        marker = {"mutexmatch_run": 1, "config_hash": config_hash(self.cfg), "split_digest": self.split.digest()}
-        atomic_write(run.marker, json.dumps(marker, indent=2).encode())
+        atomic_write(run.marker, json.dumps(self._marker(), indent=2).encode())
         atomic_write(run.dataset, json.dumps(self._dataset_facts(), indent=2).encode())
         run.metrics.unlink(missing_ok=True)
+
+    def _marker(self) -> dict:
+        """``run.json``: what makes the folder a run, and which configuration and split it trains."""
+        return {"mutexmatch_run": 1, "config_hash": config_hash(self.cfg), "split_digest": self.split.digest()}
+
+    def _check_resumed_files(self) -> None:
+        """After a checkpoint loaded (it proved config and split): a ``run.json`` that is not this run's marker is
+        rewritten, and evaluations missing from ``metrics.jsonl`` are said, both with a warning (they were accepted
+        silently)."""
+        try:
+            marker = json.loads(self.run.marker.read_text())
+        except (OSError, ValueError):
+            marker = None
+        if marker != self._marker():
+            warnings.warn(f"{self.run.marker}: not this run's marker (unreadable or changed); rewritten from the "
+                          f"checkpoint, which holds the run's config hash and split", RuntimeWarning, stacklevel=3)
+            atomic_write(self.run.marker, json.dumps(self._marker(), indent=2).encode())
+        logged = {row["step"] for row in self.run.read_metrics()}
+        missing = [s for s in range(self.cfg.train.eval_interval, self.step + 1, self.cfg.train.eval_interval)
+                   if s not in logged]
+        if missing:
+            warnings.warn(f"{self.run.metrics}: the evaluations of {len(missing)} step(s) up to {self.step} are not "
+                          f"in it (first: step {missing[0]}; emptied, cut or deleted?); they are not redone, so the "
+                          "run's metrics have a gap there", RuntimeWarning, stacklevel=3)
 
     def _dataset_facts(self) -> dict:
         """What the run's images were: classes, sizes and the normalisation actually applied."""
@@ -452,6 +475,7 @@ class Trainer:
         if "stats" in state:  # the steps since the last evaluation (a stop between evaluations)
             self.stats.load_state_dict(state["stats"])
         self.run.keep_metrics_until(self.step)  # evaluations logged after this checkpoint are redone
+        self._check_resumed_files()
         self.resumed_from = self.last_checkpoint = path
 
     # ---------------------------------------------------------------- step

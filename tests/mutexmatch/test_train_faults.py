@@ -6,6 +6,7 @@ or duplicates nothing."""
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -206,7 +207,8 @@ def test_the_largest_numpy_seed_trains(tmp_path):
 def test_a_batch_larger_than_the_device_memory_is_refused_up_front(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(train, "_device_memory", lambda device: 1 << 20)  # 1 MiB of memory
     out = tmp_path / "run"
-    assert main(STEPS + ["--set", f"output_dir={out}", "--set", "train.batch_size=1000"]) == 2
+    steps = [a.replace("train.batch_size=4", "train.batch_size=1000") for a in STEPS]  # each --set key once
+    assert main(steps + ["--set", f"output_dir={out}"]) == 2
     _one_line_error(capsys, "train.batch_size=1000, train.mu=2: one step of 5000 images of 1x16x16: the input "
                     "batch alone takes 4.9 MiB, more than the cpu memory (1.0 MiB)",
                     "lower train.batch_size or train.mu")
@@ -369,3 +371,24 @@ def test_resume_with_every_checkpoint_corrupt_is_one_line(tmp_path, capsys):
     assert main(["--resume", str(out)]) == 2
     _one_line_error(capsys, f"error: no usable checkpoint in {out / 'checkpoints'}: ",
                     "(and 1 older one(s), none usable)", "start it again with --overwrite")
+
+
+@pytest.mark.parametrize("damage", ["garbage run.json", "emptied metrics", "deleted metrics"])
+def test_resume_says_what_was_wrong_with_the_run_files(tmp_path, damage):
+    # Issue 26: a garbage run.json was accepted silently, and an emptied or deleted metrics.jsonl lost the earlier
+    # evaluations on resume without a word.
+    Trainer(_cfg(tmp_path)).fit(stop_at=4)
+    out = tmp_path / "run"
+    marker = (out / "run.json").read_text()
+    if damage == "garbage run.json":
+        (out / "run.json").write_text("garbage{")
+    elif damage == "emptied metrics":
+        (out / "metrics.jsonl").write_text("")
+    else:
+        (out / "metrics.jsonl").unlink()
+    expected = "not this run's marker" if damage == "garbage run.json" else \
+        "the evaluations of 2 step(s) up to 4 are not in it (first: step 2; emptied, cut or deleted?)"
+    with pytest.warns(RuntimeWarning, match=re.escape(expected)):
+        Trainer(_cfg(tmp_path), resume=True).fit()
+    assert (out / "run.json").read_text() == marker
+    assert _logged_steps(out) == ([2, 4, 6, 8] if damage == "garbage run.json" else [6, 8])
