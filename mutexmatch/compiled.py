@@ -36,7 +36,13 @@ def compiled_forward(model: nn.Module, train: Any, device: torch.device) -> nn.M
     with CUDA graphs (``train.cuda_graphs``)."""
     check_cuda_graphs(train.cuda_graphs, device)
     if train.cuda_graphs:
-        return torch.compile(model, mode="reduce-overhead")
+        graphed = torch.compile(model, mode="reduce-overhead")
+
+        def forward(x: torch.Tensor) -> torch.Tensor:
+            # a new training step: the previous step's graph outputs (its features) may be overwritten now
+            torch.compiler.cudagraph_mark_step_begin()
+            return graphed(x)
+        return forward
     return torch.compile(model) if train.compile else model
 
 

@@ -84,3 +84,24 @@ def test_cuda_graph_step_equals_the_compiled_step_bitwise_when_deterministic(tmp
         trainer.close()
     differ = [k for k in runs[False] if not torch.equal(runs[False][k], runs[True][k])]
     assert not differ, f"{len(differ)} tensors differ, e.g. {differ[:3]}"
+
+
+def test_each_cuda_graph_step_starts_a_new_graph_generation(monkeypatch):
+    """A graphed forward marks each training step's start (the previous step's graph outputs may be overwritten
+    from then on); the compile itself is the CUDA device check's, here only the wrapper and its mode."""
+    from types import SimpleNamespace
+
+    from mutexmatch.compiled import compiled_forward
+
+    modes, marks = [], []
+    monkeypatch.setattr(torch, "compile", lambda model, mode=None: modes.append(mode) or model)
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
+    model = torch.nn.Linear(2, 2)
+    graphs = SimpleNamespace(cuda_graphs=True, compile=False)
+    forward = compiled_forward(model, graphs, torch.device("cuda"))
+    x = torch.ones(1, 2)
+    assert torch.equal(forward(x), model(x)) and torch.equal(forward(x), model(x))
+    assert modes == ["reduce-overhead"] and len(marks) == 2
+    assert compiled_forward(model, SimpleNamespace(cuda_graphs=False, compile=False), torch.device("cpu")) is model
+    with pytest.raises(ConfigError, match="CUDA graphs need a CUDA device"):
+        compiled_forward(model, graphs, torch.device("cpu"))
