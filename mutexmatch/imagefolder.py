@@ -14,7 +14,7 @@ Rules (documented in ``docs/datasets.md`` too):
   and files with other extensions (``README.txt``) are ignored; ``check_folder`` counts the ignored files.
 - **Colour.** Every image becomes 8-bit RGB with ``PIL.Image.convert("RGB")``: grayscale is copied to the three
   channels, palette images are looked up in their palette, an alpha channel is dropped (the colour under it is
-  kept), 16-bit and float images are clipped to 0..255 by PIL.
+  kept), 16-bit and float images are clipped to 0..255 by PIL (with a warning naming how many and the first).
 - **Size.** ``data.image_size`` S, or when it is null the side of the first training image in sorted path order,
   which must then be square. An S×S image is kept as it is; any other image is resized so that its shorter side is
   S (Lanczos, as the released code does for mini-ImageNet) and centre-cropped to S×S.
@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import warnings
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -211,12 +212,20 @@ def to_rgb_square(img: Image.Image, size: int) -> np.ndarray:
     return np.array(img)  # a writable copy: torch warns on read-only arrays
 
 
-def _decode_chunk(paths: Sequence[Path], size: int) -> np.ndarray:
+# Modes whose values PIL's convert("RGB") clips to 0..255 instead of scaling (16-bit and 32-bit integer, float).
+WIDE_MODES = frozenset({"I", "I;16", "I;16B", "I;16L", "I;16N", "F"})
+
+
+def _decode_chunk(paths: Sequence[Path], size: int) -> tuple[np.ndarray, list[tuple[Path, str]]]:
+    """The chunk's images, and those whose mode is clipped by the conversion (path, mode)."""
     out = np.empty((len(paths), size, size, 3), dtype=np.uint8)
+    wide = []
     for i, path in enumerate(paths):
         with _open(path) as img:
+            if img.mode in WIDE_MODES:
+                wide.append((path, img.mode))
             out[i] = to_rgb_square(img, size)
-    return out
+    return out, wide
 
 
 def decode_images(paths: Sequence[Path], size: int, workers: int | None = None) -> torch.Tensor:
@@ -224,7 +233,12 @@ def decode_images(paths: Sequence[Path], size: int, workers: int | None = None) 
     workers = workers or len(os.sched_getaffinity(0))
     chunks = [paths[i:i + THREAD_CHUNK] for i in range(0, len(paths), THREAD_CHUNK)]
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        parts = list(pool.map(lambda c: _decode_chunk(c, size), chunks))
+        decoded = list(pool.map(lambda c: _decode_chunk(c, size), chunks))
+    parts, wide = [d[0] for d in decoded], [w for d in decoded for w in d[1]]
+    if wide:  # the clipping is documented, but a user whose 16-bit scans turn white should hear of it
+        warnings.warn(f"imagefolder: {len(wide)} image(s) are 16-bit or float (first: {wide[0][0]}, mode "
+                      f"{wide[0][1]}); converting to 8-bit RGB clips their values to 0..255 instead of scaling them; "
+                      "convert them to 8 bits yourself to choose the scaling", RuntimeWarning, stacklevel=2)
     hwc = np.concatenate(parts) if parts else np.empty((0, size, size, 3), dtype=np.uint8)
     return torch.from_numpy(hwc).permute(0, 3, 1, 2).contiguous()
 

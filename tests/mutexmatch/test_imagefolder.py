@@ -281,3 +281,15 @@ def test_the_documented_five_fold_sweep_over_an_image_folder_is_valid(tmp_path) 
     validate_spec(spec, tmp_path)
     validate_report(yaml.safe_load(block))
     assert len(expand_cells(spec)) == 3 and spec.folds == [0, 1, 2, 3, 4]
+
+
+def test_a_16_bit_image_is_clipped_with_a_warning(tmp_path):
+    # Issue 26: the clipping was documented, but a 16-bit image turned white without a word.
+    wide = tmp_path / "scan.png"
+    Image.fromarray((np.arange(16 * 16).reshape(16, 16) * 200).astype(np.uint16)).save(wide)
+    narrow = tmp_path / "photo.png"
+    Image.new("RGB", (16, 16), (10, 20, 30)).save(narrow)
+    with pytest.warns(RuntimeWarning, match=r"1 image\(s\) are 16-bit or float \(first: .*scan.png, mode I;16\); "
+                                            "converting to 8-bit RGB clips their values to 0..255"):
+        x = imagefolder.decode_images([narrow, wide], 16, workers=1)
+    assert x.shape == (2, 3, 16, 16) and int(x[1].max()) == 255
