@@ -5,9 +5,9 @@
                                   [--fast train.precision=bf16,train.compile=true] [--backbone wrn28_2]
                                   [--batch 64] [--mu 7] [--out benchmarks/results/NAME.json]
 
-``DIR`` holds ``train/<class>/*.jpg`` and ``test/<class>/*.jpg`` (``tar xzf ../shared/data/cifar10-jpeg.tar.gz -C
-DIR``). Each run is ``python -m mutexmatch.train`` on fold 0 with ``train.seed`` = the seed (model, sampling,
-augmentation), the paper's optimiser and a cosine schedule over ``--steps``; the runs differ only in the
+``DIR`` holds ``train/<class>/*.jpg`` and ``test/<class>/*.jpg`` (``tar xzf .data/cifar10-jpeg.tar.gz -C DIR``,
+the CIFAR-10 JPEG archive copied as benchmarks/README.md says). Each run is ``python -m mutexmatch.train`` on
+fold 0 with ``train.seed`` = the seed (model, sampling, augmentation), the paper's optimiser and a cosine schedule over ``--steps``; the runs differ only in the
 algorithm, the seed and, for the fast path, the ``--fast`` settings. Printed: the final and best test accuracy of
 the EMA model per run, and per algorithm the fast path's mean minus fp32's against the spread between seeds (the
 fast path is "within seed noise" when |mean difference| <= the largest fp32 seed-to-seed difference). Written

@@ -16,11 +16,9 @@ from orchestration import contract
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 LAYOUT_DOC = REPO / "orchestration" / "README.md"
-COST_DOC = REPO / "experiments" / "README.md"
 # Paths that exist only on a development machine: a reader's checkout has none of them.
 OUTSIDE = re.compile(r"/work/|\.\./shared|/home/[A-Za-z]|/Users/[A-Za-z]|/root/")
 SCREEN_LINES = 50
-GPUS = 8
 
 
 def _tracked(*patterns: str) -> list[Path]:
@@ -105,32 +103,6 @@ def test_python_version_is_stated_once_and_matches_pyproject():
     stated = {p.relative_to(REPO): re.findall(r"Python (3\.\d+) or newer", p.read_text(errors="replace"))
               for p in _tracked("*.md")}
     assert {p: v for p, v in stated.items() if v} == {Path("README.md"): [minimum]}
-
-
-def _measured_gpu_hours() -> dict[str, int]:
-    """YAML stem → H200 GPU-hours from the measured table of experiments/README.md (and "total")."""
-    table = _section(COST_DOC.read_text(), "## Resources and cost")
-    table = table[table.index("| YAML | trials | H200 GPU-hours |"):]
-    rows = re.findall(r"^\| (?:`(\w+)\.yaml`|\*\*(total)\*\*) \| \**[\d,]+\**\s*\| \**([\d,]+)\** \|$", table, re.M)
-    return {stem or total: int(hours.replace(",", "")) for stem, total, hours in rows}
-
-
-def test_readme_cost_is_the_measured_table():
-    hours = _measured_gpu_hours()
-    assert len(hours) == 14                                       # 13 paper sweeps and the total
-    readme = README.read_text()
-    rows = {m[0]: (m[1], float(m[2])) for m in
-            re.findall(r"^\| \**([^|*]+?)\** \| \**[\d,]+\** \| \**[≈ ]*([\d,]+)\** \| \**([\d.]+)\** \|$", readme,
-                       re.M)}
-    tables = {"Table 1 (CIFAR-10/100, SVHN)": "table1_cifar_svhn", "CNN-13 / WRN table": "table_cnn13_wrn",
-              "Table 2 (STL-10, mini-/Tiny-ImageNet)": "table2_stl_mini_tiny", "all": "total"}
-    for label, stem in tables.items():
-        shown, days = rows[label]
-        assert int(shown.replace(",", "")) == hours[stem], label
-        assert days == round(hours[stem] / GPUS / 24, 1), label
-    rest = hours["total"] - sum(hours[s] for s in tables.values() if s != "total")
-    shown, days = rows["the 10 ablation and figure sweeps"]
-    assert abs(int(shown.replace(",", "")) - rest) <= 10 and abs(days - rest / GPUS / 24) < 0.1
 
 
 def test_docker_guide_links_the_measured_cost_instead_of_guessing():
