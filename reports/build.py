@@ -183,6 +183,8 @@ def _missing_cells(data: TableData, layout: ReportLayout) -> list[str]:
         cell = lay.cell(layout.axes, g, r, c)
         excluded = any(all(cell.get(a) == lv for a, lv in ex.items()) for ex in layout.exclude)
         words = ", ".join(x for x in (lay.group_label(g), lay.row_label(r), lay.column_label(c)) if x)
+        nan = data.nan_runs.get((g, r, c), 0)  # finished, but the metric is NaN: not "no finished run"
+        words += f" ({nan} finished run(s) whose {lay.metric} is NaN: diverged?)" if nan else ""
         out.append(words + (" (excluded by the YAML)" if excluded else ""))
     return out
 

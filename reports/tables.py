@@ -14,6 +14,7 @@ appendix table.
 
 from __future__ import annotations
 
+import math
 import unicodedata
 from dataclasses import dataclass, field
 
@@ -66,6 +67,7 @@ class TableData:
     marks: dict[Key, str] = field(default_factory=dict)          # "best" | "second"
     published: dict[Key, PublishedValue] = field(default_factory=dict)
     paired: list[tuple[PairedSpec, dict[tuple[str | None, str], PairedResult]]] = field(default_factory=list)
+    nan_runs: dict[Key, int] = field(default_factory=dict)       # finished runs whose metric is NaN (diverged)
 
     @property
     def subcolumns(self) -> list[str]:
@@ -122,6 +124,7 @@ def build_table_data(layout: TableLayout, axes: Axes, folds: list[int], runs: pd
                      rows=rows, columns=columns, cells=cells, cell_ids=ids,
                      published=layout.published_values())
     data.marks = _marks(data)
+    data.nan_runs = {k: n for k, m in members.items() if (n := sum(math.isnan(v.value) for v in m))}
     for pair in layout.paired:
         results = {(g, c): paired_comparison(members[(g, pair.a, c)], members[(g, pair.b, c)])
                    for g in groups for c in columns}

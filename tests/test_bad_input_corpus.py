@@ -443,8 +443,9 @@ def _snapshot(root: Path) -> dict[str, object]:
     return seen
 
 
-def _make_store(t: Path) -> None:
-    """``mlflow.db`` holding one FINISHED grid run of the corpus sweep's first cell, as a sweep logs it."""
+def _make_store(t: Path, values: tuple[float, float] = (0.5, 0.6)) -> None:
+    """``mlflow.db`` holding one FINISHED grid run of the corpus sweep's first cell, as a sweep logs it (its test
+    accuracy ``values`` at steps 2 and 4)."""
     from mlflow.tracking import MlflowClient
 
     from orchestration import contract
@@ -456,7 +457,7 @@ def _make_store(t: Path) -> None:
     tags = contract.trial_tags(parent_run_id="p", kind=contract.KIND_GRID, cell_levels=levels, cell_id=cid, fold=0,
                                variant="grid", config_hash="h", commit="c", trial_id="t0", launch_id="l")
     run = client.create_run(exp, tags=tags, run_name=contract.trial_key(cid, 0))
-    for step, value in ((2, 0.5), (4, 0.6)):  # what the report's default learning-curve figure reads too
+    for step, value in zip((2, 4), values):  # what the report's default learning-curve figure reads too
         client.log_metric(run.info.run_id, "test/acc", value, step=step)
         client.log_metric(run.info.run_id, "train/pl_acc", value, step=step)
     client.set_terminated(run.info.run_id, "FINISHED")
@@ -618,3 +619,16 @@ def test_a_deleted_experiment_is_said_the_same_way_by_report_status_and_sweep(is
     assert tracking.ensure_experiment(client, "corpus", uri) == exp
     assert capsys.readouterr().out == f"[sweep] {contract.deleted_experiment('corpus', exp, uri, restored=True)}\n"
     assert client.get_experiment(exp).lifecycle_stage == "active"
+
+
+
+def test_a_report_over_runs_whose_metric_is_nan_says_so(isolated, capsys) -> None:
+    # Issue 26: a cell whose finished runs logged only NaN (a diverged run) was reported as having no finished run.
+    t = isolated
+    _make_store(t, values=(float("nan"), float("nan")))
+    (t / "s.yaml").write_text(REPORT_YAML)
+    capsys.readouterr()
+    main = importlib.import_module(CLIS[R][1]).main
+    assert _in_process(main, [str(t / "s.yaml"), "--tracking-uri", str(t / "mlflow.db"), "--out", str(t / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "1 finished run(s) whose test/acc is NaN: diverged?" in out, out
