@@ -55,6 +55,7 @@ ENDED_BY, ERROR = TAG + "ended_by", TAG + "error"
 # A launch's parent run: the spec it runs and the driver that runs it (a later launch checks it is alive).
 SPEC_HASH, SPEC_PATH, STORAGE, SMOKE = TAG + "spec_hash", TAG + "spec_path", TAG + "storage", TAG + "smoke"
 DRIVER_HOST, DRIVER_PID, COMMAND = TAG + "driver_host", TAG + "driver_pid", TAG + "command"
+RAY_PROCESSES = TAG + "ray_processes"  # "<pid>:<start time> ..." of the local Ray the driver started (orphans.py)
 OVERRIDES = TAG + "overrides"       # the launch's --set key=value items, a JSON list
 SETTINGS_TAG = TAG + "settings."    # + a settings digest: the parent run holds that settings' expected runs
 NOTE = "mlflow.note.content"        # MLflow's own tag: the run's description in the UI (the YAML's description)

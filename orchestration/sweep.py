@@ -51,6 +51,7 @@ from orchestration import tracking  # noqa: E402
 from orchestration.cluster import check_resources, init_ray  # noqa: E402
 from orchestration.dryrun import dry_run  # noqa: E402
 from orchestration import interrupts  # noqa: E402
+from orchestration import orphans  # noqa: E402
 from orchestration.interrupts import handle_interrupts  # noqa: E402
 from orchestration.launchlock import LaunchRunning, launch_lock  # noqa: E402
 from orchestration.launch import (SweepError, SweepOptions, SweepOutcome, check_options, command_line,  # noqa: E402
@@ -111,6 +112,10 @@ def _run_locked(launch: _Launch, name_launch: Callable[[str], None]) -> SweepOut
         print(f"[sweep] launch {dead.data.tags.get(C.LAUNCH_ID)} was interrupted (its driver is "
               f"gone); its runs are now KILLED." + ("" if opts.resume else f" To continue it: {resume_cmd}"),
               flush=True)
+        ended = orphans.end_orphans(dead.data.tags.get(C.RAY_PROCESSES))
+        if ended:
+            print(f"[sweep] ended {len(ended)} Ray process(es) that launch left running (pids "
+                  f"{', '.join(map(str, ended))})", flush=True)
     _refuse_live_launches(launch, client, experiment_id)
     chosen = _choose(launch, client, experiment_id)
     if isinstance(chosen, SweepOutcome):
@@ -144,6 +149,8 @@ def _run_launch(launch: _Launch, client: Any, experiment_id: str, chosen: _Selec
     """The launch once its parent run is open: the phases, then the final statuses and the summary."""
     opts = launch.opts
     name_launch(parent.launch_id)
+    if started_ray:  # what a SIGKILLed driver would leave running, for the next launch to end
+        client.set_tag(parent.run_id, C.RAY_PROCESSES, orphans.describe_children()[:5000])
     tracking.log_params_and_tags(client, parent.run_id, {}, C.parent_display_tags(launch.plan.spec.description,
                                                                                    opts.overrides))
     print(f"[sweep] MLflow UI: {C.ui_hint(launch.uri, experiment_id)}", flush=True)

@@ -528,3 +528,64 @@ def test_a_second_ctrl_c_after_the_parent_opened_kills_the_runs_and_prints_the_r
     exp = client.get_experiment_by_name("abort").experiment_id
     statuses = sorted((r.data.tags["mutexmatch.role"], r.info.status) for r in tracking.iter_runs(client, exp, ""))
     assert statuses == [("sweep", "KILLED"), ("trial", "KILLED")]
+
+
+# ------------------------------------------------------------------------------------------------ orphans of a killed driver
+FAKE_DRIVER = """
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+print(child.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state == "Z"
+
+
+def test_the_next_launch_ends_the_ray_processes_a_killed_driver_left(tmp_path, data_root, monkeypatch, capsys):
+    # Issue 26: after a SIGKILL of the driver, Ray's dashboard and runtime-env agents were alive 72-79 s later.
+    import socket
+    import time
+
+    from orchestration import contract as C
+    from orchestration import orphans, sweep, tracking
+    from orchestration.launch import SweepError
+
+    driver = subprocess.Popen([sys.executable, "-c", FAKE_DRIVER], stdout=subprocess.PIPE, text=True)
+    child = int(driver.stdout.readline())
+    described = orphans.describe_children(driver.pid)
+    assert described.startswith(f"{child}:")
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    driver.kill()
+    driver.wait()
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    exp = tracking.ensure_experiment(client, "orphans", uri)
+    reused = f" {bystander.pid}:1"  # a recorded id now held by a process with another start time: left alone
+    client.create_run(exp, tags={C.ROLE: C.ROLE_SWEEP, C.LAUNCH_ID: "L1", C.DRIVER_HOST: socket.gethostname(),
+                                 C.DRIVER_PID: str(driver.pid), C.RAY_PROCESSES: described + reused})
+
+    def stop_here(*args, **kwargs):
+        raise SweepError("stopped by the test before Ray")
+
+    monkeypatch.setattr(sweep, "_start_ray", stop_here)
+    monkeypatch.chdir(tmp_path)
+    spec = write_spec(tmp_path, data_root, name="orphans", iterations=4, folds=[0], methods=["fixmatch"])
+    try:
+        assert sweep.main([str(spec)]) == 2
+        out = capsys.readouterr().out
+        assert f"[sweep] ended 1 Ray process(es) that launch left running (pids {child})" in out, out
+        deadline = time.time() + 10
+        while not _gone(child) and time.time() < deadline:
+            time.sleep(0.1)
+        assert _gone(child) and bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
+        if not _gone(child):
+            os.kill(child, signal.SIGKILL)
