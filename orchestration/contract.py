@@ -367,6 +367,20 @@ FAST_FAIL_HTTP_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUE
                       "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
 
 
+# Artifacts of an `mlflow server --artifacts-destination s3://...` come through the server's proxy, never through a
+# presigned URL straight to the store: MLflow 3.17's client otherwise downloads every proxied artifact from such a
+# server by presigned URLs that name the store as the *server* reaches it (http://minio:9000 in docker/compose.yaml),
+# which a workstation cannot resolve — a report build then retries for minutes (found by tests/docker/
+# test_local_cluster.py). Uploads already go through the proxy by default. A user's own setting wins.
+PROXY_ARTIFACTS_ENV = {"MLFLOW_ENABLE_PROXY_MULTIPART_DOWNLOAD": "false"}
+
+
+def prefer_artifact_proxy() -> None:
+    """Set :data:`PROXY_ARTIFACTS_ENV` in ``os.environ`` unless the user set it (before any artifact download)."""
+    for key, value in PROXY_ARTIFACTS_ENV.items():
+        os.environ.setdefault(key, value)
+
+
 @contextmanager
 def bounded_http(tracking_uri: str, label: str) -> Iterator[None]:
     """Within: MLflow's HTTP retries bounded by :data:`FAST_FAIL_HTTP_ENV` (unless the user set them), and a

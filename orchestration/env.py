@@ -34,6 +34,10 @@ TUNE_ENV: dict[str, str] = {
 
 
 def apply_closed_network_env() -> None:
-    """Set the closed-network and Tune variables in ``os.environ`` (values already set by the user are kept)."""
+    """Set the closed-network and Tune variables in ``os.environ`` (values already set by the user are kept), and
+    MLflow artifact downloads through the server's proxy (:func:`orchestration.contract.prefer_artifact_proxy`)."""
+    from orchestration.contract import prefer_artifact_proxy
+
     for key, value in {**CLOSED_NETWORK_ENV, **TUNE_ENV}.items():
         os.environ.setdefault(key, value)
+    prefer_artifact_proxy()

@@ -373,6 +373,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # One artifact download per heat-map fold: tqdm bars would bury the build's own output.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    C.prefer_artifact_proxy()  # a workstation reaches the server, not the S3 store behind it
     try:
         result = build_report(args.spec, tracking_uri=args.tracking_uri, out_dir=args.out, protocol=args.protocol,
                               formats=[f.strip() for f in args.format.split(",") if f.strip()],

@@ -134,3 +134,23 @@ def test_accuracies_in_percent_and_one_colour_per_method():
                         source="experiments/quickstart.yaml", color=colors[1])
     assert (tags[C.RUN_COLOR], tags[C.SOURCE_NAME], tags[C.SOURCE_GIT_COMMIT]) == (
         colors[1], "experiments/quickstart.yaml", "abc")
+
+
+def test_artifact_downloads_go_through_the_servers_proxy_even_when_it_offers_presigned_urls(monkeypatch):
+    """An S3-backed `mlflow server` advertises multipart downloads; MLflow's client would then fetch artifacts by
+    presigned URLs naming the store as the server reaches it (unreachable from a workstation). With the project's
+    setting the client keeps to the proxy; a user's own setting wins."""
+    from mlflow.store.artifact.mlflow_artifacts_repo import MlflowArtifactsRepository
+    from mlflow.store.artifact import mlflow_artifacts_repo as repo_module
+
+    capabilities = {repo_module.SERVER_INFO_MULTIPART_DOWNLOADS_ENABLED: True}
+    monkeypatch.setattr(MlflowArtifactsRepository, "_fetch_server_capabilities", lambda self: capabilities)
+    repo = MlflowArtifactsRepository("mlflow-artifacts:/1/run/artifacts", tracking_uri="http://127.0.0.1:5000")
+    for key in C.PROXY_ARTIFACTS_ENV:
+        monkeypatch.delenv(key, raising=False)
+    assert repo._is_multipart_download_enabled()  # MLflow's default: straight to the store
+    C.prefer_artifact_proxy()
+    assert not repo._is_multipart_download_enabled()
+    monkeypatch.setenv("MLFLOW_ENABLE_PROXY_MULTIPART_DOWNLOAD", "true")
+    C.prefer_artifact_proxy()
+    assert repo._is_multipart_download_enabled()
