@@ -181,7 +181,9 @@ def best_param_prefix(cell: str, fold: int | str) -> str:
 # its parent run, the config hashes its plan expects per trial key (``expected_runs/<digest>.json``, under the tag
 # ``mutexmatch.settings.<digest>``), and the report finds that record by the digest of the same amended YAML.
 SET_OPTION = "--set"
-SETTINGS_EXCLUDED = ("description", "tables", "figures")  # report layout and prose change no trial
+# prose, report layout and the resources a trial holds change no trial's config (`--set resources.gpu=1` on a
+# machine with a GPU must find the runs of the same YAML launched elsewhere)
+SETTINGS_EXCLUDED = ("description", "tables", "figures", "resources")
 EXPECTED_RUNS_DIR = "expected_runs"
 
 
@@ -230,7 +232,7 @@ def apply_set_items(raw: dict, items: Iterable[str]) -> dict:
 
 
 def settings_digest(raw: dict) -> str:
-    """A short sha256 of a sweep YAML mapping as amended by ``--set`` (its description and report layout left out):
+    """A short sha256 of a sweep YAML mapping as amended by ``--set`` (:data:`SETTINGS_EXCLUDED` left out):
     what the sweep files its expected runs under and the report looks them up by."""
     import hashlib
 

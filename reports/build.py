@@ -319,18 +319,21 @@ def _runs_section(layout: ReportLayout, result: BuildResult, duplicates: pd.Data
     return lines
 
 
+def _given(result: BuildResult) -> str:
+    return "the YAML with " + (" ".join(f"`--set {i}`" for i in result.overrides) if result.overrides else "no --set")
+
+
 def _index(layout: ReportLayout, result: BuildResult, formats: Sequence[str], tracking_uri: str, experiment_id: str,
            used: pd.DataFrame, duplicates: pd.DataFrame, unfinished: pd.DataFrame,
            protocol_override: str | None) -> str:
     lines = [f"# Report: {layout.name}", "",
              f"MLflow experiment `{layout.name}` (id {experiment_id}) at `{tracking_uri}`. "
              f"Grid trial runs used: {len(used)} FINISHED, the newest per cell and fold of folds "
-             f"{', '.join(map(str, layout.folds))} with a config hash these settings give (the YAML"
-             + (" with " + " ".join(f"`--set {i}`" for i in result.overrides) if result.overrides else "")
-             + ")."]
+             f"{', '.join(map(str, layout.folds))}" + ("." if result.settings_note else
+                                                        f" with a config hash these settings give ({_given(result)}).")]
     for line in (C.other_settings_line(result.ignored), result.settings_note):
         if line:
-            lines.append(f"**{line[0].upper()}{line[1:]}.**")
+            lines += ["", f"**{line[0].upper()}{line[1:]}.**"]
     if protocol_override:
         lines.append(f"Protocol for every table and figure: {PROTOCOL_TEXT[protocol_override]} (--protocol).")
     lines += ["", *_files_section(layout, result, formats), "", *_missing_section(layout, result), ""]

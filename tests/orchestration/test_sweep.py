@@ -5,6 +5,7 @@ prints the plan and a measured cost. (A GPU request refused on a CPU-only cluste
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -262,3 +263,54 @@ def test_set_overrides_enter_the_resume_command(tmp_path):
     opts = SweepOptions(spec_path=Path("x.yaml"), overrides=("base.data.root=/mnt/data sets", "resources.gpu=1"))
     cmd = command_line(opts, "sqlite:////a/mlflow.db", "/a/rr", resume=True)
     assert "--set 'base.data.root=/mnt/data sets' --set resources.gpu=1" in cmd and cmd.endswith("--resume")
+
+
+
+TRYOUT_SPEC = TINY.replace("n_trials: 4", "n_trials: 2").replace("""    mutexmatch: {{algorithm: {{name: mutexmatch}}}}
+""", """    mutexmatch: {{algorithm: {{name: mutexmatch}}}}
+  setting:
+    digits-20: {{}}
+""") + """
+tables:
+  - {{id: main, rows: method, columns: setting, metric: test/acc, protocol: best,
+     tuned_rows: {{mutexmatch: "MutexMatch (tuned)"}}}}
+"""
+
+
+@pytest.mark.slow
+def test_a_set_tryout_changes_no_table_summary_or_status(tmp_path, data_root, run_cli, capsys):
+    """Issue 26's try-out case through the real sweep: a later launch with --set (fewer steps, one fold) trains
+    runs the report, the end-of-launch summary and the status of the plain YAML leave out, naming them in a line."""
+    from orchestration.status import main as status_main
+    from reports.build import build_report
+
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "t.yaml").write_text(TRYOUT_SPEC.format(root=data_root, gpu=0))
+    uri = f"sqlite:///{project / 'mlflow.db'}"
+    first = run_cli(project, "t.yaml", "--set", "resources.gpu=0", timeout=900)  # resources: no setting
+    assert first.returncode == 0, first.output
+    before = build_report(project / "t.yaml", tracking_uri=uri, out_dir=tmp_path / "before", formats=["md"])
+    assert before.ignored == [] and before.settings_note == ""
+    tryout = ("base.train.iterations=4", "base.train.eval_interval=2", "folds=[0]")
+    out = run_cli(project, "t.yaml", *[a for s in tryout for a in ("--set", s)], timeout=900)
+    assert out.returncode == 0, out.output
+    after = build_report(project / "t.yaml", tracking_uri=uri, out_dir=tmp_path / "after", formats=["md"])
+    assert (tmp_path / "after" / "main.md").read_text() == (tmp_path / "before" / "main.md").read_text()
+    # its 2 grid runs and its refit of fold 0 (its search runs are another study: the search section leaves them)
+    assert len(after.ignored) == 3 and all("/fold0 (config " in x for x in after.ignored), after.ignored
+    assert [s.search_hash for s in after.searches.studies] == [s.search_hash for s in before.searches.studies]
+    mine = build_report(project / "t.yaml", tracking_uri=uri, out_dir=tmp_path / "tryout", formats=["md"],
+                        overrides=tryout)
+    assert len(mine.ignored) == 4 + 2
+    assert (tmp_path / "tryout" / "main.md").read_text() != (tmp_path / "before" / "main.md").read_text()
+    again = run_cli(project, "t.yaml", timeout=300)   # nothing to do: the summary leaves the try-out out
+    assert "nothing to do" in again.output and "3 runs of other settings ignored: " in again.output, again.output
+    capsys.readouterr()
+    cwd = os.getcwd()
+    try:
+        os.chdir(project)
+        assert status_main(["t.yaml"]) == 0
+    finally:
+        os.chdir(cwd)
+    assert "**3 runs of other settings ignored: " in capsys.readouterr().out

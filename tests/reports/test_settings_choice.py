@@ -117,6 +117,12 @@ def test_report_with_the_tryouts_set_shows_the_tryout_only(store):
     assert all("/fold" in x for x in res.ignored)
 
 
+def test_resources_are_no_setting(store):
+    tmp, uri, *_ = store
+    res = build_report(QUICKSTART, tracking_uri=uri, out_dir=tmp / "gpu", formats=["md"], overrides=["resources.gpu=1"])
+    assert len(res.ignored) == 4 and "74.00±3.16" in (tmp / "gpu" / "main.md").read_text()
+
+
 def test_settings_no_launch_ran_are_refused_naming_the_launches(store):
     tmp, uri, *_ = store
     with pytest.raises(ValueError, match=r"no launch of this YAML with these settings \(--set base.optim.lr=0.1;.*"
@@ -138,11 +144,11 @@ def test_sweep_summary_and_status_ignore_the_tryout(store):
 
 def test_a_relaunch_with_nothing_to_do_files_its_settings_on_the_newest_parent(store):
     tmp, uri, client, exp_id, full, *_ = store
-    # the same settings, written differently (a key order change, a --set of a value already there)
-    plan = plan_sweep(load_sweep(QUICKSTART, tmp, ["resources.cpu=2"], need_data=False), tmp)
+    # the same grid trials, other settings (the smoke section changes no grid trial)
+    plan = plan_sweep(load_sweep(QUICKSTART, tmp, ["smoke.train.iterations=2"], need_data=False), tmp)
     assert plan.settings_digest != full.settings_digest
     record_without_launch(client, exp_id, plan)
     res = build_report(QUICKSTART, tracking_uri=uri, out_dir=tmp / "cpu2", formats=["md"],
-                       overrides=["resources.cpu=2"])
+                       overrides=["smoke.train.iterations=2"])
     assert "74.00±3.16" in (tmp / "cpu2" / "main.md").read_text()
     assert len(res.ignored) == 4                 # the try-out's 3 grid runs and its refit of fold 0
