@@ -40,7 +40,8 @@ def validation_error_lines(err: "ValidationError", *, where: Callable[[Sequence[
     ``where`` names an error's location (default: the dotted path); an unknown key reads ``field: unknown key``,
     followed by ``; allowed keys: …`` from ``allowed_keys(location of its parent)`` when given; a missing field
     reads ``field: <missing>`` when ``missing`` is given. A message of a cross-field check that already spans
-    several lines, an assertion, or an error without a location is kept as it is.
+    several lines or names a field below the location, an assertion, or an error without a location is kept as
+    it is.
     """
     lines = []
     for e in err.errors():
@@ -50,7 +51,8 @@ def validation_error_lines(err: "ValidationError", *, where: Callable[[Sequence[
             lines.append(f"{field}: unknown key{keys}")
         elif e["type"] == "missing" and missing is not None:
             lines.append(f"{field}: {missing}")
-        elif not field or e["type"] == "assertion_error" or e["type"] == "value_error" and "\n" in msg:
+        elif not field or e["type"] == "assertion_error" or e["type"] == "value_error" and (
+                "\n" in msg or msg.startswith(f"{field}.")):   # several lines, or already naming a field below
             lines.append(msg)
         else:
             lines.append(f"{field}={shown(e.get('input'))}: {msg}")

@@ -20,10 +20,9 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Sequence
 
 import yaml
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator,
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator,
                       model_validator)
 
-from mutexmatch import params as algorithm_params
 from mutexmatch.params import resolve_k
 from mutexmatch.checks import at_least, validation_error_lines, within
 from mutexmatch.yamlfile import YamlFileError, read_set_value, read_yaml_mapping
@@ -45,6 +44,9 @@ __all__ = [
     "apply_overrides",
     "resolve_k",
     "config_hash",
+    "config_hashes",
+    "legacy_config_hash",
+    "LEGACY_ALGORITHM_SECTION",
     "NO_RESULT",
     "RESUMABLE",
     "OWNED",
@@ -177,25 +179,27 @@ class ModelConfig(_Section):
     channels_last: bool = Field(True, description="Use channels-last memory format (faster convolutions).")
 
 
-class _AlgorithmSection(_Section):
-    # Keys beyond the section's fields are the parameters an algorithm declares that no built-in one does; the chosen
-    # algorithm's model validates them (and rejects every other key) in _check_algorithm.
+class AlgorithmConfig(_Section):
+    """The semi-supervised algorithm and its own hyper-parameters: ``{name: <algorithm>, <its parameters>}``.
+
+    Each registered algorithm owns its parameters (its parameter model, ``Params``; the table below): the section
+    holds the chosen algorithm's and no other (another algorithm's parameter is refused, naming the chosen one's),
+    resolved to their defaults once the config is validated. MLflow params and the config hash cover only them.
+    """
+
+    # The chosen algorithm's parameters are the section's extra keys; its model validates them (strictly) and
+    # replaces them with the resolved values in _check_algorithm.
     model_config = ConfigDict(extra="allow")
 
     name: str = Field("mutexmatch", description="Registered algorithm: see the table below (`mutexmatch.algorithms."
-                      "ALGORITHMS`).")
+                      "ALGORITHMS`); the other keys of this section are its parameters.")
 
-
-# The parameters are declared once, by each algorithm's parameter model (mutexmatch.params); the section is their
-# union, flat (`algorithm.<param>`), so config files, MLflow params and config hashes keep their shape.
-AlgorithmConfig = create_model(
-    "AlgorithmConfig", __base__=_AlgorithmSection, __module__=__name__, **algorithm_params.section_fields(),
-    __doc__="""The semi-supervised algorithm and its hyper-parameters (the paper's symbols in brackets).
-
-    Each registered algorithm declares the fields it reads (its parameter model in ``mutexmatch.params``); setting a
-    field the chosen algorithm does not read is an error, so a typo'd ablation can't silently run the default method.
-    Parameters only a newly registered algorithm declares are keys of this section too (resolved to their defaults).
-    """)
+    @model_validator(mode="after")
+    def _own_parameters(self) -> "AlgorithmConfig":
+        errors = _resolve_algorithm(self)
+        if errors:
+            raise ValueError("\n".join(errors))
+        return self
 
 
 class OptimConfig(_Section):
@@ -352,31 +356,59 @@ def _per_class_errors(d: DataConfig, num_classes: int) -> list[str]:
     return []
 
 
-def _check_algorithm(alg: AlgorithmConfig, num_classes: int) -> list[str]:
-    """The chosen algorithm's own checks: a field it does not read may not be set, a key no algorithm declares is
-    unknown, and its parameters (those only it declares included) must be valid for ``num_classes`` (e.g. ``k``,
-    ``comp_rank``). The parameters only it declares are resolved into the section (defaults filled in)."""
+# The `algorithm` section of every config written before issue 22 (one flat section, the union of the built-in
+# algorithms' parameters, each at its default unless the chosen algorithm set it). Frozen here: a resolved config of
+# that time still loads (see _check_algorithm) and legacy_config_hash rebuilds the hash it was stored under.
+LEGACY_ALGORITHM_SECTION: dict[str, Any] = {
+    "form": "paper", "tau": 0.95, "k": "C", "lambda_sep": 1.0, "lambda_p": 1.0, "lambda_n": 1.0, "dist_align": False,
+    "sep_stop_grad": True, "tnc_consistency": "low", "tnc_target": "soft", "comp_rank": 1, "lambda_ab1": 1.0,
+    "nce_variant": 1, "tau_p": None, "tau_n": 0.05}
+
+
+def _resolve_algorithm(alg: AlgorithmConfig) -> list[str]:
+    """The chosen algorithm's own checks: a parameter it does not own is refused (naming its own and the algorithms
+    that own it), its own are validated by its model. The section's keys become the chosen algorithm's parameters,
+    resolved (defaults filled in). A resolved config written before issue 22 lists every legacy parameter: those
+    the algorithm does not own are dropped where at their default, as is a parameter the algorithm fixes, given at
+    its fixed value. C-dependent bounds: :func:`_check_algorithm`."""
     from mutexmatch.algorithms import ALGORITHMS
 
     if alg.name not in ALGORITHMS:
         return [f"algorithm.name={alg.name!r}: unknown; registered: {', '.join(sorted(ALGORITHMS))}"]
-    model, section, extra = ALGORITHMS[alg.name].Params, AlgorithmConfig.model_fields, alg.__pydantic_extra__
-    accepted = set(model.model_fields)
-    declared = set().union(*(cls.Params.model_fields for cls in ALGORITHMS.values()))
-    errors = [f"algorithm.{f}: unknown key; allowed keys: {', '.join([*section, *sorted(accepted - set(section))])}"
-              for f in sorted(set(extra) - declared)]
-    # A resolved config lists every field, so only a non-default value for an unread field is an error.
-    unused = sorted(f for f in alg.model_fields_set | set(extra) if f != "name" and f not in accepted and f in declared
-                    and (f in extra or getattr(alg, f) != section[f].default))
-    errors += [f"algorithm.{f}={getattr(alg, f)!r}: not used by algorithm {alg.name!r} (it reads: "
-               f"{', '.join(sorted(accepted)) or 'nothing'})" for f in unused]
+    model, given = ALGORITHMS[alg.name].Params, dict(alg.__pydantic_extra__)
+    own = list(model.model_fields)
+    if LEGACY_ALGORITHM_SECTION.keys() <= given.keys():
+        given = {f: v for f, v in given.items() if f in own or f not in LEGACY_ALGORITHM_SECTION
+                 or v != LEGACY_ALGORITHM_SECTION[f]}
+    # A parameter an ablation fixes (Params.without) may be given at its fixed value: an axis that sets `form: paper`
+    # for every scheme holds for one that runs only in the paper form.
+    given = {f: v for f, v in given.items() if f not in model.pinned or v != model.pinned[f]}
+    errors = []
+    for f in [f for f in given if f not in own]:
+        owners = sorted(n for n, cls in ALGORITHMS.items() if f in cls.Params.model_fields)
+        problem = (f"={given[f]!r}: not used by algorithm {alg.name!r} (a parameter of {', '.join(owners)})"
+                   if owners else ": unknown key (no algorithm has it)")
+        errors.append(f"algorithm.{f}{problem}; {alg.name!r} takes: {', '.join(own) or 'no parameters'}")
+    if errors:
+        return errors
     try:
-        params = model.parse({f: getattr(alg, f) for f in accepted if f in section or f in extra}, alg.name,
-                             num_classes)
+        params = model.parse(given, alg.name, None)
     except ValueError as e:
-        return errors + str(e).splitlines()
-    extra.update({f: getattr(params, f) for f in sorted(accepted - set(section))})
-    return errors
+        return str(e).splitlines()
+    alg.__pydantic_extra__.clear()
+    alg.__pydantic_extra__.update({f: getattr(params, f) for f in own})
+    return []
+
+
+def _check_algorithm(alg: AlgorithmConfig, num_classes: int) -> list[str]:
+    """The chosen algorithm's parameters that must fit ``num_classes`` (e.g. ``k``, ``comp_rank``)."""
+    from mutexmatch.algorithms import ALGORITHMS
+
+    try:
+        ALGORITHMS[alg.name].Params.parse(dict(alg.__pydantic_extra__), alg.name, num_classes)
+    except ValueError as e:
+        return str(e).splitlines()
+    return []
 
 
 def _algorithm_table() -> list[str]:
@@ -542,15 +574,49 @@ def unsearchable_fields() -> set[str]:
 _HASH_EXCLUDE = {tuple(path.split(".")) for path in fields_with_role(NO_RESULT)}
 
 
-def config_hash(cfg: RunConfig) -> str:
-    """Short sha256 over the fields that change results (paths, device and display options excluded)."""
-    d = cfg.to_dict()
+def _hash(d: dict[str, Any]) -> str:
     for path in _HASH_EXCLUDE:
         node = d
         for p in path[:-1]:
             node = node[p]
         node.pop(path[-1], None)
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def config_hash(cfg: RunConfig) -> str:
+    """Short sha256 over the fields that change results (paths, device and display options excluded): the current
+    rule, under which new runs are tagged. Whether a stored run or checkpoint IS this config: :func:`config_hashes`."""
+    return _hash(cfg.to_dict())
+
+
+def legacy_config_hash(cfg: RunConfig) -> str | None:
+    """The hash the code before issue 22 gave this config (its algorithm section held every built-in algorithm's
+    parameters, :data:`LEGACY_ALGORITHM_SECTION`, the chosen one's values over their defaults), or None where that
+    section cannot express it (a parameter outside it not at its default)."""
+    from mutexmatch.algorithms import ALGORITHMS
+
+    from mutexmatch.params import DistAlignParams
+
+    section = {f: v for f, v in cfg.to_dict()["algorithm"].items() if f != "name"}
+    fields = ALGORITHMS[cfg.algorithm.name].Params.model_fields
+    new = [f for f in DistAlignParams.model_fields if f not in LEGACY_ALGORITHM_SECTION]   # issue 22's own fields
+    if any(f in section and section[f] != fields[f].default for f in new):
+        return None
+    # that code appended a parameter only a newly registered algorithm declared to the section
+    legacy = {**LEGACY_ALGORITHM_SECTION, **{f: v for f, v in section.items() if f not in new}}
+    return _hash({**cfg.to_dict(), "algorithm": {"name": cfg.algorithm.name, **legacy}})
+
+
+def config_hashes(cfg: RunConfig) -> tuple[str, ...]:
+    """Every config hash that identifies ``cfg``: the current rule's (:func:`config_hash`) first, then the legacy
+    rule's (:func:`legacy_config_hash`, where it can express ``cfg``). THE rule for "was this stored run or
+    checkpoint made with this config?": the sweep's skip (``orchestration.plan.GridTrial.hashes``, used by launch,
+    refit, status and summary), the expected runs the report reads, a search study's identity (its oldest hash,
+    so a study keeps its name across hash rules) and the trainer's resume check all call it, so a store written
+    before a hash-rule change re-runs nothing finished and resumes what was in flight."""
+    legacy = legacy_config_hash(cfg)
+    current = config_hash(cfg)
+    return (current,) if legacy is None or legacy == current else (current, legacy)
 
 
 def _role_note(field: Any) -> str:

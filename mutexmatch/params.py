@@ -4,17 +4,15 @@ A parameter model (a subclass of :class:`AlgorithmParams`) holds each parameter'
 validator whose message reads ``must be in (0, 1]``) and its description, with the paper's symbol in brackets.
 Three readers use the same declaration:
 
-- the run config: :mod:`mutexmatch.config` builds its ``algorithm`` section from the union of the models in
-  :data:`SECTION_MODELS` (so a YAML value is checked by the declaration the algorithm reads), and once the number
-  of classes C is known checks the chosen algorithm's C-dependent bounds (:class:`ClassBound`: ``k``,
-  ``comp_rank``); a parameter only a newly registered algorithm declares is a section key too, validated by that
-  algorithm's model when it is the chosen one (so a new algorithm is one module: its class and its model);
+- the run config: the ``algorithm`` section is ``{name: <algorithm>, <its own parameters>}``; :mod:`mutexmatch.config`
+  validates it with the chosen algorithm's model (a parameter another algorithm owns is refused, naming the
+  algorithm's own parameters) and, once the number of classes C is known, checks its C-dependent bounds
+  (:class:`ClassBound`: ``k``, ``comp_rank``). So a new algorithm is one module: its class and its model;
 - ``python -m mutexmatch.config --doc``, which lists every registered algorithm with its parameters;
 - the algorithm itself, whose loss calls read ``self.params.<name>``.
 
-The config section stays flat (``algorithm.<name>``, the MLflow param names): a field the chosen algorithm does not
-read keeps its default and may not be set. An ablation that drops parameters of its parent fixes them with
-:meth:`AlgorithmParams.without`. Torch-free, because the config imports it.
+An ablation that drops parameters of its parent fixes them with :meth:`AlgorithmParams.without`. Torch-free,
+because the config imports it.
 """
 from __future__ import annotations
 
@@ -29,8 +27,8 @@ from pydantic.fields import FieldInfo
 
 from mutexmatch.checks import at_least, in_interval, interval_text, validation_error_lines
 
-__all__ = ["AlgorithmParams", "ClassBound", "FixMatchParams", "LowConfidenceParams", "MutexMatchParams",
-           "NCEParams", "SECTION_MODELS", "resolve_k", "section_conflicts", "section_fields"]
+__all__ = ["AlgorithmParams", "ClassBound", "DistAlignParams", "FixMatchParams", "LowConfidenceParams",
+           "MutexMatchParams", "NCEParams", "resolve_k"]
 
 _K_PATTERN = re.compile(r"^\s*(?:(\d*\.?\d+)\s*\*?\s*)?C\s*$")
 
@@ -117,9 +115,9 @@ class AlgorithmParams(BaseModel):
     pinned: ClassVar[dict[str, Any]] = {}   # parameters of a parent fixed by :meth:`without` (not settable)
 
     @classmethod
-    def parse(cls, values: Mapping[str, Any], algorithm: str, num_classes: int) -> "AlgorithmParams":
-        """Validate ``values`` for ``algorithm`` with C = ``num_classes``; ``ValueError`` naming
-        ``algorithm.<param>`` on an unknown or bad one (one line per problem)."""
+    def parse(cls, values: Mapping[str, Any], algorithm: str, num_classes: int | None) -> "AlgorithmParams":
+        """Validate ``values`` for ``algorithm`` with C = ``num_classes`` (None: C-dependent bounds unchecked);
+        ``ValueError`` naming ``algorithm.<param>`` on an unknown or bad one (one line per problem)."""
         if not isinstance(values, Mapping):
             raise ValueError(f"algorithm: parameters must be a mapping, got {type(values).__name__}")
         unknown = sorted(set(values) - set(cls.model_fields), key=str)
@@ -130,7 +128,7 @@ class AlgorithmParams(BaseModel):
             params = cls.model_validate(dict(values))
         except ValidationError as err:
             raise ValueError("\n".join(validation_error_lines(err, where=lambda loc: f"algorithm.{loc[0]}"))) from None
-        errors = params.class_bound_errors(num_classes)
+        errors = [] if num_classes is None else params.class_bound_errors(num_classes)
         if errors:
             raise ValueError("\n".join(errors))
         return params
@@ -159,11 +157,31 @@ class AlgorithmParams(BaseModel):
         return model
 
 
-class PositiveConsistencyParams(AlgorithmParams):
+class DistAlignParams(AlgorithmParams):
+    """Distribution alignment of p^w, the piece :mod:`mutexmatch.algorithms.alignment` (docs/training.md)."""
+
+    dist_align: bool = Field(False, description="ReMixMatch distribution alignment of p^w: p^w · p(y) / p̃(y), "
+                             "normalised, before the threshold and the pseudo-labels.")
+    da_estimate: Literal["queue", "ema"] = Field(
+        "queue", description="Running estimate p̃(y) of the model's class distribution on unlabeled data: a queue of "
+        "the last `da_window` batch means (ReMixMatch) or an EMA with `da_momentum` (AdaMatch, SoftMatch).")
+    da_window: Annotated[int, AfterValidator(_allows("integer >= 1")(at_least(1)))] = Field(
+        128, description="Queue length of the `queue` estimate, in batches.")
+    da_momentum: Annotated[float, _within(0.0, 1.0, hi_open=True)] = Field(
+        0.999, description="Momentum of the `ema` estimate.")
+    da_target: Literal["uniform", "labeled", "model"] = Field(
+        "uniform", description="Target p(y): uniform, the labeled set's class histogram, or the same running "
+        "estimate of the model's predictions on labeled batches (AdaMatch).")
+    da_ratio: Literal["filled", "usb"] = Field(
+        "filled", description="Form of p(y) / p̃(y): `filled` = p(y) / max(p̃(y), 1e-12), a queue averaged over "
+        "its filled slots (ours); `usb` = (p(y) + 1e-6) / (p̃(y) + 1e-6), a queue averaged over all slots, empty "
+        "ones as zeros (USB 0.3.2). They differ only while the queue fills (docs/training.md).")
+
+
+class PositiveConsistencyParams(DistAlignParams):
     """L_p's weight and distribution alignment, shared by every method with a positive consistency term."""
 
     lambda_p: Weight = Field(1.0, description="[λ_p] weight of L_p, the TPC positive consistency loss.")
-    dist_align: bool = Field(False, description="ReMixMatch distribution alignment of p^w (fixmatch, mutexmatch).")
 
 
 class FixMatchParams(PositiveConsistencyParams):
@@ -216,13 +234,6 @@ class NCEParams(PositiveConsistencyParams):
         0.05, description="[τ_n] negative threshold of the NCE baselines.")
 
 
-# The models whose parameters make up the config's `algorithm` section, and the section's key order (that of every
-# config.yaml written so far; a parameter new to the section goes after these).
-SECTION_MODELS: tuple[type[AlgorithmParams], ...] = (MutexMatchParams, LowConfidenceParams, NCEParams)
-_SECTION_ORDER = ("form", "tau", "k", "lambda_sep", "lambda_p", "lambda_n", "dist_align", "sep_stop_grad",
-                  "tnc_consistency", "tnc_target", "comp_rank", "lambda_ab1", "nce_variant", "tau_p", "tau_n")
-
-
 def allowed_values(field: FieldInfo) -> str:
     """The values a parameter allows, for the docs: its choices, or what its validator says it allows."""
     if field.annotation is bool:
@@ -236,34 +247,6 @@ def allowed_values(field: FieldInfo) -> str:
 
 def markdown(model: type[AlgorithmParams]) -> str:
     """One algorithm's parameters for the docs: ``name`` = default (allowed values), then what it fixes."""
-    order = {name: i for i, name in enumerate(_SECTION_ORDER)}
-    names = sorted(model.model_fields, key=lambda n: (order.get(n, len(order)), n))
-    shown = [f"`{n}` = `{model.model_fields[n].default!r}` ({allowed_values(model.model_fields[n])})" for n in names]
+    shown = [f"`{n}` = `{f.default!r}` ({allowed_values(f)})" for n, f in model.model_fields.items()]
     fixed = [f"`{n}` = `{v!r}`" for n, v in model.pinned.items()]
     return "; ".join(shown) + (f"; fixed: {', '.join(fixed)}" if fixed else "") if shown or fixed else "none"
-
-
-def _declaration(f: FieldInfo) -> tuple:
-    return f.annotation, f.default, f.description, tuple(f.metadata)
-
-
-def section_conflicts(model: type[AlgorithmParams]) -> list[str]:
-    """The parameters of ``model`` that share a name with a section field but not its declaration (a second default
-    or range for the same config key); its parameters new to the section become section keys of their own."""
-    section = section_fields()
-    return sorted(n for n, f in model.model_fields.items() if n in section and _declaration(f) != _declaration(
-        section[n][1]))
-
-
-def section_fields() -> dict[str, tuple[Any, FieldInfo]]:
-    """``name -> (annotation, field)`` for ``create_model``: the union of :data:`SECTION_MODELS`' parameters, each
-    declared once (a name declared by two models must be the same declaration, i.e. inherited)."""
-    union: dict[str, FieldInfo] = {}
-    for model in SECTION_MODELS:
-        for name, field in model.model_fields.items():
-            if name in union and _declaration(union[name]) != _declaration(field):
-                raise TypeError(f"algorithm.{name}: declared differently by {model.__name__} and another model")
-            union.setdefault(name, field)
-    order = {name: i for i, name in enumerate(_SECTION_ORDER)}
-    names = sorted(union, key=lambda n: (order.get(n, len(order)), n))
-    return {n: (union[n].annotation, union[n]) for n in names}

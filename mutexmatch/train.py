@@ -46,7 +46,8 @@ from mutexmatch.checkpoint import (CheckpointError, latest_checkpoint, load_chec
                                    save_checkpoint)
 from mutexmatch.checks import int_arg
 from mutexmatch.cliwarnings import one_line_warnings
-from mutexmatch.config import ConfigError, RunConfig, config_hash, load_config, parse_config, read_config_file
+from mutexmatch.config import (ConfigError, RunConfig, config_hash, config_hashes, load_config, parse_config,
+                               read_config_file)
 from mutexmatch.datasets import DatasetBundle, DatasetError, Footprint, footprint, load_dataset
 from mutexmatch.diagnostics import StepAccumulator
 from mutexmatch.imagefolder import ImageFolderError
@@ -379,7 +380,7 @@ class Trainer:
         self.model = build_model(cfg.model.backbone, num_classes=self.num_classes,
                                  in_channels=self.bundle.info.channels, image_size=self.bundle.train.x.shape[-1],
                                  with_tnc=with_tnc)
-        if cfg.algorithm.form == "official":  # the released code's WRN: BatchNorm momentum = 1 - EMA decay
+        if getattr(cfg.algorithm, "form", None) == "official":  # the released code's WRN: BatchNorm momentum = 1 - EMA decay
             self.model.backbone.tie_bn_momentum_to_ema(cfg.train.ema)
         self.memory_format = torch.channels_last if cfg.model.channels_last else torch.contiguous_format
         self.model.to(self.device, memory_format=self.memory_format)
@@ -451,9 +452,9 @@ class Trainer:
         }
 
     def _load_state(self, path: Path, state: dict) -> None:
-        if state.get("config_hash") != config_hash(self.cfg):
+        if state.get("config_hash") not in config_hashes(self.cfg):
             raise CheckpointError(f"{path}: written by a run with another configuration (config hash "
-                                  f"{state.get('config_hash')} != {config_hash(self.cfg)})")
+                                  f"{state.get('config_hash')} is none of {', '.join(config_hashes(self.cfg))})")
         if state.get("split_digest") != self.split.digest():
             raise CheckpointError(f"{path}: written with another labeled split")
         try:

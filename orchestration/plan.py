@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from mutexmatch.config import config_hash, parse_config
+from mutexmatch.config import config_hashes, parse_config
 
 from orchestration.contract import KIND_GRID, KIND_REFIT, KIND_SMOKE, trial_key, tuned_levels
 from orchestration.spec import (Cell, SearchSpec, SweepSpec, expand_cells, search_cells, set_dotted, spec_hash,
@@ -45,15 +45,17 @@ class GridTrial(_OnFold):
     cell: Cell
     fold: int
     config: dict[str, Any]    # raw RunConfig mapping (output_dir and train.device are added by the trainable)
-    config_hash: str
+    config_hash: str          # the current rule's: the tag of a new run
     iterations: int
     evaluations: int
+    legacy_hashes: tuple[str, ...] = ()   # the same config under earlier hash rules (mutexmatch.config.config_hashes)
 
     @property
     def hashes(self) -> frozenset[str]:
-        """The config hashes a FINISHED run may carry to count as this trial: what the sweep skips, and the only
-        runs the summary, the status and (through the recorded expected runs) the report count for it."""
-        return frozenset({self.config_hash})
+        """The config hashes a FINISHED run may carry to count as this trial (``mutexmatch.config.config_hashes``:
+        current and legacy): what the sweep skips, and the only runs the summary, the status and (through the
+        recorded expected runs) the report count for it."""
+        return frozenset({self.config_hash, *self.legacy_hashes})
 
 
 @dataclass(frozen=True)
@@ -101,8 +103,8 @@ class RefitSlot:
         raw = self.config
         for path, value in params.items():
             raw = set_dotted(raw, path, value)
-        h, iters, evals = _budget(raw)
-        return GridTrial(KIND_REFIT, self.tuned_cell, self.fold, raw, h, iters, evals)
+        (h, *legacy), iters, evals = _budget(raw)
+        return GridTrial(KIND_REFIT, self.tuned_cell, self.fold, raw, h, iters, evals, tuple(legacy))
 
 
 @dataclass
@@ -131,10 +133,11 @@ def expected_runs(plan: SweepPlan, refits: Iterable[GridTrial] = ()) -> dict[str
             "refit": table(refits)}
 
 
-def _budget(raw: dict[str, Any]) -> tuple[str, int, int]:
+def _budget(raw: dict[str, Any]) -> tuple[tuple[str, ...], int, int]:
+    """(config hashes, current first; iterations; evaluations) of a raw trial config."""
     cfg = parse_config(raw)
     evals = -(-cfg.train.iterations // cfg.train.eval_interval)
-    return config_hash(cfg), cfg.train.iterations, evals
+    return config_hashes(cfg), cfg.train.iterations, evals
 
 
 def build_plan(spec: SweepSpec, project_dir: str | Path, *, smoke: bool = False, n_trials: int | None = None,
@@ -150,8 +153,9 @@ def build_plan(spec: SweepSpec, project_dir: str | Path, *, smoke: bool = False,
     for cell in expand_cells(spec):
         for fold in folds:
             raw = trial_config(spec, cell, fold, project_dir=project, smoke=smoke)
-            h, iters, evals = _budget(raw)
-            plan.grid.append(GridTrial(KIND_SMOKE if smoke else KIND_GRID, cell, fold, raw, h, iters, evals))
+            (h, *legacy), iters, evals = _budget(raw)
+            plan.grid.append(GridTrial(KIND_SMOKE if smoke else KIND_GRID, cell, fold, raw, h, iters, evals,
+                                       tuple(legacy)))
     if smoke or spec.search is None:
         return plan
     search = spec.search
@@ -163,9 +167,10 @@ def build_plan(spec: SweepSpec, project_dir: str | Path, *, smoke: bool = False,
     for cell in search_cells(spec):
         for fold in search.folds or spec.folds[:1]:
             raw = trial_config(spec, cell, fold, project_dir=project, search=True)
-            h, iters, evals = _budget(raw)
-            # what follows the search (refit, where the study is stored) does not change its trials
-            ident = {"config_hash": h,
+            hashes, iters, evals = _budget(raw)
+            # what follows the search (refit, where the study is stored) does not change its trials; the config's
+            # oldest hash (config_hashes) keeps a study's identity, and its Optuna name, across hash rules
+            ident = {"config_hash": hashes[-1],
                      "search": search.model_dump(mode="json", exclude={"max_concurrent", "refit", "storage"}),
                      "n_trials": trials}
             search_hash = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]

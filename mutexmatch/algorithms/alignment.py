@@ -97,6 +97,15 @@ class DistributionAlignment:
         self.labeled = None if target != "model" else RunningMean(num_classes, estimate, window, momentum, start,
                                                                   first_batch_starts=False)
 
+    @classmethod
+    def from_params(cls, params: Any, ctx: Any) -> "DistributionAlignment | None":
+        """The piece an algorithm's parameters ask for (``dist_align`` and ``da_*``,
+        :class:`mutexmatch.params.DistAlignParams`), or None without ``dist_align``; ``ctx`` is its TrainContext."""
+        if not getattr(params, "dist_align", False):
+            return None
+        return cls(ctx.num_classes, params.da_window, estimate=params.da_estimate, momentum=params.da_momentum,
+                   target=params.da_target, ratio=params.da_ratio, labeled_prior=ctx.labeled_counts)
+
     @property
     def running_mean(self) -> Tensor:
         """p~(y); uniform before the first batch."""

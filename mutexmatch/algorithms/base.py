@@ -46,7 +46,7 @@ from torch import Tensor, nn
 
 from mutexmatch.algorithms.alignment import DistributionAlignment
 from mutexmatch.checks import check_int
-from mutexmatch.params import AlgorithmParams, section_conflicts
+from mutexmatch.params import AlgorithmParams
 from mutexmatch.params import markdown as params_markdown
 
 
@@ -170,8 +170,7 @@ class Algorithm:
         self.num_classes = check_int("num_classes", ctx.num_classes, low=2, high=1 << 20)
         self.num_unlabeled = ctx.num_unlabeled
         self.params = self.Params.parse(params, self.name, self.num_classes)
-        self.dist_align = DistributionAlignment(self.num_classes) if getattr(self.params, "dist_align",
-                                                                             False) else None
+        self.dist_align = DistributionAlignment.from_params(self.params, ctx)
 
     def after_step(self, step: int) -> None:
         """Called after step ``step``'s optimiser and EMA updates (``self.ctx.ema_model`` is current); nothing by
@@ -241,10 +240,6 @@ def register_algorithm(name: str) -> Callable[[A], A]:
             raise ValueError(f"algorithm.name={name!r}: already registered by {ALGORITHMS[name].__qualname__}")
         if not (isinstance(cls.Params, type) and issubclass(cls.Params, AlgorithmParams)):
             raise ValueError(f"{cls.__qualname__}.Params: must be a mutexmatch.params.AlgorithmParams model")
-        redeclared = section_conflicts(cls.Params)
-        if redeclared:
-            raise ValueError(f"{cls.__qualname__}.Params: {redeclared} declared differently from the config's "
-                             "algorithm section (inherit the shared declaration from a mutexmatch.params model)")
         if "Params" in cls.__dict__ and cls.Params.pinned:  # made by Params.without: picklable as <algorithm>.Params
             cls.Params.__module__, cls.Params.__qualname__ = cls.__module__, f"{cls.__qualname__}.Params"
         cls.name = name

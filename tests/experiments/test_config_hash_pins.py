@@ -8,6 +8,10 @@ intended, and then with a migration for the stores written before it.
 
 Per YAML: the config hash of the first grid trial (first cell, first fold), and a digest over every planned trial's
 ``key=config_hash`` line (grid trials, then ``search:key=search_hash`` for each search study) with their count.
+
+Issue 22 gave each algorithm its own config section, which changed every hash: ``PINNED`` keeps the values above,
+now reproduced by the legacy rule (``mutexmatch.config.legacy_config_hash``) that the sweep's skip logic and the
+resume check accept beside the current one (``config_hashes``); ``PINNED_CURRENT`` pins the current rule's.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from mutexmatch.config import config_hash, parse_config
+from mutexmatch.config import config_hashes, parse_config
 from orchestration.plan import build_plan
 from orchestration.spec import deep_merge, load_spec
 
@@ -44,6 +48,27 @@ PINNED = {  # YAML: (first grid trial's config hash, digest of every planned tri
     "zoo_digits.yaml": ("3d0eb9b96566484e", "9edc53ab9f2422b6", 80),
 }
 
+PINNED_CURRENT = {  # YAML: (first grid trial's config hash, digest of every planned trial's hash), the rule of issue 22
+    "ablation_k.yaml": ("5ff60c5629836f9d", "adebf5e3e78c71dd"),
+    "ablation_lowconf.yaml": ("91b0598df0fd1804", "d595f07fcf42126a"),
+    "ablation_lr.yaml": ("fe070974e2899ad2", "cb6aae40f065dfa8"),
+    "ablation_m.yaml": ("0165ffdad934839d", "7185668d4ba2339b"),
+    "ablation_nce.yaml": ("a7f6650d0b632c1c", "17c17186752487a5"),
+    "ablation_svhn40_lambda_sg.yaml": ("553802754aea9e0f", "849292d29cf9f883"),
+    "ablation_tau.yaml": ("182f5517745ffa6b", "028639e094d8b8d4"),
+    "ablation_tnc_consistency.yaml": ("e68f058b305bbb25", "4fdc3388e1fb29db"),
+    "ablation_tnc_schemes.yaml": ("a758e5cfefadc5db", "bd0fafc2e70e1cb8"),
+    "cifar10_cpu.yaml": ("5e169afbfac87ec8", "3a978a62552e6842"),
+    "digits_lambda_sg.yaml": ("0962cc01db2d2219", "0646b1c2c9f666cb"),
+    "pseudo_label_accuracy.yaml": ("c5043f96e3fd581c", "e5085fc1c3ebd45c"),
+    "quickstart.yaml": ("0a9d6cefa8473a1e", "03c942e24db6f3d2"),
+    "table1_cifar_svhn.yaml": ("c5043f96e3fd581c", "895139109d40d78b"),
+    "table2_stl_mini_tiny.yaml": ("4ff257bcab18b186", "5cde1061e11241a4"),
+    "table_cnn13_wrn.yaml": ("86df2d10f09c66d0", "f924ea8d285fcc51"),
+    "usb_classic_cv.yaml": ("5da89869e8a2ecbc", "4c12f1c4098b7456"),
+    "zoo_digits.yaml": ("0a9d6cefa8473a1e", "cd6ebb49b0225445"),
+}
+
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory, spec_imagefolders) -> Path:
@@ -54,18 +79,25 @@ def project(tmp_path_factory, spec_imagefolders) -> Path:
 
 
 def test_every_experiment_yaml_is_pinned() -> None:
-    assert sorted(p.name for p in EXPERIMENTS.glob("*.yaml")) == sorted(PINNED)
+    assert sorted(p.name for p in EXPERIMENTS.glob("*.yaml")) == sorted(PINNED) == sorted(PINNED_CURRENT)
+
+
+def _digest(plan, hash_of) -> tuple[str, int]:
+    lines = [f"{t.key}={hash_of(t)}" for t in plan.grid] + [f"search:{s.key}={s.search_hash}" for s in plan.searches]
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16], len(lines)
 
 
 @pytest.mark.parametrize("name", sorted(PINNED))
 def test_config_hashes_of_experiment_yamls_are_unchanged(name: str, project: Path) -> None:
+    """The legacy rule (mutexmatch.config.legacy_config_hash) still gives every pinned hash of the code before
+    issue 22, and the plan counts it (GridTrial.hashes): a store written then re-runs nothing. The current rule
+    (each algorithm's own section) is pinned too; search studies keep their hashes (their identity is the oldest)."""
     first, digest, count = PINNED[name]
     plan = build_plan(load_spec(EXPERIMENTS / name, project), project)
-    assert plan.grid[0].config_hash == first
-    lines = [f"{t.key}={t.config_hash}" for t in plan.grid] + [f"search:{s.key}={s.search_hash}"
-                                                               for s in plan.searches]
-    assert (hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16], len(lines)) == (digest, count)
-    # What the trainable adds per trial (run folder, device, threads) must not move the hash either.
+    assert plan.grid[0].legacy_hashes == (first,) and first in plan.grid[0].hashes
+    assert _digest(plan, lambda t: t.legacy_hashes[-1]) == (digest, count)
+    assert (plan.grid[0].config_hash, *_digest(plan, lambda t: t.config_hash)) == PINNED_CURRENT[name] + (count,)
+    # What the trainable adds per trial (run folder, device, threads) must not move the hashes either.
     raw = deep_merge(plan.grid[0].config, {"output_dir": str(project / "run"),
                                            "train": {"device": "cpu", "num_threads": 3}})
-    assert config_hash(parse_config(raw)) == first
+    assert config_hashes(parse_config(raw)) == (plan.grid[0].config_hash, first)

@@ -7,6 +7,7 @@ import dataclasses
 import io
 import math
 import pickle
+import re
 
 import pytest
 import torch
@@ -71,13 +72,19 @@ def grad_sum(model: FakeNet, loss: torch.Tensor) -> dict[str, float]:
 # ---------------------------------------------------------------------------------------------------------------------
 # Registry-wide.
 # ---------------------------------------------------------------------------------------------------------------------
-def test_registry_contents() -> None:
-    expected = {"supervised", "fixmatch", "mutexmatch", "mutexmatch_hard_hard", "mutexmatch_rand_soft",
-                "mutexmatch_rev_norm", "lowconf_full", "lowconf_soft", "lowconf_mse", "fixmatch_nce",
-                "flexmatch", "freematch", "softmatch", "adamatch", "pseudolabel", "dash",
-                "flexmatch_demo"}  # the last one: tests/mutexmatch/conftest.py
-    assert set(ALGORITHMS) == expected
+def test_every_module_of_the_package_registers_and_every_name_is_its_class() -> None:
+    """Importing the package registers every algorithm module in it (no list to maintain): each module other than
+    the contract and the pieces registers at least one algorithm, under the name its class carries."""
+    import pkgutil
+
+    import mutexmatch.algorithms as package
+
     assert all(cls.name == name for name, cls in ALGORITHMS.items())
+    modules = {cls.__module__ for cls in ALGORITHMS.values()}
+    pieces = {"base", "alignment"}
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.name not in pieces and not info.name.startswith("_"):
+            assert f"{package.__name__}.{info.name}" in modules, info.name
     assert not ALGORITHMS["supervised"].uses_unlabeled and not ALGORITHMS["supervised"].uses_tnc
     assert not ALGORITHMS["fixmatch"].uses_tnc and ALGORITHMS["mutexmatch"].uses_tnc
 
@@ -135,9 +142,6 @@ def test_register_rejects_duplicates_and_undeclared_params() -> None:
         register_algorithm("fixmatch")(type("X", (Algorithm,), {}))
     with pytest.raises(ValueError, match=r"Y\.Params: must be a mutexmatch\.params\.AlgorithmParams model"):
         register_algorithm("gamma_algo")(type("Y", (Algorithm,), {"Params": {"gamma": 1.0}}))
-    other_tau = create_model("OtherTau", __base__=AlgorithmParams, tau=(float, 0.7), gamma=(float, 1.0))
-    with pytest.raises(ValueError, match=r"Z\.Params: \['tau'\] declared differently from the config's algorithm "):
-        register_algorithm("gamma_algo")(type("Z", (Algorithm,), {"Params": other_tau}))
     assert "gamma_algo" not in ALGORITHMS
     with pytest.raises(ValueError, match=r"algorithm\.name='nope': must be one of"):
         build_algorithm("nope", {}, TrainContext.synthetic(C))
@@ -449,41 +453,45 @@ def test_defaults_resolve() -> None:
         build_algorithm("fixmatch", {}, TrainContext.synthetic(1))
 
 
-def test_one_declaration_per_parameter() -> None:
-    """The config section, the docs and the algorithms read the same parameter models."""
-    from mutexmatch.config import AlgorithmConfig, config_markdown
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_each_algorithm_owns_its_config_section(name: str) -> None:
+    """``algorithm: {name, <its own parameters>}`` resolved to its model's defaults, round-tripping with the same
+    hash; the generated docs list each parameter with its default; another algorithm's parameter and an unknown key
+    are refused in one line naming the algorithm and the parameters it takes."""
+    from mutexmatch.config import ConfigError, config_hash, config_markdown, parse_config
 
+    own = ALGORITHMS[name].Params.model_fields
+    cfg = parse_config({"algorithm": {"name": name}})
+    section = cfg.to_dict()["algorithm"]
+    assert list(section) == ["name", *own]
+    assert ALGORITHMS[name].params_from(cfg.algorithm) == {f: field.default for f, field in own.items()}
+    again = parse_config(cfg.to_dict())
+    assert again.to_dict()["algorithm"] == section and config_hash(again) == config_hash(cfg)
     doc = config_markdown()
-    for name, cls in ALGORITHMS.items():
-        assert f"| `{name}` |" in doc, name
-        for param, field in cls.Params.model_fields.items():
-            assert f"`{param}` = `{field.default!r}`" in doc
-            if param in AlgorithmConfig.model_fields:   # an algorithm's own parameter: a section key only when chosen
-                assert AlgorithmConfig.model_fields[param].description == field.description, param
-                assert AlgorithmConfig.model_fields[param].default == field.default, param
-    assert "`k` = `'C'` (1..C, `C` or a fraction like `0.6C`)" in doc and "`tau` = `0.95` ((0, 1])" in doc
-    assert "fixed: `k` = `'C'`, `tnc_target` = `'soft'`" in doc
+    assert f"| `{name}` |" in doc and all(f"`{f}` = `{field.default!r}`" in doc for f, field in own.items())
+    takes = re.escape(", ".join(own) or "no parameters")
+    foreign = [(f, field.default, other) for other, cls in sorted(ALGORITHMS.items())
+               for f, field in cls.Params.model_fields.items() if f not in own]
+    for f, default, other in foreign[:1]:
+        with pytest.raises(ConfigError, match=rf"^algorithm\.{f}={re.escape(repr(default))}: not used by "
+                           rf"algorithm '{name}' \(a parameter of [^)]*{other}[^)]*\); '{name}' takes: {takes}$"):
+            parse_config({"algorithm": {"name": name, f: default}})
+    with pytest.raises(ConfigError, match=rf"^algorithm\.bogus_key: unknown key \(no algorithm has it\); "
+                       rf"'{name}' takes: {takes}$"):
+        parse_config({"algorithm": {"name": name, "bogus_key": 1}})
 
 
-def test_a_parameter_only_a_new_algorithm_declares_is_a_config_key() -> None:
-    """The conftest algorithm's ``warmup``: resolved into the section (so config.yaml, the hash and the MLflow param
-    algorithm.warmup carry it), validated by its model, refused for other algorithms and unknown keys."""
+def test_a_parameter_value_is_validated_by_its_algorithm_and_changes_only_its_hash() -> None:
+    """The conftest algorithm's own parameter: validated by its model, in its config hash."""
     from mutexmatch.config import ConfigError, config_hash, parse_config
 
+    cls = ALGORITHMS["flexmatch_demo"]
+    own = [f for f in cls.Params.model_fields if f not in ALGORITHMS["fixmatch"].Params.model_fields]
     cfg = parse_config({"algorithm": {"name": "flexmatch_demo"}})
-    resolved = cfg.to_dict()["algorithm"]
-    assert resolved["warmup"] is False and list(resolved)[-1] == "warmup"
-    on = parse_config({"algorithm": {"name": "flexmatch_demo", "warmup": True}})
-    assert on.algorithm.warmup is True and config_hash(on) != config_hash(cfg)
-    again = parse_config(on.to_dict())
-    assert again.to_dict()["algorithm"] == on.to_dict()["algorithm"] and config_hash(again) == config_hash(on)
-    assert "warmup" not in parse_config({"algorithm": {"name": "fixmatch"}}).to_dict()["algorithm"]
-    for raw, match in [({"name": "flexmatch_demo", "warmup": 1}, r"algorithm\.warmup=1: Input should be a valid bool"),
-                       ({"name": "fixmatch", "warmup": True}, r"algorithm\.warmup=True: not used by algorithm "),
-                       ({"name": "flexmatch_demo", "warmpu": True}, r"algorithm\.warmpu: unknown key; allowed keys: "
-                        r"name, form, .*, tau_n, warmup$")]:
-        with pytest.raises(ConfigError, match=match):
-            parse_config({"algorithm": raw})
+    flipped = parse_config({"algorithm": {"name": "flexmatch_demo", own[0]: True}})
+    assert config_hash(flipped) != config_hash(cfg) and getattr(flipped.algorithm, own[0]) is True
+    with pytest.raises(ConfigError, match=rf"algorithm\.{own[0]}=1: Input should be a valid bool"):
+        parse_config({"algorithm": {"name": "flexmatch_demo", own[0]: 1}})
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -62,7 +62,7 @@ def test_every_field_documented():
             for name, f in sub.model_fields.items():
                 assert f.description, name
     doc = config_markdown()
-    assert "`algorithm.tau`" in doc and "`train.ema`" in doc
+    assert "`algorithm.name`" in doc and "`tau` = `0.95`" in doc and "`train.ema`" in doc
 
 
 # (raw config, the field the message must name, a fragment of what is allowed)

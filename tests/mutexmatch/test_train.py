@@ -343,3 +343,36 @@ def test_the_algorithm_gets_the_real_pool_through_its_context(tmp_path, monkeypa
     assert [inp.step for inp in seen] == after == [0, 1, 2]
     for inp in seen:
         assert torch.equal(ctx.unlabeled[inp.ulb_pos], inp.ulb_idx) and torch.equal(inp.pool_pos, inp.ulb_pos)
+
+
+@pytest.mark.parametrize("algorithm", ["fixmatch", "mutexmatch"])
+def test_an_in_flight_run_of_the_code_before_issue_22_resumes(tmp_path, algorithm):
+    """Migration: a run folder written before each algorithm owned its config section — config.yaml with every
+    legacy algorithm parameter, checkpoints carrying the legacy config hash — resumes under the current rule;
+    a checkpoint of another configuration is still refused."""
+    import yaml
+
+    from mutexmatch.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
+    from mutexmatch.config import LEGACY_ALGORITHM_SECTION, config_hash, legacy_config_hash, load_config
+
+    cfg = _cfg(tmp_path, algorithm=algorithm)
+    first = Trainer(cfg)
+    first.fit(stop_at=4)
+    legacy = legacy_config_hash(cfg)
+    assert legacy is not None and legacy != config_hash(cfg)
+    old = cfg.to_dict()
+    old["algorithm"] = {"name": algorithm, **LEGACY_ALGORITHM_SECTION,
+                        **{k: v for k, v in old["algorithm"].items() if k in LEGACY_ALGORITHM_SECTION}}
+    first.run.config.write_text(yaml.safe_dump(old, sort_keys=False))
+    path, state = latest_checkpoint(first.ckpt_dir)
+    save_checkpoint({**state, "config_hash": legacy}, first.ckpt_dir, state["step"])
+    reloaded = load_config(first.run.config)
+    assert config_hash(reloaded) == config_hash(cfg) and reloaded.to_dict()["algorithm"] == cfg.to_dict()["algorithm"]
+    resumed = Trainer(reloaded, resume=True)
+    assert resumed.resumed_from == path and resumed.step == 4
+    resumed.fit()
+    assert resumed.step == 8 and load_checkpoint(resumed.last_checkpoint)["config_hash"] == config_hash(cfg)
+    save_checkpoint({**load_checkpoint(resumed.last_checkpoint), "config_hash": "0123456789abcdef"},
+                    first.ckpt_dir, 8)
+    with pytest.raises(CheckpointError, match="another configuration"):
+        Trainer(reloaded, resume=True)
