@@ -12,9 +12,9 @@ from mutexmatch.train import RUN_MARKER, _load_run_dir
 
 # The hand-written lists these roles replaced (commit 0dd7fd9); the derived ones must name the same fields.
 HASH_EXCLUDED = {"output_dir", "data.root", "data.download", "train.progress", "train.keep_freed_memory",
-                 "train.deterministic", "train.num_threads", "train.device"}
+                 "train.deterministic", "train.num_threads", "train.device", "train.cuda_graphs"}
 OWNED = ["output_dir", "data.fold", "train.device"]
-RESUMABLE = {"train.device", "train.progress", "train.num_threads"}
+RESUMABLE = {"train.device", "train.progress", "train.num_threads", "train.cuda_graphs"}
 
 
 def test_derived_lists_name_the_fields_the_hand_written_lists_named():
@@ -59,7 +59,7 @@ def run_dir(tmp_path):
 def test_resume_accepts_only_resumable_overrides(run_dir):
     cfg = _load_run_dir(run_dir, ["train.device=cpu", "train.progress=false", "train.num_threads=2"])
     assert (cfg.train.device, cfg.train.progress, cfg.train.num_threads) == ("cpu", False, 2)
-    with pytest.raises(SystemExit, match=r"--set 'train.seed=1': only train.device, train.num_threads, "
+    with pytest.raises(SystemExit, match=r"--set 'train.seed=1': only train.device, train.cuda_graphs, train.num_threads, "
                                          r"train.progress can change on --resume"):
         _load_run_dir(run_dir, ["train.seed=1"])
 
