@@ -42,7 +42,7 @@ system-deps:
 	else echo "LaTeX tools missing: sudo apt-get install --no-install-recommends $(TEX_DEBS)" >&2; exit 1; fi
 
 test: install system-deps
-	$(PY) -m pytest -q -m "not heavy and not cluster"
+	$(PY) -m pytest -q --durations=20 -m "not heavy and not cluster"
 
 ## --smoke over every experiment YAML on generated fixture datasets (~27 min on 2 cores)
 test-heavy: install system-deps

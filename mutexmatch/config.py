@@ -511,6 +511,22 @@ def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, 
                 raise ConfigError(f"--set {item!r}: {p} is not a section")
             node = nxt
         node[parts[-1]] = _override_value(item, value)
+    return _switch_algorithm(raw, out, [k for k in seen if k.startswith("algorithm.")])
+
+
+def _switch_algorithm(raw: dict[str, Any], out: dict[str, Any], set_keys: list[str]) -> dict[str, Any]:
+    """A ``--set algorithm.name=X`` that changes the file's algorithm keeps only the file's parameters X takes
+    (``experiments/runs/digits.yaml`` is a MutexMatch run whose ``k`` FixMatch has no use for); a parameter given by
+    ``--set`` itself is always checked, so ``--set algorithm.name=fixmatch --set algorithm.k=3`` is still refused."""
+    from mutexmatch.algorithms import ALGORITHMS
+
+    before, after = raw.get("algorithm"), out.get("algorithm")
+    if ("algorithm.name" not in set_keys or not isinstance(before, dict) or not isinstance(after, dict)
+            or before.get("name") == after.get("name") or after.get("name") not in ALGORITHMS):
+        return out
+    takes = ALGORITHMS[after["name"]].Params.model_fields
+    given = {k.split(".", 1)[1] for k in set_keys}
+    out["algorithm"] = {k: v for k, v in after.items() if k == "name" or k in given or k in takes}
     return out
 
 

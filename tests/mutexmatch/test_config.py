@@ -212,3 +212,18 @@ def test_values_the_dataset_or_numpy_cannot_take_are_refused_up_front(overrides,
 def test_the_largest_seed_and_class_share_are_accepted():
     cfg = load_config(None, ["train.seed=4294967295", "data.num_labels=1000", "data.val_per_class=26"])
     assert cfg.train.seed == 2**32 - 1
+
+
+def test_set_algorithm_name_switches_the_files_algorithm(tmp_path):
+    """`--set algorithm.name=X` on a file written for another algorithm (experiments/runs/digits.yaml documents it)
+    keeps the file's parameters X takes and drops the rest; a parameter given by --set is still checked."""
+    path = tmp_path / "run.yaml"
+    path.write_text("algorithm: {name: mutexmatch, form: paper, tau: 0.9, k: 3}\n")
+    fix = load_config(path, ["algorithm.name=fixmatch"])
+    assert fix.algorithm.name == "fixmatch" and fix.algorithm.tau == 0.9
+    assert "k" not in fix.algorithm.__pydantic_extra__ and "form" not in fix.algorithm.__pydantic_extra__
+    assert load_config(path, ["algorithm.name=supervised"]).algorithm.__pydantic_extra__ == {}
+    with pytest.raises(ConfigError, match=r"algorithm.k=3: not used by algorithm 'fixmatch'"):
+        load_config(path, ["algorithm.name=fixmatch", "algorithm.k=3"])
+    with pytest.raises(ConfigError, match=r"algorithm.k=3: not used by algorithm 'fixmatch'"):
+        parse_config({"algorithm": {"name": "fixmatch", "tau": 0.9, "k": 3}})

@@ -277,7 +277,9 @@ tables:
 """
 
 
-@pytest.mark.slow
+# Four real launches, ~12 min on 2 cores: beyond CI's budget, so `make test-heavy` runs it; its fast twin on a synthetic
+# store is tests/reports/test_settings_choice.py.
+@pytest.mark.heavy
 def test_a_set_tryout_changes_no_table_summary_or_status(tmp_path, data_root, run_cli, capsys):
     """Issue 26's try-out case through the real sweep: a later launch with --set (fewer steps, one fold) trains
     runs the report, the end-of-launch summary and the status of the plain YAML leave out, naming them in a line."""
