@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 from urllib.parse import urlparse
 
 import jsonschema
@@ -260,13 +260,21 @@ def _s3_bucket(uri: str) -> str:
     return parsed.netloc
 
 
+# `python -m orchestration.submit` is `ray job submit` with the commit handed to the job (orchestration/submit.py)
+SUBMIT_PREFIXES = (("ray", "job", "submit"), ("python", "-m", "orchestration.submit"))
+
+
+def _is_submit(cmd: Sequence[str]) -> bool:
+    return tuple(cmd[:3]) in SUBMIT_PREFIXES
+
+
 def _python_module_invocations() -> list[tuple[str, list[str]]]:
     """Every `python -m <module> ...` the README runs (also inside `ray job submit`) and the RayJob's entrypoint,
     with where it comes from."""
     found = []
     for cmd in _readme_commands():
-        if cmd[:3] == ("ray", "job", "submit"):
-            found.append(("README ray job submit", list(cmd[cmd.index("--") + 1:])))
+        if _is_submit(cmd):
+            found.append(("README job submit", list(cmd[cmd.index("--") + 1:])))
         elif cmd[:2] == ("python", "-m"):
             found.append(("README", list(cmd)))
     job = _manifests()["RayJob/mutexmatch-table1"]
@@ -545,7 +553,7 @@ def test_every_python_module_invocation_names_a_real_module_yaml_and_flags():
 def test_readme_ray_job_submit_commands_target_the_cluster_and_its_services():
     compose_tracking = _service_env("ray-head")["MLFLOW_TRACKING_URI"]
     configmap = _manifests()["ConfigMap/mutexmatch-env"]["data"]
-    submits = [c for c in _readme_commands() if c[:3] == ("ray", "job", "submit")]
+    submits = [c for c in _readme_commands() if _is_submit(c)]
     assert len(submits) >= 3
     for cmd in submits:
         options = cmd[3:cmd.index("--")]
