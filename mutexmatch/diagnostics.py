@@ -3,7 +3,8 @@
 :class:`StepAccumulator` sums every step's :class:`~mutexmatch.algorithms.StepOutput` on the training device (no
 host synchronisation per step) and is read once per evaluation by :meth:`StepAccumulator.metrics`:
 
-- ``train/<term>``: the mean weighted loss L and unweighted terms L_sup, L_sep, L_p, L_n over the steps;
+- ``train/loss`` and ``train/<term>``: the mean weighted loss L and the means of the unweighted terms the algorithm
+  declares (``Algorithm.terms``: L_sup, L_p, L_sep, ...) over the steps, nothing for a term it does not compute;
 - ``train/mask_ratio``: the fraction of unlabeled samples above the confidence threshold;
 - ``train/pl_acc`` / ``train/pl_acc_all``: pseudo-label (\\hat p^w) accuracy on the confident / all samples;
 - ``train/cpa``: complementary-label precision, the fraction of complementary labels that are not the true class
@@ -21,23 +22,26 @@ from torch import Tensor
 
 from mutexmatch import metrics as M
 from mutexmatch.algorithms import StepOutput
-from mutexmatch.metrics import TERMS, term_metric
+from mutexmatch.metrics import TOTAL, term_metric
 
-__all__ = ["TERMS", "StepAccumulator"]
+__all__ = ["StepAccumulator"]
 
-# TERMS: logged as train/<term> (mutexmatch.metrics.term_metric); "loss" is the weighted total
+# The summed terms of a checkpoint written before terms were the algorithm's (issue 22): this order, every algorithm.
+_LEGACY_TERMS = (TOTAL, "sup", "sep", "p", "n")
 # Counts summed over the unlabeled samples with a true label (the mask sum over all of them).
 _COUNTS = ("confident", "labeled", "pl_correct_confident", "pl_correct", "comp_correct", "tnc_comp_correct",
            "tnc_scored", "comp_scored")
 
 
 class StepAccumulator:
-    """Sums of the step diagnostics since the last evaluation, on ``device``."""
+    """Sums of the step diagnostics since the last evaluation, on ``device``; ``terms`` are the algorithm's loss
+    terms (``Algorithm.terms``), summed beside the weighted total."""
 
-    def __init__(self, num_classes: int, device: torch.device) -> None:
+    def __init__(self, num_classes: int, device: torch.device, terms: tuple[str, ...]) -> None:
         self.num_classes = num_classes
-        self.terms = torch.zeros(len(TERMS), device=device)
-        self.first_bad = torch.full((len(TERMS),), -1, dtype=torch.long, device=device)  # step of a non-finite term
+        self.names = (TOTAL, *terms)
+        self.terms = torch.zeros(len(self.names), device=device)
+        self.first_bad = torch.full((len(self.names),), -1, dtype=torch.long, device=device)  # step it was not finite
         self.counts = torch.zeros(len(_COUNTS), device=device)
         self.pl_counts = torch.zeros(num_classes * num_classes, dtype=torch.long, device=device)
         self.comp_counts = torch.zeros(num_classes * num_classes, dtype=torch.long, device=device)
@@ -52,18 +56,26 @@ class StepAccumulator:
     def state_dict(self) -> dict:
         """The sums of the steps since the last evaluation (a checkpoint between evaluations keeps them, so the next
         evaluation of a resumed run averages the same steps as an uninterrupted run); timings are not kept."""
-        return {**{k: getattr(self, k).clone() for k in self._SUMS}, "steps": self.steps, "ulb_seen": self.ulb_seen}
+        return {**{k: getattr(self, k).clone() for k in self._SUMS}, "names": list(self.names), "steps": self.steps,
+                "ulb_seen": self.ulb_seen}
 
     def load_state_dict(self, state: dict) -> None:
-        for k in self._SUMS:
+        """Restore the sums; the term sums by name (a checkpoint of the code before named terms summed every
+        algorithm's in :data:`_LEGACY_TERMS` order): a term the checkpoint lacks is NaN in the next evaluation if
+        steps were summed without it (its mean over those steps is unknown), else 0."""
+        for k in self._SUMS[2:]:
             getattr(self, k).copy_(state[k])
         self.steps, self.ulb_seen = int(state["steps"]), int(state["ulb_seen"])
+        saved = dict(zip(state.get("names", _LEGACY_TERMS), zip(state["terms"], state["first_bad"])))
+        unknown = (float("nan") if self.steps else 0.0, -1)
+        for i, name in enumerate(self.names):
+            total, bad = saved.get(name, unknown)
+            self.terms[i], self.first_bad[i] = total, bad
 
     @torch.no_grad()
     def add(self, out: StepOutput, y_ulb: Tensor, step: int) -> None:
         """Add one step: ``out`` and the true labels ``y_ulb`` (muB,) of its unlabeled samples (-1: unknown)."""
-        zero = torch.zeros((), device=self.terms.device)
-        terms = torch.stack([out.loss.detach().float()] + [out.terms.get(t, zero).detach().float() for t in TERMS[1:]])
+        terms = torch.stack([out.loss.detach().float()] + [out.terms[t].detach().float() for t in self.names[1:]])
         self.terms += terms
         bad = ~torch.isfinite(terms) & (self.first_bad < 0)
         self.first_bad = torch.where(bad, torch.full_like(self.first_bad, step), self.first_bad)
@@ -103,11 +115,11 @@ class StepAccumulator:
 
     def non_finite(self) -> list[tuple[str, int]]:
         """(term, first step) of every term that was not finite at some step (one read of the device)."""
-        return [(t, s) for t, s in zip(TERMS, self.first_bad.tolist()) if s >= 0]
+        return [(t, s) for t, s in zip(self.names, self.first_bad.tolist()) if s >= 0]
 
     def term_means(self) -> dict[str, float]:
-        """``train/<term>``: the means over the steps (one read of the device)."""
-        return {term_metric(t): v for t, v in zip(TERMS, (self.terms / max(1, self.steps)).tolist())}
+        """``train/loss`` and ``train/<term>`` of each term: the means over the steps (one read of the device)."""
+        return {term_metric(t): v for t, v in zip(self.names, (self.terms / max(1, self.steps)).tolist())}
 
     def sample_metrics(self) -> dict[str, float]:
         """The unlabeled-sample ratios (one read of the device); NaN without samples to score, none without

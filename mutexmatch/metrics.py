@@ -1,14 +1,22 @@
 """The names of the metrics the trainer logs at every evaluation — declared here once, read by the trainer,
 the MLflow contract (``orchestration.contract``) and the report layouts (a table on ``test/accc`` is refused before
 anything trains). Standard library only.
+
+Loss terms are not listed here: each algorithm declares the terms it computes (``Algorithm.terms``), logged as
+``train/<term>`` beside the weighted total ``train/loss``, so a run logs exactly its algorithm's terms. Who knows the
+registry passes its terms to :func:`logged` / :func:`is_logged` (the sweep at launch,
+:func:`mutexmatch.algorithms.declared_terms`); a reader without it (a report build, which never imports the
+trainer) accepts any well-formed ``train/<term>`` and checks it against what the runs logged.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
+
 __all__ = ["TEST_ACC", "TEST_ACC_RAW", "TEST_BEST_ACC", "TEST_MEDIAN_ACC", "VAL_ACC", "VAL_BEST_ACC", "TRAIN_LR",
-           "PERF_IMG_PER_S", "PERF_DATA_S", "PERF_COMPUTE_S", "TERMS", "term_metric", "MASK_RATIO", "PL_ACC",
-           "PL_ACC_ALL", "CPA", "SAMPLE_METRICS",
-           "TNC_CPA", "LOGGED", "is_logged"]
+           "PERF_IMG_PER_S", "PERF_DATA_S", "PERF_COMPUTE_S", "TOTAL", "term_metric", "term_name_errors",
+           "MASK_RATIO", "PL_ACC", "PL_ACC_ALL", "CPA", "SAMPLE_METRICS", "TNC_CPA", "FIXED", "logged", "is_logged"]
 
 TEST_ACC = "test/acc"                  # the EMA model on the test set
 TEST_ACC_RAW = "test/acc_raw"          # the raw (non-EMA) model on the test set
@@ -20,12 +28,15 @@ TRAIN_LR = "train/lr"
 PERF_IMG_PER_S = "perf/img_per_s"
 PERF_DATA_S, PERF_COMPUTE_S = "perf/data_s", "perf/compute_s"  # seconds per step waiting for data / computing
 
-TERMS = ("loss", "sup", "sep", "p", "n")   # the loss terms, means over the steps since the last evaluation
+TOTAL = "loss"   # the weighted total L = sum_t lambda_t L_t, logged by every algorithm as train/loss
+_TERM_PREFIX = "train/"
+_TERM_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 def term_metric(term: str) -> str:
-    """``train/<term>``: a loss term's metric (``train/loss`` is the weighted total L)."""
-    return f"train/{term}"
+    """``train/<term>``: a loss term's metric, its mean over the steps since the last evaluation (``train/loss`` is
+    the weighted total L)."""
+    return f"{_TERM_PREFIX}{term}"
 
 
 # Unlabeled-sample ratios at the evaluation's steps
@@ -36,11 +47,33 @@ CPA = "train/cpa"                          # complementary-label accuracy (the l
 SAMPLE_METRICS = (MASK_RATIO, PL_ACC, PL_ACC_ALL, CPA)
 TNC_CPA = "train/tnc_cpa"                  # the TNC's complementary-label accuracy (algorithms with a TNC)
 
-LOGGED = frozenset((TEST_ACC, TEST_ACC_RAW, TEST_BEST_ACC, TEST_MEDIAN_ACC, VAL_ACC, VAL_BEST_ACC, TRAIN_LR,
-                    PERF_IMG_PER_S, PERF_DATA_S, PERF_COMPUTE_S, TNC_CPA, *SAMPLE_METRICS,
-                    *(term_metric(t) for t in TERMS)))
+# Every metric but the algorithms' own loss terms.
+FIXED = frozenset((TEST_ACC, TEST_ACC_RAW, TEST_BEST_ACC, TEST_MEDIAN_ACC, VAL_ACC, VAL_BEST_ACC, TRAIN_LR,
+                   PERF_IMG_PER_S, PERF_DATA_S, PERF_COMPUTE_S, TNC_CPA, *SAMPLE_METRICS, term_metric(TOTAL)))
 
 
-def is_logged(name: str) -> bool:
-    """Whether the trainer logs a metric called ``name`` (for some algorithm and data)."""
-    return name in LOGGED
+def term_name_errors(owner: str, terms: object) -> list[str]:
+    """One line per problem with ``terms``, an algorithm's declared loss terms: a non-empty tuple of distinct
+    lower-case names whose ``train/<term>`` is no other metric's name."""
+    if not isinstance(terms, tuple) or not terms:
+        return [f"{owner}.terms={terms!r}: must be a non-empty tuple of the loss terms it computes, e.g. ('sup', 'p')"]
+    errors = [f"{owner}.terms: {t!r} is not a term name (lower-case letters, digits and _, starting with a letter)"
+              for t in terms if not (isinstance(t, str) and _TERM_NAME.match(t))]
+    errors += [f"{owner}.terms: {t!r} would be logged as {term_metric(t)!r}, a metric the trainer logs already"
+               for t in terms if isinstance(t, str) and term_metric(t) in FIXED]
+    errors += [f"{owner}.terms: {t!r} given twice" for t in sorted({t for t in terms if terms.count(t) > 1})]
+    return errors
+
+
+def logged(terms: Iterable[str]) -> frozenset[str]:
+    """The metrics the trainer logs (for some algorithm and data) when ``terms`` are the algorithms' loss terms."""
+    return FIXED | {term_metric(t) for t in terms}
+
+
+def is_logged(name: str, terms: Iterable[str] | None = None) -> bool:
+    """Whether the trainer logs a metric called ``name``: one of :data:`FIXED` or ``train/<term>`` of one of
+    ``terms``; with ``terms`` None (the caller cannot know the registry), any well-formed ``train/<term>``."""
+    if terms is not None:
+        return name in logged(terms)
+    term = name[len(_TERM_PREFIX):] if name.startswith(_TERM_PREFIX) else ""
+    return name in FIXED or bool(_TERM_NAME.match(term))

@@ -481,7 +481,7 @@ class Trainer:
 
     # ---------------------------------------------------------------- step
     def _reset_accumulators(self) -> None:
-        self.stats = StepAccumulator(self.num_classes, self.device)
+        self.stats = StepAccumulator(self.num_classes, self.device, self.algorithm.terms)
 
     def _batch_state(self) -> dict:
         """Everything a batch is drawn from: the sampler's and the augmentations' generators (checkpoint keys)."""

@@ -283,7 +283,9 @@ def class_counts_artifact(step: int) -> str:
 # Names the trainer logs, declared by the trainer (mutexmatch.metrics), that the layout's readers rely on.
 TEST_ACC, TEST_BEST_ACC, VAL_ACC, VAL_BEST_ACC = M.TEST_ACC, M.TEST_BEST_ACC, M.VAL_ACC, M.VAL_BEST_ACC
 PL_ACC = M.PL_ACC
-TRAIN_LOSS = M.term_metric("loss")   # logged at every evaluation: its history gives a run's logged steps
+TRAIN_LOSS = M.term_metric(M.TOTAL)  # logged at every evaluation: its history gives a run's logged steps
+# Each loss term is logged as M.term_metric(term) for exactly the terms its algorithm declares (Algorithm.terms);
+# the sweep validates layouts against those of the registered algorithms (sweep._check_report_layouts).
 VALIDATION_METRICS = (VAL_ACC, VAL_BEST_ACC)  # the only legal search objectives (never test/*)
 TRIALS_METRIC = "trials/"            # parent run: trials/finished, trials/failed, trials/running, ... (status)
 # Accuracies are fractions (what the trainer computes, Tune's objective, every stored run); the tables and the

@@ -230,7 +230,9 @@ def _check_report_layouts(spec: Any) -> None:
         return
     from reports.layout import validate_report
 
-    validate_report(spec.model_dump(mode="json"))
+    from mutexmatch.algorithms import declared_terms
+
+    validate_report(spec.model_dump(mode="json"), terms=declared_terms())  # train/<term> of a registered algorithm
 
 
 def _choose(launch: _Launch, client: Any, experiment_id: str) -> _Selection | SweepOutcome:

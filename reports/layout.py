@@ -55,12 +55,13 @@ import difflib
 import re
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
-from typing import Annotated, Any, Literal, Union
+from collections.abc import Iterable
+from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from mutexmatch.checks import validation_error_lines
-from mutexmatch.metrics import LOGGED, is_logged
+from mutexmatch.metrics import FIXED, is_logged, logged
 from mutexmatch.dotted import flatten_dotted
 
 from orchestration import contract
@@ -91,6 +92,7 @@ __all__ = [
 ]
 
 PROTOCOLS = ("best", "final", "median20")
+Terms = Optional[Iterable[str]]   # the algorithms' loss terms, where the caller knows them (validate_report)
 Protocol = Literal["best", "final", "median20"]
 # What the trainer's metrics are, in words, for captions and legends (unlisted ones are shown by their key).
 METRIC_NAMES = {contract.TEST_ACC: "test accuracy (EMA model)", "test/acc_raw": "test accuracy (raw model)",
@@ -393,9 +395,9 @@ def _check_partial_cell(where: str, cell: dict[str, str], axes: Axes) -> list[st
     return errors
 
 
-def _check_table(t: TableLayout, where: str, axes: Axes) -> list[str]:
+def _check_table(t: TableLayout, where: str, axes: Axes, terms: Terms) -> list[str]:
     errors: list[str] = []
-    errors += _metric_errors(f"{where}.metric", [t.metric])
+    errors += _metric_errors(f"{where}.metric", [t.metric], terms)
     for key in ("rows", "columns", "row_groups"):
         if getattr(t, key) is not None:
             errors += _check_axis(f"{where}.{key}", getattr(t, key), axes)
@@ -506,32 +508,35 @@ def _check_published(t: TableLayout, where: str, axes: Axes, groups: set, rows: 
     return errors
 
 
-def _metric_errors(where: str, metrics: list[str]) -> list[str]:
-    """One line per name the trainer never logs (:data:`mutexmatch.metrics.LOGGED`), with the closest one."""
+def _metric_errors(where: str, metrics: list[str], terms: Terms) -> list[str]:
+    """One line per name the trainer never logs (:func:`mutexmatch.metrics.is_logged` with the algorithms' loss
+    ``terms``, or any well-formed ``train/<term>`` without them), with the closest one."""
+    known = sorted(FIXED if terms is None else logged(terms))
     errors = []
     for m in metrics:
-        if not is_logged(m):
-            close = difflib.get_close_matches(m, sorted(LOGGED), n=1)
+        if not is_logged(m, terms):
+            close = difflib.get_close_matches(m, known, n=1)
             errors.append(f"{where}: {m!r} is not a metric the trainer logs" +
-                          (f"; did you mean {close[0]!r}?" if close else f" ({', '.join(sorted(LOGGED))})"))
+                          (f"; did you mean {close[0]!r}?" if close else f" ({', '.join(known)})"))
     return errors
 
 
-def _check_figure(f: CurvesFigure | HeatmapFigure | SensitivityFigure, where: str, axes: Axes) -> list[str]:
+def _check_figure(f: CurvesFigure | HeatmapFigure | SensitivityFigure, where: str, axes: Axes,
+                  terms: Terms) -> list[str]:
     errors: list[str] = []
     if isinstance(f, CurvesFigure):
         for i, cell in enumerate(f.cells):
             errors += _check_partial_cell(f"{where}.cells[{i}]", cell, axes)
         if not f.metrics:
             errors.append(f"{where}.metrics=[]: name at least one metric")
-        errors += _metric_errors(f"{where}.metrics", f.metrics)
+        errors += _metric_errors(f"{where}.metrics", f.metrics, terms)
     elif isinstance(f, HeatmapFigure):
         errors += _check_partial_cell(f"{where}.cell", f.cell, axes)
         missing = [a for a in axes if a not in f.cell]
         if missing:
             errors.append(f"{where}.cell={f.cell!r}: must name a full cell; missing axes: {', '.join(missing)}")
     else:
-        errors += _metric_errors(f"{where}.metric", [f.metric])
+        errors += _metric_errors(f"{where}.metric", [f.metric], terms)
         errors += _check_axis(f"{where}.axis", f.axis, axes)
         if f.series is not None:
             errors += _check_axis(f"{where}.series", f.series, axes)
@@ -575,8 +580,12 @@ def sensitivity_x(fig: SensitivityFigure, axes: Axes, where: str = "figure") -> 
     return {lvl: f[param] for lvl, f in flat.items()}
 
 
-def validate_report(spec: dict[str, Any]) -> ReportLayout:
+def validate_report(spec: dict[str, Any], terms: Terms = None) -> ReportLayout:
     """Validate the ``tables`` and ``figures`` sections of a sweep spec against its ``axes``.
+
+    ``terms``: the loss terms the registered algorithms declare (``train/<term>`` metrics), given by a caller that
+    knows the registry (the sweep at launch); without them (the report, which never imports the trainer) any
+    well-formed ``train/<term>`` passes here and is checked against what the runs logged when the report is built.
 
     Raises :class:`LayoutError` (a ``ValueError``) listing every problem, one line each.
     """
@@ -596,9 +605,9 @@ def validate_report(spec: dict[str, Any]) -> ReportLayout:
         raise LayoutError(f"tables={raw_tables!r}: must be a list of table layouts")
     if not isinstance(raw_figures, list):
         raise LayoutError(f"figures={raw_figures!r}: must be a list of figure layouts")
-    tables, errors = _tables(raw_tables, axes)
+    tables, errors = _tables(raw_tables, axes, terms)
     errors += [e for t in tables for e in _check_tuned_rows(t, axes, spec.get("search"))]
-    figures, figure_errors = _figures(raw_figures, axes)
+    figures, figure_errors = _figures(raw_figures, axes, terms)
     errors += figure_errors
     ids = [t.id for t in tables] + [f.id for f in figures]
     dupes = sorted({x for x in ids if ids.count(x) > 1})
@@ -645,7 +654,7 @@ def _parse_exclude(raw: Any) -> list[dict[str, str]]:
     return [{str(a): str(lv) for a, lv in cell.items()} for cell in raw if isinstance(cell, dict)]
 
 
-def _tables(raw_tables: list, axes: Axes) -> tuple[list[TableLayout], list[str]]:
+def _tables(raw_tables: list, axes: Axes, terms: Terms) -> tuple[list[TableLayout], list[str]]:
     """The valid table layouts and one error line per problem of the others."""
     errors: list[str] = []
     tables: list[TableLayout] = []
@@ -666,14 +675,15 @@ def _tables(raw_tables: list, axes: Axes) -> tuple[list[TableLayout], list[str]]
         except ValidationError as err:
             errors += _pydantic_lines(err, where)
             continue
-        problems = _check_table(table, f"{where}({table.id})", axes)
+        problems = _check_table(table, f"{where}({table.id})", axes, terms)
         errors += problems
         if not problems:
             tables.append(table)
     return tables, errors
 
 
-def _figures(raw_figures: list, axes: Axes) -> tuple[list[CurvesFigure | HeatmapFigure | SensitivityFigure], list[str]]:
+def _figures(raw_figures: list, axes: Axes,
+             terms: Terms) -> tuple[list[CurvesFigure | HeatmapFigure | SensitivityFigure], list[str]]:
     """The valid figure layouts (ids defaulted) and one error line per problem of the others."""
     errors: list[str] = []
     adapter: TypeAdapter = TypeAdapter(FigureLayout)
@@ -698,7 +708,7 @@ def _figures(raw_figures: list, axes: Axes) -> tuple[list[CurvesFigure | Heatmap
         elif not _ID.match(fig.id):
             errors.append(f"{where}.id={fig.id!r}: must use only letters, digits, `_` and `-`")
             continue
-        problems = _check_figure(fig, where, axes)
+        problems = _check_figure(fig, where, axes, terms)
         errors += problems
         if not problems:
             figures.append(fig)

@@ -23,6 +23,9 @@ Writing a new method (one module ``mutexmatch/algorithms/<name>.py``, nothing el
   gets from the trainer: ``num_classes``, the unlabeled pool ``unlabeled`` / ``num_unlabeled`` (validation
   excluded), ``labeled`` / ``labeled_counts`` / ``labeled_prior``, ``total_steps``, ``steps_per_epoch``, ``device``,
   ``ema_model``. Per-sample state has ``ctx.num_unlabeled`` rows indexed by ``StepInputs.pool_pos``;
+- ``terms``: the loss terms it computes, by name (a class attribute, e.g. ``("sup", "p")``; inherited from its parent
+  unless it adds or drops one): ``compute`` reports exactly these, each logged as ``train/<term>`` beside the weighted
+  total ``train/loss``, and ``term_weights`` gives lambda_t for each;
 - hooks: ``views`` / ``base_terms`` / ``variant_terms`` / ``term_weights`` (the step), ``align`` (distribution
   alignment, :mod:`mutexmatch.algorithms.alignment`), ``confidence_mask`` (thresholds, on each unlabeled batch; the
   step index is ``inp.step``), ``after_step(step)`` (after the optimiser and EMA updates);
@@ -46,6 +49,7 @@ from torch import Tensor, nn
 
 from mutexmatch.algorithms.alignment import DistributionAlignment
 from mutexmatch.checks import check_int
+from mutexmatch.metrics import term_name_errors
 from mutexmatch.params import AlgorithmParams
 from mutexmatch.params import markdown as params_markdown
 
@@ -161,6 +165,9 @@ class Algorithm:
     name: ClassVar[str] = "<unregistered>"
     uses_tnc: ClassVar[bool] = False         # False: the model is built without a TNC and no TNC work is done
     uses_unlabeled: ClassVar[bool] = True    # False: the trainer builds no unlabeled batches
+    # The loss terms compute() reports (StepOutput.terms), each logged as train/<term> beside train/loss: the one
+    # declaration the step accumulator, the metric names, the docs and the registry tests read.
+    terms: ClassVar[tuple[str, ...]] = ()
     Params: ClassVar[type[AlgorithmParams]] = AlgorithmParams
 
     def __init__(self, params: Mapping[str, Any], ctx: TrainContext) -> None:
@@ -190,7 +197,7 @@ class Algorithm:
         out.update(swapped)
         weights = self.term_weights()
         loss = out["loss"] if swapped.keys().isdisjoint(weights) else sum(w * out[t] for t, w in weights.items())
-        return StepOutput(loss=loss, terms={t: out[t] for t in weights}, **{
+        return StepOutput(loss=loss, terms={t: out[t] for t in self.terms}, **{
             f: out.get(f) for f in ("mask", "conf", "pseudo_label", "comp_label", "tnc_comp_label", "neg_mask")})
 
     def views(self, model: nn.Module, inp: StepInputs) -> Views:
@@ -204,8 +211,8 @@ class Algorithm:
         return {}
 
     def term_weights(self) -> dict[str, float]:
-        """lambda_t of every term, in the order the loss function sums them (its total is used unless an ablation
-        swaps or adds a term)."""
+        """lambda_t of every term of ``terms``, in the order the loss function sums them (its total is used unless an
+        ablation swaps or adds a term)."""
         raise NotImplementedError
 
     def state_dict(self) -> dict[str, Any]:
@@ -240,6 +247,9 @@ def register_algorithm(name: str) -> Callable[[A], A]:
             raise ValueError(f"algorithm.name={name!r}: already registered by {ALGORITHMS[name].__qualname__}")
         if not (isinstance(cls.Params, type) and issubclass(cls.Params, AlgorithmParams)):
             raise ValueError(f"{cls.__qualname__}.Params: must be a mutexmatch.params.AlgorithmParams model")
+        errors = term_name_errors(cls.__qualname__, cls.terms)
+        if errors:
+            raise ValueError("\n".join(errors))
         if "Params" in cls.__dict__ and cls.Params.pinned:  # made by Params.without: picklable as <algorithm>.Params
             cls.Params.__module__, cls.Params.__qualname__ = cls.__module__, f"{cls.__qualname__}.Params"
         cls.name = name
@@ -248,14 +258,22 @@ def register_algorithm(name: str) -> Callable[[A], A]:
     return register
 
 
+def declared_terms() -> frozenset[str]:
+    """Every loss term a registered algorithm declares (``Algorithm.terms``): what ``train/<term>`` may name."""
+    return frozenset(t for cls in ALGORITHMS.values() for t in cls.terms)
+
+
 def algorithms_markdown() -> list[str]:
-    """The registered algorithms and the parameters each reads, as a Markdown table (for docs/config.md)."""
-    lines = ["Registered algorithms (`algorithm.name`) and the parameters each reads (its parameter model; a field "
-             "it does not read may not be set):", "", "| `algorithm.name` | method | parameters = default (allowed) |",
-             "| --- | --- | --- |"]
+    """The registered algorithms, the parameters each reads and the loss terms each logs, as a Markdown table (for
+    docs/config.md)."""
+    lines = ["Registered algorithms (`algorithm.name`), the parameters each reads (its parameter model; a field "
+             "it does not read may not be set) and the loss terms each logs (`train/<term>`, beside the weighted "
+             "total `train/loss`):", "",
+             "| `algorithm.name` | method | parameters = default (allowed) | terms |", "| --- | --- | --- | --- |"]
     for name, cls in sorted(ALGORITHMS.items()):
         summary = " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())
-        lines.append(f"| `{name}` | {summary} | {params_markdown(cls.Params)} |")
+        terms = ", ".join(f"`{t}`" for t in cls.terms)
+        lines.append(f"| `{name}` | {summary} | {params_markdown(cls.Params)} | {terms} |")
     return lines
 
 

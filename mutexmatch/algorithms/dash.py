@@ -47,6 +47,7 @@ class Dash(Algorithm):
     """Dash: supervised warm-up, then FixMatch's consistency on the unlabeled samples whose own weak-view loss is
     below the decaying threshold rho_t (Xu et al. 2021, Eqs. 4-5)."""
 
+    terms = ("sup", "p")
     Params = DashParams
     params: DashParams
 

@@ -13,6 +13,7 @@ from mutexmatch.params import FixMatchParams
 class FixMatch(Algorithm):
     """FixMatch: L_sup + lambda_p L_p (Eqs. s, p); ``dist_align`` gives the papers' "FixMatch w. DA" baseline."""
 
+    terms = ("sup", "p")
     Params = FixMatchParams
     params: FixMatchParams
 

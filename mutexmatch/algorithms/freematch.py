@@ -110,6 +110,7 @@ class SelfAdaptiveThresholds:
 class FreeMatch(FixMatch):
     """FreeMatch: self-adaptive class thresholds tau_t(c) (SAT) and the fairness term L_f (SAF)."""
 
+    terms = (*FixMatch.terms, "fair")
     Params = FreeMatchParams
     params: FreeMatchParams
 

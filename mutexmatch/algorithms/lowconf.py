@@ -15,6 +15,7 @@ class _LowConfidence(FixMatch):
     """FixMatch plus lambda_ab1 L_ab1 on the low-confidence samples (Section "Utilization of Low-confidence
     Samples"; Table "r1" varies lambda_ab1, 0 = FixMatch). Subclasses give the per-row loss."""
 
+    terms = (*FixMatch.terms, "ab1")
     Params = LowConfidenceParams
     params: LowConfidenceParams
 

@@ -29,6 +29,7 @@ class MutexMatch(FixMatch):
     """
 
     uses_tnc = True
+    terms = ("sup", "sep", "p", "n")
     Params = MutexMatchParams
     params: MutexMatchParams
 

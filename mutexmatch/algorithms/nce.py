@@ -26,6 +26,7 @@ class FixMatchNCE(FixMatch):
     1 (the paper gives it none). UPS's uncertainty-based selection is not part of these ablations (the text selects
     by the two thresholds only)."""
 
+    terms = (*FixMatch.terms, "nce")
     Params = NCEParams
     params: NCEParams
     TABLE_TAU_P: ClassVar[dict[int, float]] = {1: 0.95, 2: 0.7, 3: 0.95}

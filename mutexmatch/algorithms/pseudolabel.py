@@ -36,6 +36,7 @@ class PseudoLabel(Algorithm):
     """Pseudo-Label: L_sup + lambda_p alpha(t) times the confidence-masked cross-entropy of the weak view with its
     own argmax (Lee 2013, Eqs. 15-16, with USB's threshold)."""
 
+    terms = ("sup", "p")
     Params = PseudoLabelParams
     params: PseudoLabelParams
 

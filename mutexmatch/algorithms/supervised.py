@@ -12,6 +12,7 @@ class Supervised(Algorithm):
     """Labeled data only: L_sup of Eq. (s)."""
 
     uses_unlabeled = False
+    terms = ("sup",)
 
     def views(self, model: nn.Module, inp: StepInputs) -> Views:
         b, _ = self._split(inp)

@@ -53,8 +53,10 @@ class MutexMatchRevNorm(MutexMatch):
     L_ab2 = 1/muB sum 1(max p^w < tau) H(q^w, r^s) with q^w = Norm(1 - r^w).
 
     Norm is read as L1 normalisation, q^w = (1 - r^w) / (C - 1): 1 - r^w already lies in [0, 1], and H needs a
-    distribution. The TNC then learns only from this consistency (loss L_sup + L_p + L_ab2)."""
+    distribution. The TNC then learns only from this consistency (loss L_sup + L_p + L_ab2): its terms are sup, p and
+    n (= L_ab2); there is no sep to log."""
 
+    terms = ("sup", "p", "n")
     Params = MutexMatchParams.without("MutexMatchRevNormParams", form="paper", k="C", lambda_sep=0.0,
                                       sep_stop_grad=True, tnc_target="soft", comp_rank=1)
 
@@ -62,6 +64,8 @@ class MutexMatchRevNorm(MutexMatch):
         new = super().variant_terms(out, v)
         q_w = 1.0 - self.r_w(v)
         q_w = q_w / q_w.sum(dim=1, keepdim=True)                                       # q^w = Norm(1 - r^w)
-        return {**new, "sep": out["sep"].new_zeros(()),
-                "n": (self.tnc_weight(out) * soft_cross_entropy(q_w, v.tnc_s)).mean()}
+        return {**new, "n": (self.tnc_weight(out) * soft_cross_entropy(q_w, v.tnc_s)).mean()}
+
+    def term_weights(self) -> dict[str, float]:
+        return {"sup": 1.0, "p": self.params.lambda_p, "n": self.params.lambda_n}
 

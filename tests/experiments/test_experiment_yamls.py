@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mutexmatch.algorithms import ALGORITHMS
+from mutexmatch.algorithms import ALGORITHMS, declared_terms
 from mutexmatch.config import load_config, parse_config
 from orchestration.plan import build_plan
 from orchestration.spec import Cell, expand_cells, load_spec, trial_config
@@ -72,7 +72,7 @@ def test_experiment_names_are_unique() -> None:
 @pytest.mark.parametrize("path", SPECS, ids=_ids(SPECS))
 def test_spec_and_report_layout_validate_and_tables_sit_on_run_cells(path: Path, project: Path) -> None:
     spec = load_spec(path, project)            # orchestration: schema + every trial's RunConfig
-    layout = validate_report(_raw(path))       # reports: tables and figures against the axes
+    layout = validate_report(_raw(path), terms=declared_terms())   # reports: tables and figures against the axes
     # the grid's cells and the refit cells (a search's best parameters, shown in `tuned_rows`)
     run = {c.id for c in expand_cells(spec)} | {r.tuned_cell.id for r in build_plan(spec, project).refits}
     axes = layout.axes

@@ -99,7 +99,8 @@ def test_every_algorithm_trains_and_round_trips_state(name: str) -> None:
     for step in range(3):
         out = algo.compute(model, batch(model, cls, seed=step))
         assert torch.isfinite(out.loss) and out.loss.dim() == 0
-        assert set(out.terms) == set(algo.term_weights()) and all(t.dim() == 0 for t in out.terms.values())
+        assert tuple(out.terms) == cls.terms and set(algo.term_weights()) == set(cls.terms)   # its declared terms
+        assert all(t.dim() == 0 for t in out.terms.values())
         opt.zero_grad()
         out.loss.backward()
         assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
@@ -143,6 +144,13 @@ def test_register_rejects_duplicates_and_undeclared_params() -> None:
     with pytest.raises(ValueError, match=r"Y\.Params: must be a mutexmatch\.params\.AlgorithmParams model"):
         register_algorithm("gamma_algo")(type("Y", (Algorithm,), {"Params": {"gamma": 1.0}}))
     assert "gamma_algo" not in ALGORITHMS
+    with pytest.raises(ValueError, match=r"^Z\.terms=\(\): must be a non-empty tuple of the loss terms it computes"):
+        register_algorithm("no_terms")(type("Z", (Algorithm,), {}))
+    with pytest.raises(ValueError, match=r"^Z\.terms: 'Sup' is not a term name.*\nZ\.terms: 'mask_ratio' would be "
+                                         r"logged as 'train/mask_ratio', a metric the trainer logs already\n"
+                                         r"Z\.terms: 'p' given twice$"):
+        register_algorithm("bad_terms")(type("Z", (Algorithm,), {"terms": ("Sup", "p", "mask_ratio", "p")}))
+    assert not {"no_terms", "bad_terms"} & set(ALGORITHMS)
     with pytest.raises(ValueError, match=r"algorithm\.name='nope': must be one of"):
         build_algorithm("nope", {}, TrainContext.synthetic(C))
 
@@ -277,7 +285,7 @@ def test_rev_norm_drops_sep_and_uses_normalised_reverse_target() -> None:
     algo, model, inp, out = run("mutexmatch_rev_norm")
     _, _, _, ref = run("mutexmatch")
     unchanged(out, ref, ("sup", "p"))
-    assert out.terms["sep"].item() == 0.0
+    assert "sep" not in out.terms and ALGORITHMS["mutexmatch_rev_norm"].terms == ("sup", "p", "n")
     r_w, low = r_w_and_low(model, inp, out)
     q = (1 - r_w) / (C - 1)
     log_r_s = torch.log_softmax(model.tnc(inp.feats[B + U:]), 1)

@@ -37,7 +37,7 @@ def test_forward_loss_backward_sgd_and_ema_read_nothing_from_the_device(name, pa
     out.loss.backward()
     sgd.step()
     ema.update()
-    stats = StepAccumulator(C, torch.device("meta"))
+    stats = StepAccumulator(C, torch.device("meta"), alg.terms)
     stats.add(out, torch.zeros(u, dtype=torch.long, device="meta"), step=0)
     assert out.loss.device.type == "meta" and out.loss.shape == ()
     assert stats.counts.device.type == "meta" and stats.ulb_seen == u

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 
 import pytest
 import torch
 
-from mutexmatch.algorithms import StepOutput
+from mutexmatch import metrics as M
+from mutexmatch.algorithms import ALGORITHMS, StepOutput
 from mutexmatch.callbacks import Callback
 from mutexmatch.checkpoint import list_checkpoints
 from mutexmatch.config import parse_config
@@ -108,10 +110,34 @@ def test_run_folder_and_callbacks(tmp_path):
     assert summary.final_weights is not None and summary.step == 8
 
 
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_every_algorithm_logs_exactly_its_declared_terms(tmp_path, name):
+    """Issue 22: a run logs train/loss and train/<term> for the terms its algorithm declares, no other (FixMatch no
+    train/sep or train/n; the ablations their ab1 / nce), in the evaluation event (what MLflow gets) and in
+    metrics.jsonl; two steps on digits."""
+    cfg = parse_config({"data": {"dataset": "digits", "num_labels": 20}, "model": {"backbone": "small_cnn"},
+                        "algorithm": {"name": name},
+                        "train": {"iterations": 2, "eval_interval": 2, "batch_size": 2, "mu": 1, "num_threads": 1,
+                                  "progress": False}, "output_dir": str(tmp_path / "run")})
+    events = []
+
+    class Recorder(Callback):
+        def on_eval(self, event):
+            events.append(event)
+
+    Trainer(cfg, [Recorder()]).fit()
+    declared = {M.term_metric(t) for t in ALGORITHMS[name].terms}
+    (event,) = events
+    assert {k for k in event.metrics if k not in M.FIXED} == declared and M.term_metric(M.TOTAL) in event.metrics
+    assert all(math.isfinite(event.metrics[k]) for k in declared)
+    (line,) = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert {k for k in json.loads(line) if k.startswith("train/") and k not in M.FIXED} == declared
+
+
 def _cpa_after(trainer: Trainer, ulb: torch.Tensor, **diagnostics) -> float:
     trainer._reset_accumulators()
     zero = torch.zeros(())
-    trainer.stats.add(StepOutput(loss=zero, terms={"sup": zero}, **diagnostics), trainer.ulb_y[ulb], step=0)
+    trainer.stats.add(StepOutput(loss=zero, terms=dict.fromkeys(trainer.algorithm.terms, zero), **diagnostics), trainer.ulb_y[ulb], step=0)
     return trainer.evaluate().metrics["train/cpa"]
 
 

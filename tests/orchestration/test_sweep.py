@@ -233,6 +233,23 @@ def test_dry_run_of_every_paper_yaml_plans_from_an_empty_folder(tmp_path, monkey
     assert list(tmp_path.iterdir()) == []  # nothing written: no store, no storage, no data
 
 
+def test_a_figure_on_a_loss_term_no_algorithm_declares_is_refused_at_launch(tmp_path, monkeypatch, capsys):
+    """The sweep validates the report layout with the registered algorithms' declared terms (issue 22): a typo of a
+    loss term is refused before anything trains (the report alone could not know it), a declared term (an
+    ablation's ab1) passes."""
+    from orchestration import sweep
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    spec = tmp_path / "tiny.yaml"
+    for metric, code in (("train/sepp", 2), ("train/ab1", 0)):
+        spec.write_text(TINY.format(root=tmp_path / "no_data", gpu=0) +
+                        f"figures: [{{type: curves, id: c, metrics: [{metric}]}}]\n")
+        assert sweep.main([str(spec), "--dry-run"]) == code, metric
+    err = capsys.readouterr().err
+    assert "error: figures[0].metrics: 'train/sepp' is not a metric the trainer logs; did you mean 'train/sep'?" in err
+
+
 def test_bad_spec_exits_2_with_the_field(tmp_path, data_root, run_cli):
     spec = _write_spec(tmp_path, data_root)
     spec.write_text(spec.read_text().replace("metric: val/best_acc", "metric: test/acc"))

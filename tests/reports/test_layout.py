@@ -93,6 +93,20 @@ def test_bad_figure_layout_names_the_field(figure, message):
     assert message in str(err.value)
 
 
+def test_a_loss_term_metric_is_checked_against_the_declared_terms_where_they_are_known():
+    """train/<term>: with the algorithms' terms (the sweep at launch) only a declared one; without them (the report,
+    which never imports the trainer) any well-formed term name, which the build checks against what runs logged."""
+    s = spec(metric="train/sepp")
+    with pytest.raises(LayoutError, match=r"tables\[0\]\(main\)\.metric: 'train/sepp' is not a metric the trainer "
+                                          r"logs; did you mean 'train/sep'\?"):
+        validate_report(s, terms=("sup", "sep", "p", "n"))
+    assert validate_report(s).tables[0].metric == "train/sepp"
+    assert validate_report(spec(metric="train/ab1"), terms=("sup", "p", "ab1")).tables[0].metric == "train/ab1"
+    for bad in ("train/Sep", "test/accc"):
+        with pytest.raises(LayoutError, match="is not a metric the trainer logs"):
+            validate_report(spec(metric=bad))
+
+
 def test_sensitivity_x_values_from_the_level_overrides():
     s = spec()
     s["figures"] = [{"type": "sensitivity", "axis": "k", "where": {"setting": "c10-40"}, "series": "method"}]
