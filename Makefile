@@ -8,7 +8,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install system-deps quickstart test test-fast test-heavy test-cluster usb-reference report clean
+.PHONY: install system-deps docs quickstart test test-fast test-heavy test-cluster usb-reference report clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,10 @@ install: $(VENV)/.installed
 ## its ~40 pinned requirements are not needed to run a train_step; the tests stub the optional modules it imports.
 usb-reference: install
 	$(PY) -m pip install -q --no-deps semilearn==0.3.2
+
+## docs/config.md, generated from the config schema and the algorithm registry (a test fails when it is stale).
+docs: install
+	$(PY) -m mutexmatch.config --doc > docs/config.md
 
 ## The main job on the embedded default: local Ray, MLflow in ./mlflow.db, the `digits` dataset.
 quickstart: install

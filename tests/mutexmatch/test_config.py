@@ -65,6 +65,30 @@ def test_every_field_documented():
     assert "`algorithm.name`" in doc and "`tau` = `0.95`" in doc and "`train.ema`" in doc
 
 
+
+def test_committed_config_reference_is_the_generated_one():
+    """docs/config.md is ``python -m mutexmatch.config --doc`` (issue 22 item 5): a new field, parameter, algorithm
+    module or loss term changes it, and a stale copy fails here. Generated in a fresh interpreter: the tests'
+    conftest registers test-only algorithms that must not appear."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from mutexmatch.algorithms import ALGORITHMS
+
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")])}
+    generated = subprocess.run([sys.executable, "-m", "mutexmatch.config", "--doc"], cwd=repo, env=env, check=True,
+                               capture_output=True, text=True).stdout
+    committed = (repo / "docs" / "config.md").read_text()
+    assert committed == generated, ("docs/config.md is stale: regenerate it with `make docs` "
+                                    "(python -m mutexmatch.config --doc > docs/config.md)")
+    packaged = [n for n, cls in ALGORITHMS.items() if cls.__module__.startswith("mutexmatch.algorithms.")]
+    for name in packaged:   # every algorithm module's section: its row, parameters and terms
+        row = next(ln for ln in committed.splitlines() if ln.startswith(f"| `{name}` |"))
+        assert row.endswith(" | " + ", ".join(f"`{t}`" for t in ALGORITHMS[name].terms) + " |"), name
+
 # (raw config, the field the message must name, a fragment of what is allowed)
 MALFORMED = [
     ({"algorithm": {"tau": 1.5}}, "algorithm.tau=1.5", "must be in (0, 1]"),
