@@ -14,6 +14,8 @@ import torch
 import yaml
 from mlflow import MlflowClient
 
+from mutexmatch.algorithms import ALGORITHMS
+from mutexmatch.metrics import FIXED, term_metric
 from mutexmatch.splits import Split
 
 REPO = Path(__file__).resolve().parents[2]
@@ -119,6 +121,9 @@ def test_tiny_sweep_writes_the_documented_mlflow_layout(tiny, tmp_path):
         # metrics at every evaluation step
         expected = GRID_METRICS - ({"train/tnc_cpa", "train/sep", "train/n"} if variant == "fixmatch" else set())
         assert expected <= set(run.data.metrics), expected - set(run.data.metrics)
+        # the loss terms: exactly those its algorithm declares (issue 22: no train/sep, train/n of 0.0 for FixMatch)
+        assert {m for m in run.data.metrics if m.startswith("train/") and m not in FIXED} == {
+            term_metric(t) for t in ALGORITHMS[variant].terms}
         for key in ("test/acc", "train/loss", "train/lr"):
             assert [m.step for m in client.get_metric_history(run.info.run_id, key)] == [4, 8]
         assert 0.0 <= run.data.metrics["test/acc"] <= 1.0
