@@ -53,6 +53,7 @@ def level_labels(layout: ReportLayout) -> Labels:
     label under ``<level>+tuned``."""
     labels: Labels = {a: {} for a in layout.axes}
     for t in layout.tables:
+        labels[t.rows].update({q.level: q.label for q in t.quoted_rows if q.level})   # a quoted row run since
         labels[t.rows].update(t.row_labels)
         labels[t.rows].update({lvl + TUNED_ROW: label for lvl, label in t.tuned_rows.items()})
         labels[t.columns].update(t.column_labels)

@@ -5,7 +5,7 @@ what a report needs and never imports orchestration. A table lays one axis out a
 a third as row groups, like the paper's "Backbone: CNN-13 / Wide ResNet" blocks); every other axis with more than one
 level must be fixed by ``where``. Every name a layout uses must be an axis or a level the YAML defines, and every
 published number must sit on a (row, column) position of its table — checked here so a typo fails before any run is
-read.
+read. A row the paper prints but the sweep does not run is a ``quoted_rows`` entry (:mod:`reports.published`).
 
 Tables::
 
@@ -31,6 +31,10 @@ Tables::
         tuned_rows: {mutexmatch: "MutexMatch (tuned)"}   # a row of the search's refit runs after its level
         paper: true                     # false hides the Paper and Δ columns (the numbers stay in the YAML)
         value_columns: [ours, paper, delta]   # the sub-columns under each column with published numbers, in order
+        quoted_rows:                    # rows the paper prints and we do not run (reports.published)
+          - {label: MixMatch, mark: "†", values: {digits-20: "52.46±11.50", digits-40: "-"}}
+          - {label: CoMatch, mark: "*", level: comatch, values: {...}}   # a run row once `comatch` is a level
+        footnotes: {"†": "reported in FixMatch", "*": "the paper authors' reimplementation"}   # per mark used
 
 Figures (``type`` picks the kind; ``id`` defaults to ``<type><index>``)::
 
@@ -65,6 +69,7 @@ from mutexmatch.metrics import FIXED, is_logged, logged
 from mutexmatch.dotted import flatten_dotted
 
 from orchestration import contract
+from reports.published import MARKS, LayoutError, PublishedValue, QuotedRow, parse_published
 
 __all__ = [
     "PROTOCOLS",
@@ -73,6 +78,8 @@ __all__ = [
     "LayoutError",
     "Axes",
     "PublishedValue",
+    "QuotedRow",
+    "MARKS",
     "PairedSpec",
     "TableLayout",
     "CurvesFigure",
@@ -123,11 +130,6 @@ def param_name(key: str) -> str:
 
 
 _ID = re.compile(r"^[A-Za-z0-9_-]+\Z")  # \Z: `$` also matches before a final newline (main\n.md)
-_PUBLISHED = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(?:(?:±|\+-|\+/-)\s*(\d+(?:\.\d+)?))?\s*$")
-
-
-class LayoutError(ValueError):
-    """A problem in the ``tables``/``figures`` sections; one ``where=value: what is allowed`` line per problem."""
 
 
 # ---------------------------------------------------------------------------------------------------------- axes --
@@ -166,29 +168,6 @@ TUNED_ROW = "+tuned"
 
 # -------------------------------------------------------------------------------------------------------- tables --
 
-@dataclass(frozen=True)
-class PublishedValue:
-    """A number as printed in the paper: mean and (optional) std, both in percent."""
-
-    mean: float
-    std: float | None
-
-    def __str__(self) -> str:
-        return f"{self.mean:.2f}" if self.std is None else f"{self.mean:.2f}±{self.std:.2f}"
-
-
-def parse_published(value: Any, where: str) -> PublishedValue:
-    """Parse ``93.22±2.52``, ``93.22+-2.52`` or a plain number; ``where`` names the YAML field in errors."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise LayoutError(f"{where}={value!r}: must be a number or a string like \"93.22±2.52\"")
-    if isinstance(value, (int, float)):
-        return PublishedValue(float(value), None)
-    m = _PUBLISHED.match(value)
-    if not m:
-        raise LayoutError(f"{where}={value!r}: must be a number or a string like \"93.22±2.52\"")
-    return PublishedValue(float(m.group(1)), float(m.group(2)) if m.group(2) is not None else None)
-
-
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -225,6 +204,8 @@ class TableLayout(_Strict):
     value_columns: list[Literal["ours", "paper", "delta"]] = Field(
         default_factory=lambda: ["ours", "paper", "delta"])
     tuned_rows: dict[str, str] = Field(default_factory=dict)   # row level → label of its refit (tuned) row
+    quoted_rows: list[QuotedRow] = Field(default_factory=list)  # rows the paper prints and we do not run
+    footnotes: dict[str, str] = Field(default_factory=dict)     # mark (†, ‡, *) → what it means
 
     @field_validator("id")
     @classmethod
@@ -256,9 +237,21 @@ class TableLayout(_Strict):
         return list(self.column_levels) if self.column_levels is not None else list(axes[self.columns])
 
     def row_label(self, level: str) -> str:
+        """The row's display name: ``row_labels``, a tuned row's label, the label of the quoted row it was (a
+        quoted row's ``level``), else the level itself."""
         if level.endswith(TUNED_ROW) and level[:-len(TUNED_ROW)] in self.tuned_rows:
             return self.tuned_rows[level[:-len(TUNED_ROW)]]
-        return self.row_labels.get(level, level)
+        quoted = next((q.label for q in self.quoted_rows if q.level == level), level)
+        return self.row_labels.get(level, quoted)
+
+    def row_mark(self, group: str | None, level: str) -> str | None:
+        """The paper's mark after a run row's label: the mark of the quoted row that became it (CoMatch*)."""
+        return next((q.mark for q in self.quoted_rows if q.level == level and q.group == group), None)
+
+    def quoted(self, axes: Axes, group: str | None) -> list[QuotedRow]:
+        """The quoted rows printed as such in ``group``: those whose ``level`` is not a row the table runs."""
+        rows = set(self.row_keys(axes))
+        return [q for q in self.quoted_rows if q.group == group and q.level not in rows]
 
     def column_label(self, level: str) -> str:
         return self.column_labels.get(level, level)
@@ -278,8 +271,9 @@ class TableLayout(_Strict):
             fixed[self.row_groups] = group
         return {a: fixed[a] for a in axes} | ({contract.TUNED_AXIS: contract.TUNED_LEVEL} if tuned else {})
 
-    def published_values(self) -> dict[tuple[str | None, str, str], PublishedValue]:
-        """(group, row, column) → published number; ``group`` is None without ``row_groups``."""
+    def published_values(self, axes: Axes) -> dict[tuple[str | None, str, str], PublishedValue]:
+        """(group, row, column) → published number of a run row: ``published``, and the values of each quoted row
+        whose ``level`` is a row of the table; ``group`` is None without ``row_groups``."""
         out: dict[tuple[str | None, str, str], PublishedValue] = {}
         blocks = self.published.items() if self.row_groups else [(None, self.published)]
         for group, rows in blocks:
@@ -287,6 +281,10 @@ class TableLayout(_Strict):
                 for col, value in cols.items():
                     where = "published." + ".".join(str(p) for p in (group, row, col) if p is not None)
                     out[(group, row, col)] = parse_published(value, where)
+        rows = set(self.row_keys(axes))
+        for i, q in enumerate(self.quoted_rows):
+            if q.level in rows:
+                out.update({(q.group, q.level, col): v for col, v in q.parsed(f"quoted_rows[{i}]").items()})
         return out
 
 
@@ -444,6 +442,7 @@ def _check_table(t: TableLayout, where: str, axes: Axes, terms: Terms) -> list[s
                           f"{pair.a!r} is `a` of {[p.a for p in t.paired].count(pair.a)} pairs; keep one, or set "
                           "paired_column: false")
     errors += _check_published(t, where, axes, groups, rows, cols)
+    errors += _check_quoted(t, where, axes, rows) + _check_footnotes(t, where)
     return errors
 
 
@@ -491,7 +490,8 @@ def _check_published(t: TableLayout, where: str, axes: Axes, groups: set, rows: 
             continue
         for row, row_values in block.items():
             if row not in rows:
-                errors.append(f"{base}.{row}: not a row of the table; rows: {', '.join(t.row_keys(axes))}")
+                errors.append(f"{base}.{row}: not a row of the table; rows: {', '.join(t.row_keys(axes))} (a row "
+                              "the paper prints and the sweep does not run is a `quoted_rows` entry)")
                 continue
             if not isinstance(row_values, dict):
                 errors.append(f"{base}.{row}={row_values!r}: must be a mapping column -> number")
@@ -502,10 +502,96 @@ def _check_published(t: TableLayout, where: str, axes: Axes, groups: set, rows: 
                                   f"{', '.join(t.column_keys(axes))}")
                     continue
                 try:
-                    parse_published(value, f"{base}.{row}.{col}")
+                    mark = parse_published(value, f"{base}.{row}.{col}").mark
                 except LayoutError as e:
                     errors.append(str(e))
+                    continue
+                if mark is not None and mark not in t.footnotes:
+                    errors.append(_no_footnote(f"{base}.{row}.{col}", value, mark))
     return errors
+
+
+def _no_footnote(where: str, value: Any, mark: str) -> str:
+    return (f"{where}={value!r}: the mark {mark!r} has no footnote; say what it means in the table's "
+            f"`footnotes: {{\"{mark}\": <text>}}`")
+
+
+def _check_quoted(t: TableLayout, where: str, axes: Axes, rows: set) -> list[str]:
+    """Each quoted row: in a row group of the table when it has them (else none), a printed value or "-" for every
+    column and nothing else, its marks footnoted, its label once per group, and — when its ``level`` is a row of
+    the table — its numbers not given again under ``published``."""
+    errors: list[str] = []
+    if t.quoted_rows and not (t.paper and "paper" in t.value_columns):
+        errors.append(f"{where}.quoted_rows: quoted rows print their numbers in the Paper sub-column, which "
+                      f"paper={t.paper}, value_columns={t.value_columns} hides; show it or drop the quoted rows")
+    for i, q in enumerate(t.quoted_rows):
+        at = f"{where}.quoted_rows[{i}]"
+        if t.row_groups is None and q.group is not None:
+            errors.append(f"{at}.group={q.group!r}: the table has no row_groups; leave group out")
+        elif t.row_groups is not None and q.group not in axes[t.row_groups]:
+            errors.append(f"{at}.group={q.group!r}: must be a level of the row_groups axis {t.row_groups!r}; "
+                          f"levels: {', '.join(axes[t.row_groups])}")
+        for key in ("label", "level"):
+            value = getattr(q, key)
+            if value is not None and any(getattr(o, key) == value and o.group == q.group
+                                         for o in t.quoted_rows[:i]):
+                errors.append(f"{at}.{key}={value!r}: an earlier quoted row of the same group has it")
+        errors += _check_quoted_values(t, at, q, t.column_keys(axes))
+        if q.mark is not None and q.mark not in t.footnotes:
+            errors.append(_no_footnote(f"{at}.mark", q.mark, q.mark))
+        published = t.published.get(q.group, {}) if t.row_groups else t.published
+        if q.level in rows and isinstance(published, dict) and q.level in published:
+            errors.append(f"{at}.level={q.level!r}: the row also has `published` numbers; give its printed "
+                          "numbers once, in the quoted row")
+    return errors
+
+
+def _check_quoted_values(t: TableLayout, at: str, q: QuotedRow, columns: list[str]) -> list[str]:
+    errors: list[str] = []
+    for col in q.values:
+        if col not in columns:
+            errors.append(f"{at}.values.{col}: not a column of the table; columns: {', '.join(columns)}")
+    missing = [c for c in columns if c not in q.values]
+    if missing:
+        errors.append(f"{at}.values: no value for {', '.join(missing)}; give each column the printed number, or "
+                      "\"-\" where the paper leaves the cell empty")
+    try:
+        parsed = q.parsed(at)
+    except LayoutError as e:
+        return errors + [str(e)]
+    if not parsed:
+        errors.append(f"{at}.values: every value is \"-\"; a quoted row needs at least one printed number")
+    for col, value in parsed.items():
+        if value.mark is not None and value.mark not in t.footnotes:
+            errors.append(_no_footnote(f"{at}.values.{col}", q.values[col], value.mark))
+    return errors
+
+
+def _check_footnotes(t: TableLayout, where: str) -> list[str]:
+    """Footnotes only for the marks :data:`MARKS`, each with a text, each carried by a row or a cell."""
+    errors: list[str] = []
+    used = {q.mark for q in t.quoted_rows} | _value_marks([t.published] + [q.values for q in t.quoted_rows])
+    for mark, text in t.footnotes.items():
+        if mark not in MARKS:
+            errors.append(f"{where}.footnotes.{mark}: not a mark; marks: {', '.join(MARKS)}")
+        elif not isinstance(text, str) or not text.strip():
+            errors.append(f"{where}.footnotes.{mark}={text!r}: must be the footnote's text")
+        elif mark not in used:
+            errors.append(f"{where}.footnotes.{mark}: no quoted row or published value carries the mark {mark!r}")
+    return errors
+
+
+def _value_marks(node: Any) -> set[str]:
+    """The cell marks of every well-formed printed value under ``node`` (the others are reported elsewhere)."""
+    if isinstance(node, dict):
+        node = list(node.values())
+    if isinstance(node, list):
+        return set().union(*(_value_marks(n) for n in node)) if node else set()
+    try:
+        mark = parse_published(node, "").mark
+    except LayoutError:
+        return set()
+    return {mark} if mark else set()
 
 
 def _metric_errors(where: str, metrics: list[str], terms: Terms) -> list[str]:
@@ -667,6 +753,10 @@ def _tables(raw_tables: list, axes: Axes, terms: Terms) -> tuple[list[TableLayou
         if isinstance(raw.get("column_groups"), dict):
             raw["column_groups"] = {k: [str(c) for c in v] if isinstance(v, list) else v
                                     for k, v in raw["column_groups"].items()}
+        if isinstance(raw.get("quoted_rows"), list):   # a YAML number as group or level: the tags hold strings
+            raw["quoted_rows"] = [{k: str(v) if k in ("group", "level") and isinstance(v, (int, float)) and
+                                   not isinstance(v, bool) else v for k, v in q.items()} if isinstance(q, dict)
+                                  else q for q in raw["quoted_rows"]]
         if isinstance(raw.get("paired"), (dict, list)):
             pairs = raw["paired"] if isinstance(raw["paired"], list) else [raw["paired"]]
             raw["paired"] = [{k: str(v) for k, v in p.items()} if isinstance(p, dict) else p for p in pairs]

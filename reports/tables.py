@@ -10,17 +10,25 @@ printed numbers get the same mark. With published numbers, each column gets "pap
 printed mean) sub-columns, unless the layout says ``paper: false`` (``value_columns`` picks and orders them). The
 paired comparison (a − b on the same folds, paired t-test) goes under the table; the per-fold values go to an
 appendix table.
+
+Quoted rows (``quoted_rows``: rows the paper prints and we do not run, :mod:`reports.published`) open each row block,
+above the rows we ran and apart from them (a rule in LaTeX, "quoted from the paper" / "run here" lines in Markdown),
+their label with the paper's mark and their printed numbers in the Paper sub-column; the marks' footnotes go under the
+table. They are never bold or underlined and never count when ours are ranked: the marks compare our runs with each
+other, under one protocol, while the paper's own bold and shading rank its printed numbers, quoted ones included — a
+reader compares those in the Paper sub-column, where every printed number of the paper stands.
 """
 
 from __future__ import annotations
 
 import math
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pandas as pd
 
-from reports.layout import Axes, PairedSpec, PublishedValue, TableLayout, cell_id, metric_name
+from reports.layout import Axes, PairedSpec, PublishedValue, QuotedRow, TableLayout, cell_id, metric_name
 from reports.stats import CellStats, FoldValue, PairedResult, cell_stats, paired_comparison
 
 __all__ = [
@@ -68,12 +76,13 @@ class TableData:
     published: dict[Key, PublishedValue] = field(default_factory=dict)
     paired: list[tuple[PairedSpec, dict[tuple[str | None, str], PairedResult]]] = field(default_factory=list)
     nan_runs: dict[Key, int] = field(default_factory=dict)       # finished runs whose metric is NaN (diverged)
+    quoted: dict[str | None, list[QuotedRow]] = field(default_factory=dict)   # group → its quoted rows, in order
 
     @property
     def subcolumns(self) -> list[str]:
         """What each column shows, in order: ``ours``, and ``paper`` and ``delta`` when published numbers exist and
         the layout keeps them (``paper``, ``value_columns``)."""
-        if not (self.published and self.layout.paper):
+        if not ((self.published or self.has_quoted) and self.layout.paper):
             return ["ours"]
         return list(self.layout.value_columns)
 
@@ -81,6 +90,22 @@ class TableData:
     def shown(self) -> list[str]:
         """:attr:`subcolumns` plus ``pair`` (the paired comparison's Δ (p)) when the layout folds it in."""
         return self.subcolumns + (["pair"] if self.layout.paired_column and self.paired else [])
+
+    @property
+    def has_quoted(self) -> bool:
+        """Whether any quoted row is printed (a quoted row whose level the sweep runs is a run row instead)."""
+        return any(self.quoted.values())
+
+    def marks_shown(self) -> list[str]:
+        """The paper's marks the table prints (on quoted rows, on run rows that were quoted, on printed numbers in
+        the Paper sub-column), in the order of the layout's footnotes."""
+        lay = self.layout
+        used = {q.mark for rows in self.quoted.values() for q in rows}
+        used |= {v.mark for rows in self.quoted.values() for q in rows for v in q.parsed("").values()}
+        used |= {lay.row_mark(g, r) for g in self.groups for r in self.rows}
+        if "paper" in self.subcolumns:
+            used |= {v.mark for v in self.published.values()}
+        return [m for m in lay.footnotes if m in used]
 
     @property
     def has_published(self) -> bool:
@@ -122,7 +147,8 @@ def build_table_data(layout: TableLayout, axes: Axes, folds: list[int], runs: pd
         rules = sorted(set(in_table["param.data.split_rule"].dropna().tolist()))
     data = TableData(layout=layout, protocol=protocol, folds=list(folds), split_rules=rules, groups=groups,
                      rows=rows, columns=columns, cells=cells, cell_ids=ids,
-                     published=layout.published_values())
+                     published=layout.published_values(axes),
+                     quoted={g: layout.quoted(axes, g) for g in groups})
     data.marks = _marks(data)
     data.nan_runs = {k: n for k, m in members.items() if (n := sum(math.isnan(v.value) for v in m))}
     for pair in layout.paired:
@@ -219,13 +245,35 @@ def _note(data: TableData, markdown: bool) -> str:
     bold, second = ("**bold**", "*italic*") if markdown else ("bold", "underlined")
     parts = [f"Mean ± std (sample, ddof=1) over folds of {metric} ×100; protocol: {PROTOCOL_TEXT[data.protocol]}; "
              f"split rule: {rules}.",
-             f"{bold}: best, {second}: second best per column; (n=k): k of {PAPER_FOLDS} folds finished; —: none."]
+             f"{bold}: best, {second}: second best per column" + (" among the rows run here" if data.has_quoted else "")
+             + f"; (n=k): k of {PAPER_FOLDS} folds finished; —: none."]
     sub = data.subcolumns
     shown = (["Paper: the published number"] if "paper" in sub else []) + (["Δ = ours − paper"] if "delta" in sub
                                                                            else [])
     if shown:
         parts.append("; ".join(shown) + ".")
+    if data.has_quoted:
+        where = "above the line" if markdown else "above the rule"
+        parts.append(f"Rows {where} in each block: quoted from the paper (its printed numbers in the Paper column), "
+                     "not run here and never ranked; —: the paper prints no number.")
     return " ".join(parts)
+
+
+def _footnotes(data: TableData, mark: Callable[[str], str], escape: Callable[[str], str]) -> str:
+    """The paper's marks the table prints, each with its footnote, as one line (empty when none)."""
+    return " ".join(f"{mark(m)} {escape(data.layout.footnotes[m])}." for m in data.marks_shown())
+
+
+def _md_mark(mark: str | None) -> str:
+    return "" if mark is None else mark.replace("*", "\\*")
+
+
+def _quoted_text(q: QuotedRow, column: str, sub: str) -> str:
+    """A quoted row's sub-column: its printed number and cell mark in ``paper``, nothing in the others."""
+    if sub != "paper":
+        return ""
+    value = q.parsed("").get(column)
+    return "—" if value is None else str(value) + (value.mark or "")
 
 
 def _md_escape(text: str) -> str:
@@ -276,7 +324,7 @@ def _published_text(data: TableData, key: Key, sub: str) -> str:
         return _paired_text(data, key)
     paper = data.published.get(key)
     if sub == "paper":
-        return str(paper) if paper else "—"
+        return str(paper) + (paper.mark or "") if paper else "—"
     return format_delta(data.cells[key], paper)
 
 
@@ -290,17 +338,26 @@ def render_markdown(data: TableData) -> str:
         header += [_md_escape(t) if sc == "ours" else _MD_SUB[sc] for sc in data.shown]
     lines = [f"**{_md_escape(caption(data))}**", "", _md_row(header),
              _md_row([":---"] + ["---:"] * (len(header) - 1))]
+    blank = [""] * (len(header) - 1)
     for g in data.groups:
         if g is not None:
-            lines.append(_md_row([f"**{_md_escape(lay.group_label(g))}**"] + [""] * (len(header) - 1)))
+            lines.append(_md_row([f"**{_md_escape(lay.group_label(g))}**"] + blank))
+        if data.quoted.get(g):
+            lines.append(_md_row(["*quoted from the paper (not run here)*"] + blank))
+            for q in data.quoted[g]:
+                lines.append(_md_row([_md_escape(q.label) + _md_mark(q.mark)] +
+                                     [_md_mark(_quoted_text(q, c, sc)) for c in data.columns for sc in data.shown]))
+            lines.append(_md_row(["*run here*"] + blank))
         for r in data.rows:
-            row = [_md_escape(lay.row_label(r))]
+            row = [_md_escape(lay.row_label(r)) + _md_mark(lay.row_mark(g, r))]
             for c in data.columns:
-                row += [_md_cell(data, (g, r, c)) if sc == "ours" else _published_text(data, (g, r, c), sc)
+                row += [_md_cell(data, (g, r, c)) if sc == "ours" else _md_mark(_published_text(data, (g, r, c), sc))
                         for sc in data.shown]
             lines.append(_md_row(row))
     folded = "pair" in data.shown
     lines += ["", f"Note: {_note(data, markdown=True)}" + (_paired_note(data) if folded else "")]
+    if data.marks_shown():
+        lines += ["", _footnotes(data, _md_mark, _md_escape)]
     for pair, results in ([] if folded else data.paired):
         lines += [""] + _md_paired(data, pair, results)
     return "\n".join(lines) + "\n"
@@ -382,8 +439,19 @@ def latex_escape(text: str) -> str:
     return "".join(out)
 
 
+_TEX_MARKS = {"†": r"$^{\dagger}$", "‡": r"$^{\ddagger}$", "*": r"$^{\ast}$"}
+
+
+def _tex_mark(mark: str | None) -> str:
+    return "" if mark is None else _TEX_MARKS[mark]
+
+
 def _tex_value(text: str) -> str:
-    return "---" if text == "—" else text.replace("±", r"$\pm$")
+    """A printed number (ours or the paper's, with the paper's cell mark) in LaTeX; "—" as a dash."""
+    if text == "—":
+        return "---"
+    text = text.replace("±", r"$\pm$")
+    return text[:-1] + _TEX_MARKS[text[-1]] if text and text[-1] in _TEX_MARKS else text
 
 
 def _tex_signed(text: str) -> str:
@@ -487,19 +555,31 @@ def render_latex(data: TableData) -> str:
                     lines.append(r"\midrule")
                 label = latex_escape(lay.group_label(g))
                 lines.append(rf"\multicolumn{{{ncols}}}{{@{{}}l}}{{\textit{{{label}}}}} \\")
+            quoted = data.quoted.get(g, [])
+            lines += [_tex_quoted_row(data, q, columns) for q in quoted]
+            if quoted:
+                lines.append(rf"\cmidrule{{1-{ncols}}}")          # the paper's rows above, ours below
             for r in data.rows:
-                row = [latex_escape(lay.row_label(r))]
+                row = [latex_escape(lay.row_label(r)) + _tex_mark(lay.row_mark(g, r))]
                 for c in columns:
                     row += [_tex_cell(data, (g, r, c)) if sc == "ours" else _tex_published(data, (g, r, c), sc)
                             for sc in data.shown]
                 lines.append(" & ".join(row) + r" \\")
         lines += [r"\bottomrule", r"\end{tabular}}"]
     folded = "pair" in data.shown
+    if data.marks_shown():
+        lines.append(rf"\par\smallskip{{\footnotesize\raggedright {_footnotes(data, _tex_mark, latex_escape)}\par}}")
     lines.append(_tex_note(_note(data, markdown=False) + (_paired_note(data) if folded else "")))
     for pair, results in ([] if folded else data.paired):
         lines += _tex_paired(data, pair, results)
     lines.append(r"\end{table}")
     return "\n".join(lines) + "\n"
+
+
+def _tex_quoted_row(data: TableData, q: QuotedRow, columns: list[str]) -> str:
+    cells = [_quoted_text(q, c, sc) for c in columns for sc in data.shown]
+    return " & ".join([latex_escape(q.label) + _tex_mark(q.mark)] + [_tex_value(t) if t else "" for t in cells]) + \
+        r" \\"
 
 
 def _tex_published(data: TableData, key: Key, sub: str) -> str:

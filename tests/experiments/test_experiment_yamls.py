@@ -16,6 +16,7 @@ from orchestration.plan import build_plan
 from orchestration.spec import Cell, expand_cells, load_spec, trial_config
 from reports.layout import (CurvesFigure, HeatmapFigure, SensitivityFigure, parse_published, sensitivity_x,
                             validate_report)
+from reports.published import EMPTY
 
 REPO = Path(__file__).resolve().parents[2]
 EXPERIMENTS = REPO / "experiments"
@@ -85,7 +86,7 @@ def test_spec_and_report_layout_validate_and_tables_sit_on_run_cells(path: Path,
             for level in {pos[index] for pos in positions}:
                 cells = {Cell(tuple(c.items())).id for p, c in positions.items() if p[index] == level}
                 assert cells & run, f"{path.name}:{table.id}: {key} {level!r} shows no cell the sweep runs"
-        published = table.published_values()
+        published = table.published_values(axes)
         for (g, r, c), value in published.items():
             cell = table.cell(axes, g, r, c)
             assert Cell(tuple(cell.items())).id in run, (
@@ -107,13 +108,14 @@ def _published_strings(table: dict) -> list[str]:
     out: list[str] = []
 
     def walk(node: object) -> None:
-        if isinstance(node, dict):
-            for v in node.values():
+        if isinstance(node, (dict, list)):
+            for v in (node.values() if isinstance(node, dict) else node):
                 walk(v)
         else:
             out.append(node)  # type: ignore[arg-type]
     walk(table.get("published", {}))
-    return out
+    walk([q["values"] for q in table.get("quoted_rows", [])])
+    return [v for v in out if v != EMPTY]     # a quoted row's cell the paper leaves empty
 
 
 @pytest.mark.parametrize("path", SPECS, ids=_ids(SPECS))
@@ -126,6 +128,22 @@ def test_published_numbers_are_strings_as_printed(path: Path) -> None:
             mean = value.split("±")[0]
             assert mean.count(".") == 1 and len(mean.split(".")[1]) == 2, (path.name, value)
             assert math.isfinite(parsed.mean)
+
+
+@pytest.mark.parametrize("name, rows", [
+    ("table1_cifar_svhn.yaml", [(None, "MixMatch", "†"), (None, "UDA", "†"), (None, "ReMixMatch", "†"),
+                                (None, "SLA", "‡"), (None, "CoMatch", "*")]),
+    ("table_cnn13_wrn.yaml", [("cnn13", "MT", "†"), ("cnn13", "ICT", "†"), ("cnn13", "DualStudent", "†"),
+                              ("cnn13", "UPS", "†"), ("wrn", "EnAET", "‡"), ("wrn", "CoMatch", "*")]),
+    ("table2_stl_mini_tiny.yaml", [("resnet18", "CoMatch", None), ("wrn", "CoMatch", None)]),
+])
+def test_paper_tables_quote_every_row_they_do_not_run(name: str, rows: list) -> None:
+    """Every row the paper prints beside ours, with its mark and footnote; CoMatch names the level it becomes once
+    the sweep runs it (issue 23)."""
+    (table,) = validate_report(_raw(EXPERIMENTS / name)).tables
+    assert [(q.group, q.label, q.mark) for q in table.quoted_rows] == rows
+    assert {q.level for q in table.quoted_rows if q.label == "CoMatch"} == {"comatch"}
+    assert all(table.footnotes[m] for m in {q.mark for q in table.quoted_rows} - {None})
 
 
 @pytest.mark.parametrize("path", PAPER_SCALE, ids=_ids(PAPER_SCALE))
@@ -183,8 +201,9 @@ def test_usb_classic_cv_uses_usbs_settings(project: Path) -> None:
         assert cfg.data.svhn_extra == (cfg.data.dataset == "svhn"), where
     assert settings == {(d, n) for d, ns in (("cifar10", (40, 250, 4000)), ("cifar100", (400, 2500, 10000)),
                                              ("svhn", (40, 250, 1000))) for n in ns}
-    (table,) = validate_report(_raw(path)).tables
-    published = table.published_values()
+    report = validate_report(_raw(path))
+    (table,) = report.tables
+    published = table.published_values(report.axes)
     rows = {r for (_, r, _) in published}
     assert rows == set(spec.axes["method"]) and len(published) == 9 * len(rows)
 

@@ -155,7 +155,8 @@ def test_learning_curves_have_a_panel_for_each_tuned_row():
     from reports.drawing import cell_title, curve_cells, level_labels
 
     table = SimpleNamespace(rows="method", columns="setting", row_groups=None, tuned_rows={"mm": "MM (tuned)"},
-                            row_labels={"mm": "MM (default)", "fm": "FixMatch"}, column_labels={"d20": "20 labels"})
+                            row_labels={"mm": "MM (default)", "fm": "FixMatch"}, column_labels={"d20": "20 labels"},
+                            quoted_rows=[])
     layout = SimpleNamespace(axes={"method": {"fm": {}, "mm": {}}, "setting": {"d20": {}}}, tables=[table])
     cells = curve_cells(layout)
     assert cells == [{"method": "fm", "setting": "d20"}, {"method": "mm", "setting": "d20"},

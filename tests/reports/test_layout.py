@@ -41,7 +41,7 @@ def test_valid_layout_resolves_cells_and_defaults():
     cell = table.cell(axes, None, "mutexmatch", "c10-40")
     assert cell == {"method": "mutexmatch", "setting": "c10-40", "k": "6", "backbone": "wrn"}
     assert cell_id(cell, axes) == "method=mutexmatch,setting=c10-40,k=6,backbone=wrn"
-    assert table.published_values() == {(None, "mutexmatch", "c10-40"): PublishedValue(93.22, 2.52)}
+    assert table.published_values(axes) == {(None, "mutexmatch", "c10-40"): PublishedValue(93.22, 2.52)}
     assert [(p.a, p.b) for p in table.paired] == [("mutexmatch", "fixmatch")]
     report = validate_report(spec())
     # no `figures`: one learning-curve figure per table, over the table's cells
@@ -148,7 +148,7 @@ def test_duplicate_ids_and_row_groups_published():
         validate_layout(s)
     s["tables"][0]["published"].pop("4")
     (table,) = validate_layout(s)
-    assert table.published_values() == {("6", "mutexmatch", "c10-40"): PublishedValue(91.5, None)}
+    assert table.published_values(parse_axes(s)) == {("6", "mutexmatch", "c10-40"): PublishedValue(91.5, None)}
 
 
 @pytest.mark.parametrize("raw, parsed", [

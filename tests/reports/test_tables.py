@@ -208,3 +208,87 @@ def test_paired_comparisons_fold_into_a_column_when_the_layout_asks():
     spec["tables"][0]["paired"] = [{"a": "mm", "b": "fm"}, {"a": "mm", "b": "sup"}]
     with pytest.raises(Exception, match=r"paired\[0\]\.a='mm': paired_column shows one comparison per row"):
         validate_report(spec)
+
+
+def quoted_table(**changes):
+    """SPEC's grouped table with the paper's quoted rows: one above each group's runs, one cell-marked number."""
+    import copy
+
+    spec = copy.deepcopy(SPEC)
+    spec["tables"][0].update({
+        "quoted_rows": [{"label": "MT", "mark": "†", "group": "cnn13",
+                         "values": {"c10-40": "99.50±0.10", "c10-250": "-", "c100-400": "54.64"}},
+                        {"label": "CoMatch", "mark": "*", "group": "wrn", "level": "comatch",
+                         "values": {"c10-40": "99.00±0.25*", "c10-250": "95.84±0.04", "c100-400": "-"}}],
+        "footnotes": {"†": "reported in UPS", "*": "the paper authors' reimplementation"},
+        "published": {"wrn": {"mm": {"c10-40": "95.35±0.33"}}}, **changes})
+    report = validate_report(spec)
+    return build_table_data(report.tables[0], report.axes, report.folds, runs(), "final")
+
+
+def test_quoted_rows_print_above_ours_with_their_marks_and_are_never_ranked():
+    md = render_markdown(quoted_table()).splitlines()
+    blank = "  |" * 9
+    assert md[4:15] == [
+        "| **Backbone: CNN-13** |" + blank,
+        "| *quoted from the paper (not run here)* |" + blank,
+        "| MT† |  | 99.50±0.10 |  |  | — |  |  | 54.64 |  |",
+        "| *run here* |" + blank,
+        # 99.50 in MT's row is above ours, yet ours keep their marks: quoted rows are never ranked
+        "| FixMatch | **91.00±1.41** (n=2) | — | — | — | — | — | — | — | — |",
+        "| MutexMatch | **91.00±1.41** (n=2) | — | — | 95.00 (n=1) | — | — | — | — | — |",
+        "| Supervised | *80.00* (n=1) | — | — | — | — | — | — | — | — |",
+        "| **Backbone: WRN-28-2** |" + blank,
+        "| *quoted from the paper (not run here)* |" + blank,
+        "| CoMatch\\* |  | 99.00±0.25\\* |  |  | 95.84±0.04 |  |  | — |  |",
+        "| *run here* |" + blank,
+    ]
+    assert md[15] == "| FixMatch | *95.00±1.58* | — | — | — | — | — | — | — | — |"
+    note = next(line for line in md if line.startswith("Note: "))
+    assert "second best per column among the rows run here;" in note
+    assert ("Rows above the line in each block: quoted from the paper (its printed numbers in the Paper column), not "
+            "run here and never ranked; —: the paper prints no number.") in note
+    assert md[md.index(note) + 2] == "† reported in UPS. \\* the paper authors' reimplementation."
+
+
+def test_a_table_without_quoted_rows_prints_no_quoted_block():
+    md = render_markdown(quoted_table(quoted_rows=[], footnotes={}))
+    assert "quoted" not in md and "run here" not in md and "†" not in md
+
+
+def test_quoted_rows_in_latex_sit_above_a_rule_and_compile(tmp_path):
+    tex = render_latex(quoted_table())
+    assert (r"MT$^{\dagger}$ &  & 99.50$\pm$0.10 &  &  & --- &  &  & 54.64 &  \\" + "\n" + r"\cmidrule{1-10}" + "\n" +
+            r"FixMatch & \textbf{91.00$\pm$1.41}") in tex
+    assert r"CoMatch$^{\ast}$ &  & 99.00$\pm$0.25$^{\ast}$ &  &  & 95.84$\pm$0.04 &  &  & --- &  \\" in tex
+    assert (r"\par\smallskip{\footnotesize\raggedright $^{\dagger}$ reported in UPS. $^{\ast}$ the paper authors' "
+            r"reimplementation.\par}") in tex
+    pdflatex = shutil.which("pdflatex")
+    assert pdflatex, f"pdflatex is required: {TEX_INSTALL}"
+    (tmp_path / "t.tex").write_text("\n".join([
+        r"\documentclass{article}", r"\usepackage[T1]{fontenc}", r"\usepackage{booktabs,graphicx}",
+        r"\begin{document}", tex, r"\end{document}"]))
+    proc = subprocess.run([pdflatex, "-interaction=nonstopmode", "-halt-on-error", "t.tex"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+
+
+def test_a_quoted_row_whose_level_runs_shows_ours_beside_the_papers():
+    import copy
+
+    spec = copy.deepcopy(SPEC)
+    spec["axes"]["method"]["comatch"] = {}
+    spec["tables"][0].update(quoted_rows=[{"label": "CoMatch", "mark": "*", "group": "wrn", "level": "comatch",
+                                           "values": {"c10-40": "99.00±0.25", "c10-250": "-", "c100-400": "-"}}],
+                             footnotes={"*": "the paper authors' reimplementation"})
+    report = validate_report(spec)
+    frame = pd.concat([runs(), pd.DataFrame([{"cell": "method=comatch,setting=c10-40,backbone=wrn", "fold": f,
+                                              "value": 97.0 + f, "run_id": f"co{f}", "split_digest": f"c10-40-{f}"}
+                                             for f in range(5)])])
+    data = build_table_data(report.tables[0], report.axes, report.folds, frame, "final")
+    md = render_markdown(data)
+    assert "quoted" not in md                          # no quoted row left: CoMatch is a run row
+    # ours (ranked with the other run rows: best), the paper's number and Δ beside it, the mark on the label
+    assert "| CoMatch\\* | **99.00±1.58** | 99.00±0.25 | 0.00 |" in md
+    assert md.splitlines()[-1] == "| p | n/a | n/a | n/a |"
+    assert "\\* the paper authors' reimplementation." in md
