@@ -24,7 +24,18 @@ for further assertions (a deliberate deviation from USB is asserted there). The 
   (so thresholds that only move slowly from their start are exercised);
 - where USB's pseudo-labelling hook returns soft targets (UDA, Dash), they are compared with our
   ``StepOutput.soft_target`` and their argmax with our ``pseudo_label``;
-- optionally any :class:`Lockstep` field (``steps``, ``ulb_size``, ``num_classes``, ``lr``, ...).
+- optionally any :class:`Lockstep` field (``steps``, ``ulb_size``, ``num_classes``, ``lr``, ``batchnorm``: a
+  BatchNorm2d in the backbone whose running statistics are compared every step, ``second_strong``: a view
+  ``x_ulb_s_1`` drawn after the others, USB's ``x_ulb_s_1``; ``x_ulb_s_0`` is the first strong view);
+- for an extended step (extra heads, views, separate forwards): ``models(ours_tiny, usb_backbone)`` returning (our
+  model, USB's model, our state name -> USB's) -- e.g. a head attached to ours and USB's ``CoMatch_Net`` around
+  ``usb_backbone`` (a :class:`UsbNet`, which answers ``only_feat`` / ``only_fc``); the driver copies our weights
+  into USB's by those names, compares gradients, weights and buffers by them; ``our_step(alg, model, views, step)``
+  making our step from the views; ``usb_targets(record)`` where USB's pseudo-labels are not what a
+  ``gen_ulb_targets`` hook returns (every hook's keyword arguments are recorded as ``<hook>.kwargs``).
+
+USB's epoch advances as its training loop advances it (``it // num_iter_per_epoch``; ``usb_args`` ``epoch`` sets
+how many steps an epoch has: ``steps // epoch``).
 """
 from __future__ import annotations
 
@@ -131,30 +142,37 @@ def import_semilearn() -> types.ModuleType:
 # A tiny model both sides share the weights of.
 # ----------------------------------------------------------------------------------------------------------------------
 class TinyNet(nn.Module):
-    """Backbone (Linear + tanh) and a linear TPC whose logits are multiplied by ``scale``: the adapter's knob that
-    puts the confidences around its threshold, so masks are neither all 0 nor all 1."""
+    """Backbone (Linear [+ BatchNorm] + tanh) and a linear TPC whose logits are multiplied by ``scale``: the adapter's
+    knob that puts the confidences around its threshold, so masks are neither all 0 nor all 1. With ``batchnorm`` the
+    backbone has a BatchNorm2d (on (N, width, 1, 1): USB's ``bn_controller`` handles 2-d BatchNorm only), whose
+    running statistics the driver compares with the weights."""
 
-    def __init__(self, d_in: int, width: int, num_classes: int, scale: float) -> None:
+    def __init__(self, d_in: int, width: int, num_classes: int, scale: float, batchnorm: bool = False) -> None:
         super().__init__()
         self.body, self.head, self.scale = nn.Linear(d_in, width), nn.Linear(width, num_classes), scale
+        self.bn = nn.BatchNorm2d(width) if batchnorm else None
 
     def forward(self, x: Tensor) -> Tensor:
-        return torch.tanh(self.body(x))
+        h = self.body(x)
+        return torch.tanh(h if self.bn is None else self.bn(h[:, :, None, None]).flatten(1))
 
     def tpc(self, feats: Tensor) -> Tensor:
         return self.scale * self.head(feats)
 
 
 class UsbNet(nn.Module):
-    """USB's model interface over a :class:`TinyNet`: ``{'logits', 'feat'}``."""
+    """USB's model interface over a :class:`TinyNet`: ``{'logits', 'feat'}``, or the features / the TPC alone
+    (``only_feat`` / ``only_fc``, what USB's wrappers such as ``CoMatch_Net`` call), ``num_features``."""
 
     def __init__(self, net: TinyNet) -> None:
         super().__init__()
-        self.net = net
+        self.net, self.num_features = net, net.head.in_features
 
-    def forward(self, x: Tensor) -> dict[str, Tensor]:
+    def forward(self, x: Tensor, only_feat: bool = False, only_fc: bool = False, **kwargs: Any) -> Any:
+        if only_fc:
+            return self.net.tpc(x)
         feat = self.net(x)
-        return {"logits": self.net.tpc(feat), "feat": feat}
+        return feat if only_feat else {"logits": self.net.tpc(feat), "feat": feat}
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -194,7 +212,8 @@ def build_usb(name: str, model: nn.Module, args: dict[str, Any], *, num_classes:
     full = {"algorithm": name, "num_classes": num_classes, "ulb_loss_ratio": 1.0, "epoch": 1,
             "num_train_iter": total_steps, "ulb_dest_len": ulb_size, "lb_dest_len": lb_size, "use_wandb": False,
             "use_aim": False, "gpu": None, **usb_defaults(cls), **args}
-    with mock.patch.object(core.AlgorithmBase, "__init__", _light_base_init):
+    with mock.patch.object(core.AlgorithmBase, "__init__", _light_base_init), \
+            mock.patch.object(Tensor, "cuda", lambda t, *a, **k: t):   # memory banks made with .cuda(gpu)
         alg = cls(Namespace(**full), model)
     return alg
 
@@ -219,6 +238,12 @@ class Views:
     idx_ulb: Tensor
     x_ulb_w: Tensor
     x_ulb_s: Tensor
+    x_ulb_s_1: Tensor | None = None     # a second strong view (adapters with ``second_strong``)
+
+    def usb_args(self) -> dict[str, Tensor]:
+        """By USB's ``train_step`` argument names (``x_ulb_s_0`` is the first strong view)."""
+        return {"x_lb": self.x_lb, "y_lb": self.y_lb, "idx_ulb": self.idx_ulb, "x_ulb_w": self.x_ulb_w,
+                "x_ulb_s": self.x_ulb_s, "x_ulb_s_0": self.x_ulb_s, "x_ulb_s_1": self.x_ulb_s_1}
 
 
 @dataclass
@@ -254,8 +279,11 @@ class Data:
         lb = torch.randperm(c.lb_size, generator=self.g)[:c.batch]
         ulb = torch.randperm(c.ulb_size, generator=self.g)[:c.mu * c.batch]
         x_u = self.x_ulb_pool[ulb]
-        return Views(self._noisy(self.x_lb_pool[lb], 0.1), self.y_lb_pool[lb], ulb, self._noisy(x_u, 0.1),
-                     self._noisy(x_u, 0.6))
+        v = Views(self._noisy(self.x_lb_pool[lb], 0.1), self.y_lb_pool[lb], ulb, self._noisy(x_u, 0.1),
+                  self._noisy(x_u, 0.6))
+        if c.second_strong:   # drawn last: the other views are those of the adapters without it
+            v.x_ulb_s_1 = self._noisy(x_u, 0.6)
+        return v
 
 
 def _usb_step(alg: Any, v: Views, seed: int) -> tuple[Tensor, dict[str, float], dict[str, Any]]:
@@ -266,27 +294,33 @@ def _usb_step(alg: Any, v: Views, seed: int) -> tuple[Tensor, dict[str, float], 
     def recording(self: Any, fn_name: str, hook_name: str | None = None, *args: Any, **kwargs: Any) -> Any:
         result = call_hook(self, fn_name, hook_name, *args, **kwargs)
         if hook_name is not None:
-            hooks[fn_name] = result
+            hooks[fn_name], hooks[f"{fn_name}.kwargs"] = result, kwargs
         return result
 
     wanted = inspect.signature(alg.train_step).parameters
-    given = {k: getattr(v, k) for k in ("x_lb", "y_lb", "idx_ulb", "x_ulb_w", "x_ulb_s") if k in wanted}
+    given = {k: t for k, t in v.usb_args().items() if k in wanted}
     torch.manual_seed(seed)
     with mock.patch.object(type(alg), "call_hook", recording), mock.patch.object(Tensor, "cuda", lambda t, *a, **k: t):
         out, log = alg.train_step(**given)
     alg.it += 1
+    alg.epoch = alg.it // alg.num_iter_per_epoch    # USB's loop: the epoch of the next step
     return out["loss"], log, hooks
 
 
-def _our_step(alg: Algorithm, model: TinyNet, v: Views, step: int, seed: int) -> StepOutput:
+def _our_step(adapter: Any, alg: Algorithm, model: nn.Module, v: Views, step: int, seed: int) -> StepOutput:
+    """Ours: the adapter's ``our_step`` (an extended step), else one forward of [labeled | weak | strong]."""
     torch.manual_seed(seed)
+    if hasattr(adapter, "our_step"):
+        return adapter.our_step(alg, model, v, step)
     feats = model(torch.cat([v.x_lb, v.x_ulb_w, v.x_ulb_s]))
     return alg.compute(model, StepInputs(feats=feats, num_lb=len(v.y_lb), num_ulb=len(v.idx_ulb),
                                          targets_lb=v.y_lb, ulb_idx=v.idx_ulb, step=step))
 
 
-def _grads(model: nn.Module) -> dict[str, Tensor]:
-    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+def _grads(model: nn.Module, names: dict[str, str] | None = None) -> dict[str, Tensor]:
+    """Parameter gradients by name; ``names`` (ours -> USB's) renames USB's to ours."""
+    ours_of = {u: o for o, u in (names or {}).items()}
+    return {ours_of.get(n, n): p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
 def _sgd(model: nn.Module, lr: float) -> None:
@@ -306,7 +340,8 @@ def _check_step(adapter: Any, step: int, ours_alg: Algorithm, usb_alg: Any, rec:
     for n in grads[0]:
         torch.testing.assert_close(grads[0][n], grads[1][n], msg=lambda m: f"{at}: gradient of {n}\n{m}")
     torch.testing.assert_close(rec.ours.mask, rec.usb_hooks["masking"], msg=lambda m: f"{at}: mask\n{m}")
-    usb_targets = rec.usb_hooks["gen_ulb_targets"]
+    usb_targets = (adapter.usb_targets(rec) if hasattr(adapter, "usb_targets") else
+                   rec.usb_hooks["gen_ulb_targets"])
     if usb_targets.dim() == 2:      # USB's soft targets (UDA, Dash) vs our StepOutput.soft_target
         torch.testing.assert_close(rec.ours.soft_target, usb_targets, msg=lambda m: f"{at}: soft targets\n{m}")
         usb_targets = usb_targets.argmax(dim=1)
@@ -334,17 +369,35 @@ class Lockstep:
     lr: float = 0.05
     seed: int = 0
     min_mixed: int | None = None    # steps whose mask is not constant; None: every step
+    batchnorm: bool = False         # TinyNet with a BatchNorm2d (running statistics compared after every step)
+    second_strong: bool = False     # a second strong view x_ulb_s_1 (CoMatch, ReMixMatch)
+
+
+def _models(adapter: Any, cfg: Lockstep) -> tuple[nn.Module, nn.Module, dict[str, str]]:
+    """(ours, USB's, our state name -> USB's) on the same weights: TinyNet and :class:`UsbNet` over its twin, or
+    what the adapter's ``models(ours_tiny, usb_tiny)`` makes of them (extra heads, USB's wrapper around UsbNet)."""
+    ours_net = TinyNet(cfg.d_in, cfg.width, cfg.num_classes, adapter.logit_scale, cfg.batchnorm)
+    usb_tiny = TinyNet(cfg.d_in, cfg.width, cfg.num_classes, adapter.logit_scale, cfg.batchnorm)
+    if hasattr(adapter, "models"):
+        ours_net, usb_net, names = adapter.models(ours_net, UsbNet(usb_tiny))
+    else:
+        usb_net, names = UsbNet(usb_tiny), {n: f"net.{n}" for n in ours_net.state_dict()}
+    _sync(ours_net, usb_net, names)
+    return ours_net, usb_net, names
+
+
+def _sync(ours: nn.Module, usb: nn.Module, names: dict[str, str]) -> None:
+    """USB's model takes our weights and buffers (every one of its state entries must have a name in ``names``)."""
+    usb.load_state_dict({names[n]: t for n, t in ours.state_dict().items()})
 
 
 def run_lockstep(adapter: Any) -> list[Record]:
     """Build both sides from ``adapter`` and step them together, checking everything every step (see module doc)."""
     cfg = Lockstep(**{k: getattr(adapter, k) for k in Lockstep.__dataclass_fields__ if hasattr(adapter, k)})
     torch.manual_seed(cfg.seed)
-    ours_net = TinyNet(cfg.d_in, cfg.width, cfg.num_classes, adapter.logit_scale)
-    usb_net = TinyNet(cfg.d_in, cfg.width, cfg.num_classes, adapter.logit_scale)
-    usb_net.load_state_dict(ours_net.state_dict())
+    ours_net, usb_net, names = _models(adapter, cfg)
     sizes = {"num_classes": cfg.num_classes, "ulb_size": cfg.ulb_size}
-    usb = build_usb(adapter.usb_name, UsbNet(usb_net), adapter.usb_args, lb_size=cfg.lb_size,
+    usb = build_usb(adapter.usb_name, usb_net, adapter.usb_args, lb_size=cfg.lb_size,
                     total_steps=cfg.steps, **sizes)
     ours = build_ours(adapter.name, adapter.ours_params, total_steps=cfg.steps,
                       steps_per_epoch=usb.num_iter_per_epoch, **sizes)
@@ -355,16 +408,17 @@ def run_lockstep(adapter: Any) -> list[Record]:
         v = data.next()
         usb_loss, usb_log, hooks = _usb_step(usb, v, cfg.seed + 100 + step)
         usb_loss.backward()
-        out = _our_step(ours, ours_net, v, step, cfg.seed + 100 + step)
+        out = _our_step(adapter, ours, ours_net, v, step, cfg.seed + 100 + step)
         out.loss.backward()
         rec = Record(out, usb_loss.detach(), usb_log, hooks)
-        _check_step(adapter, step, ours, usb, rec, (_grads(ours_net), _grads(usb_net)))
+        _check_step(adapter, step, ours, usb, rec, (_grads(ours_net), _grads(usb_net, names)))
         records.append(rec)
         _sgd(ours_net, cfg.lr)
         _sgd(usb_net, cfg.lr)
-        for name, p in ours_net.state_dict().items():
-            torch.testing.assert_close(p, usb_net.state_dict()[name], msg=lambda m: f"weights after SGD\n{m}")
-        usb_net.load_state_dict(ours_net.state_dict())   # lockstep: both start the next step on the same weights
+        usb_state = usb_net.state_dict()
+        for name, p in ours_net.state_dict().items():   # weights and BatchNorm running statistics
+            torch.testing.assert_close(p, usb_state[names[name]], msg=lambda m: f"{name} after SGD\n{m}")
+        _sync(ours_net, usb_net, names)   # lockstep: both start the next step on the same weights
     mixed = sum(bool(r.ours.mask.min() < r.ours.mask.max()) for r in records)
     needed = cfg.steps if cfg.min_mixed is None else cfg.min_mixed
     assert mixed >= needed, (f"{adapter.name}: masks mixed (neither all 0 nor all 1) in {mixed} of {cfg.steps} "
