@@ -27,7 +27,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import pytest
@@ -140,14 +140,29 @@ def _log_trial(client, exp_id: str, parent: str, method: str, setting: str, k: s
 
 
 @pytest.fixture(scope="session")
-def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
+def scratch_dirs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], Path]]:
+    """``make(prefix)``: a new folder for an MLflow store, on tmpfs where there is one; all removed at the end.
+
+    MLflow creates a fresh SQLite schema through ~60 Alembic migrations, each committed with an fsync: on tmpfs
+    (/dev/shm) that takes 3 s instead of 7 s here. Any folder works; tmpfs only makes the session faster."""
+    shm = Path("/dev/shm")
+    made: list[Path] = []
+
+    def make(prefix: str) -> Path:
+        fast = shm.is_dir() and os.access(shm, os.W_OK)
+        made.append(Path(tempfile.mkdtemp(prefix=prefix, dir=shm)) if fast else tmp_path_factory.mktemp(prefix))
+        return made[-1]
+
+    yield make
+    for path in made:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def store(scratch_dirs: Callable[[str], Path]) -> Iterator[Store]:
     from mlflow import MlflowClient
 
-    # MLflow creates a fresh SQLite schema through ~60 Alembic migrations, each committed with an fsync: on tmpfs
-    # (/dev/shm) that takes 3 s instead of 7 s here. Any folder works; tmpfs only makes the session faster.
-    shm = Path("/dev/shm")
-    root = Path(tempfile.mkdtemp(prefix="reports-test-", dir=shm)) if shm.is_dir() and os.access(shm, os.W_OK) \
-        else tmp_path_factory.mktemp("mlflow")
+    root = scratch_dirs("reports-test-")
     uri = f"sqlite:///{root / 'mlflow.db'}"
     client = MlflowClient(tracking_uri=uri)
     exp_id = client.create_experiment("rep", artifact_location=(root / "artifacts").as_uri())
