@@ -36,6 +36,10 @@ for further assertions (a deliberate deviation from USB is asserted there). The 
 
 USB's epoch advances as its training loop advances it (``it // num_iter_per_epoch``; ``usb_args`` ``epoch`` sets
 how many steps an epoch has: ``steps // epoch``).
+
+Where we deviate from USB on purpose, the ``usb_side_by_side`` fixture runs both sides on the same fixed weights and
+the same views, step after step, and compares nothing: the test asserts the deviation (and what still agrees) from
+the records it returns.
 """
 from __future__ import annotations
 
@@ -391,8 +395,9 @@ def _sync(ours: nn.Module, usb: nn.Module, names: dict[str, str]) -> None:
     usb.load_state_dict({names[n]: t for n, t in ours.state_dict().items()})
 
 
-def run_lockstep(adapter: Any) -> list[Record]:
-    """Build both sides from ``adapter`` and step them together, checking everything every step (see module doc)."""
+def _both_sides(adapter: Any) -> tuple[Lockstep, nn.Module, nn.Module, dict[str, str], Algorithm, Any]:
+    """The run's settings, our model and USB's on the same weights (with our state name -> USB's), our algorithm
+    and USB's, both prepared."""
     cfg = Lockstep(**{k: getattr(adapter, k) for k in Lockstep.__dataclass_fields__ if hasattr(adapter, k)})
     torch.manual_seed(cfg.seed)
     ours_net, usb_net, names = _models(adapter, cfg)
@@ -403,6 +408,26 @@ def run_lockstep(adapter: Any) -> list[Record]:
                       steps_per_epoch=usb.num_iter_per_epoch, **sizes)
     if hasattr(adapter, "prepare"):
         adapter.prepare(ours, usb, torch.Generator().manual_seed(cfg.seed + 2))
+    return cfg, ours_net, usb_net, names, ours, usb
+
+
+def run_side_by_side(adapter: Any) -> tuple[nn.Module, list[tuple[Views, Record]]]:
+    """Both sides of ``adapter`` on the same fixed weights (no update) and the same views for its ``steps`` steps,
+    nothing compared: the net and each step's views and record, for a test that asserts a deliberate deviation."""
+    cfg, ours_net, _, _, ours, usb = _both_sides(adapter)
+    data, steps = Data(cfg, cfg.seed + 1), []
+    for step in range(cfg.steps):
+        v = data.next()
+        with torch.no_grad():
+            usb_loss, usb_log, hooks = _usb_step(usb, v, cfg.seed + 100 + step)
+            out = _our_step(adapter, ours, ours_net, v, step, cfg.seed + 100 + step)
+        steps.append((v, Record(out, usb_loss, usb_log, hooks)))
+    return ours_net, steps
+
+
+def run_lockstep(adapter: Any) -> list[Record]:
+    """Build both sides from ``adapter`` and step them together, checking everything every step (see module doc)."""
+    cfg, ours_net, usb_net, names, ours, usb = _both_sides(adapter)
     data, records = Data(cfg, cfg.seed + 1), []
     for step in range(cfg.steps):
         v = data.next()
@@ -426,9 +451,7 @@ def run_lockstep(adapter: Any) -> list[Record]:
     return records
 
 
-@pytest.fixture(scope="session")
-def usb_lockstep():
-    """``run_lockstep`` when semilearn (the pinned version) is installed; skipped with the command otherwise."""
+def _require_semilearn() -> None:
     if importlib.util.find_spec("semilearn") is None:
         pytest.skip("USB reference not installed: `make usb-reference` (pip install --no-deps semilearn=="
                     f"{pinned_version()}) enables the lockstep tests")
@@ -436,4 +459,17 @@ def usb_lockstep():
     assert installed == pinned, (f"semilearn {installed} is installed, the lockstep reference is {pinned}: "
                                  "`make usb-reference`")
     import_semilearn()
+
+
+@pytest.fixture(scope="session")
+def usb_lockstep():
+    """``run_lockstep`` when semilearn (the pinned version) is installed; skipped with the command otherwise."""
+    _require_semilearn()
     return run_lockstep
+
+
+@pytest.fixture(scope="session")
+def usb_side_by_side():
+    """``run_side_by_side`` when semilearn (the pinned version) is installed; skipped with the command otherwise."""
+    _require_semilearn()
+    return run_side_by_side
