@@ -10,7 +10,8 @@ Reads the YAML itself (its ``name``, ``axes``, ``folds``, ``exclude``, ``tables`
 MLflow (the newest per cell and fold whose config hash these settings give, as their launches recorded it; others
 are named in one line), and writes to ``--out`` (default ``reports/out/<name>``):
 
-- ``<table>.md`` / ``<table>.tex``: the table (caption, note line, marks, published numbers and Δ, paired comparison);
+- ``<table>.md`` / ``<table>.tex``: the table (caption, note line, marks, published numbers and Δ, the paper's quoted
+  rows with their footnotes, paired comparison);
 - ``<table>_folds.md`` / ``<table>_folds.tex``: the per-fold appendix table;
 - ``report.tex``: a standalone document with every LaTeX table and figure; ``report.pdf`` with ``--format pdf``
   (pdflatex, run as often as it asks);
