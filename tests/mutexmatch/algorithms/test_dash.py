@@ -26,16 +26,21 @@ def _inputs(step, device="cpu", seed=0):
                       targets_lb=torch.randint(4, (8,), generator=g).to(device), ulb_idx=torch.arange(16, device=device))
 
 
-def test_warmup_is_supervised_then_rho_hat_is_measured_once_on_the_reference_split() -> None:
-    calls = []
+def _measured(loss: float) -> tuple[TrainContext, list, torch.nn.Module]:
+    """A context whose reference_loss (the trainer's: validation split) returns ``loss`` and records each model it
+    measures, and its EMA model."""
+    calls, ema = [], torch.nn.Linear(1, 1)
 
     def reference_loss(model):
         calls.append(model)
-        return 1.2
-    ema = torch.nn.Linear(1, 1)
+        return loss
     ctx = TrainContext.synthetic(4, 16)
-    ctx = TrainContext(**{**ctx.__dict__, "ema_model": ema, "reference_loss": reference_loss,
-                          "reference_split": "validation"})
+    return TrainContext(**{**ctx.__dict__, "ema_model": ema, "reference_loss": reference_loss,
+                           "reference_split": "validation"}), calls, ema
+
+
+def test_warmup_is_supervised_then_rho_hat_is_measured_once_on_the_reference_split() -> None:
+    ctx, calls, ema = _measured(1.2)
     alg = build_algorithm("dash", PARAMS, ctx)
     for step in range(3):
         out = alg.compute(Heads(), _inputs(step))
@@ -53,6 +58,18 @@ def test_warmup_is_supervised_then_rho_hat_is_measured_once_on_the_reference_spl
     soft, hard = alg.compute(Heads(), _inputs(3)), alg.compute(Heads(), _inputs(13))
     assert soft.soft_target is not None and hard.soft_target is None
     assert 0 < soft.mask.mean() < 1 and 0 < hard.mask.mean() < 1
+
+
+def test_without_a_warmup_rho_hat_is_the_initial_models_loss_on_the_reference_split() -> None:
+    """warmup_steps 0: rho_hat is measured once, when the algorithm is built (the initial EMA model), never again."""
+    ctx, calls, ema = _measured(0.7)
+    alg = build_algorithm("dash", {**PARAMS, "warmup_steps": 0}, ctx)
+    assert calls == [ema] and alg.rho_init == 0.7 and alg.rho(0) == 0.7
+    out = alg.compute(Heads(), _inputs(0))
+    assert out.terms["p"] > 0 and 0 < out.mask.mean() <= 1          # the consistency is on from the first step
+    for step in range(3):
+        alg.after_step(step)
+    assert calls == [ema]
 
 
 def test_state_round_trips_and_a_missing_trainer_is_named() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mutexmatch.algorithms import build_algorithm
+from mutexmatch.algorithms import StepInputs, build_algorithm
 from mutexmatch.algorithms.base import TrainContext
 from mutexmatch.algorithms.flexmatch import CurriculumThresholds
 
@@ -56,3 +56,18 @@ def test_state_round_trips_and_a_different_pool_is_refused():
 def test_flexmatch_needs_the_unlabeled_pool_size():
     with pytest.raises(ValueError, match="flexmatch: needs an unlabeled pool"):
         build_algorithm("flexmatch", {}, TrainContext.synthetic(3, 0))
+
+
+@pytest.mark.parametrize("warmup", [True, False], ids=["warmup", "no-warmup"])
+def test_thresh_warmup_switches_the_algorithms_class_thresholds(warmup):
+    """algorithm.thresh_warmup reaches the thresholds: 4 of 6 pool samples unused, class 0 selected twice. With the
+    warm-up beta(0) = 2/4 and T(0) = M(0.5) tau = tau/3; without it beta(0) = 1 and T(0) = tau."""
+    alg = build_algorithm("flexmatch", {"tau": 0.9, "thresh_warmup": warmup}, TrainContext.synthetic(3, 6))
+    alg.cpl.selected = torch.tensor([0, 0, -1, -1, -1, -1])
+    alg.cpl._update_beta()
+    want_beta = 0.5 if warmup else 1.0
+    torch.testing.assert_close(alg.cpl.beta, torch.tensor([want_beta, 0.0, 0.0]))
+    probs = torch.tensor([[0.5, 0.25, 0.25]])            # class 0 at 0.5: above tau/3 = 0.3, below tau = 0.9
+    inp = StepInputs(feats=torch.zeros(3, 1), num_lb=1, num_ulb=1, targets_lb=torch.zeros(1, dtype=torch.long),
+                     ulb_idx=torch.tensor([2]), step=0)
+    assert alg.confidence_mask(probs, inp).tolist() == ([1.0] if warmup else [0.0])
