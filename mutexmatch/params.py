@@ -113,6 +113,7 @@ class AlgorithmParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
     pinned: ClassVar[dict[str, Any]] = {}   # parameters of a parent fixed by :meth:`without` (not settable)
+    GOVERNED: ClassVar[dict[str, tuple[str, ...]]] = {}   # an on/off switch -> the parameters only it reads
 
     @classmethod
     def parse(cls, values: Mapping[str, Any], algorithm: str, num_classes: int | None) -> "AlgorithmParams":
@@ -147,7 +148,12 @@ class AlgorithmParams(BaseModel):
     @classmethod
     def without(cls, name: str, **pinned: Any) -> type["AlgorithmParams"]:
         """A model ``name`` with this one's parameters minus ``pinned``, which are fixed at the given values (read as
-        attributes, not accepted as input): how an ablation drops a parameter of the method it modifies."""
+        attributes, not accepted as input): how an ablation drops a parameter of the method it modifies. A switch
+        pinned off (``dist_align=False``) takes the parameters it governs (``GOVERNED``) with it, at their defaults:
+        a setting nothing reads is no parameter (nor part of the config hash)."""
+        for switch, governed in cls.GOVERNED.items():
+            if pinned.get(switch) is False:
+                pinned = {**{g: cls.model_fields[g].default for g in governed}, **pinned}
         fields: dict[str, Any] = {n: (f.annotation, f) for n, f in cls.model_fields.items() if n not in pinned}
         model = create_model(name, __base__=AlgorithmParams, __module__=cls.__module__, __doc__=cls.__doc__,
                              **fields)
@@ -159,6 +165,9 @@ class AlgorithmParams(BaseModel):
 
 class DistAlignParams(AlgorithmParams):
     """Distribution alignment of p^w, the piece :mod:`mutexmatch.algorithms.alignment` (docs/training.md)."""
+
+    GOVERNED: ClassVar[dict[str, tuple[str, ...]]] = {
+        "dist_align": ("da_estimate", "da_window", "da_momentum", "da_target", "da_ratio")}
 
     dist_align: bool = Field(False, description="ReMixMatch distribution alignment of p^w: p^w · p(y) / p̃(y), "
                              "normalised, before the threshold and the pseudo-labels.")

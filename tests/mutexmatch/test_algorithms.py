@@ -133,6 +133,18 @@ def test_every_algorithm_rejects_unknown_params(name: str) -> None:
         build_algorithm(name, {"bogus": 1}, TrainContext.synthetic(C))
 
 
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_a_switch_pinned_off_takes_the_settings_it_governs(name: str) -> None:
+    """A parameter nothing reads is none: an algorithm that pins dist_align off (SoftMatch's and AdaMatch's own
+    alignment, FreeMatch, Dash, Pseudo-Label) carries no da_* setting, and one with the switch keeps them all."""
+    params = ALGORITHMS[name].Params
+    for switch, governed in params.GOVERNED.items():
+        if params.pinned.get(switch) is False:
+            assert not set(governed) & set(params.model_fields), name
+        elif switch in params.model_fields:
+            assert set(governed) <= set(params.model_fields), name
+
+
 def test_load_state_rejects_mismatch() -> None:
     with pytest.raises(ValueError, match="dist_align"):
         build_algorithm("fixmatch", {}, TrainContext.synthetic(C)).load_state_dict({"dist_align": {}})
