@@ -17,7 +17,7 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Sequence
+from typing import Annotated, Any, Literal, Mapping, Sequence
 
 import yaml
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator,
@@ -41,6 +41,7 @@ __all__ = [
     "TRAIN_COMMAND",
     "SWEEP_COMMAND",
     "parse_config",
+    "search_value",
     "apply_overrides",
     "resolve_k",
     "config_hash",
@@ -488,6 +489,21 @@ def parse_config(raw: dict[str, Any] | None) -> RunConfig:
         return RunConfig.model_validate(raw)
     except ValidationError as err:
         raise ConfigError(_format_validation_error(err)) from None
+
+
+def search_value(raw: Mapping[str, Any], path: str, sampled: Any) -> Any:
+    """The config value at dotted ``path`` that a search's ``sampled`` value stands for, in the raw config ``raw``:
+    a parameter of the algorithm ``raw`` chooses is its parameter model's to convert
+    (:meth:`mutexmatch.params.AlgorithmParams.search_value`: a float ``k`` is a fraction of C), any other field takes
+    the value as sampled. ``ValueError`` (without the path) when the value stands for none."""
+    from mutexmatch.algorithms import ALGORITHMS
+
+    section, _, name = path.partition(".")
+    chosen = raw.get("algorithm")
+    algorithm = (chosen if isinstance(chosen, Mapping) else {}).get("name", AlgorithmConfig.model_fields["name"].default)
+    if section != "algorithm" or algorithm not in ALGORITHMS:  # an unknown name is the config check's to name
+        return sampled
+    return ALGORITHMS[algorithm].Params.search_value(name, sampled)
 
 
 def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:

@@ -2,14 +2,16 @@
 
 A parameter model (a subclass of :class:`AlgorithmParams`) holds each parameter's default, its allowed values (a
 validator whose message reads ``must be in (0, 1]``) and its description, with the paper's symbol in brackets.
-Three readers use the same declaration:
+Four readers use the same declaration:
 
 - the run config: the ``algorithm`` section is ``{name: <algorithm>, <its own parameters>}``; :mod:`mutexmatch.config`
   validates it with the chosen algorithm's model (a parameter another algorithm owns is refused, naming the
   algorithm's own parameters) and, once the number of classes C is known, checks its C-dependent bounds
   (:class:`ClassBound`: ``k``, ``comp_rank``). So a new algorithm is one module: its class and its model;
 - ``python -m mutexmatch.config --doc``, which lists every registered algorithm with its parameters;
-- the algorithm itself, whose loss calls read ``self.params.<name>``.
+- the algorithm itself, whose loss calls read ``self.params.<name>``;
+- a sweep's search, which asks :meth:`AlgorithmParams.search_value` what a sampled value stands for
+  (:class:`SearchValue`: a float ``k`` is a fraction of C) instead of knowing any parameter by name.
 
 An ablation that drops parameters of its parent fixes them with :meth:`AlgorithmParams.without`. Torch-free,
 because the config imports it.
@@ -28,7 +30,7 @@ from pydantic.fields import FieldInfo
 from mutexmatch.checks import at_least, in_interval, interval_text, validation_error_lines
 
 __all__ = ["AlgorithmParams", "ClassBound", "DistAlignParams", "FixMatchParams", "LowConfidenceParams",
-           "MutexMatchParams", "NCEParams", "resolve_k"]
+           "MutexMatchParams", "NCEParams", "SearchValue", "resolve_k"]
 
 _K_PATTERN = re.compile(r"^\s*(?:(\d*\.?\d+)\s*\*?\s*)?C\s*$")
 
@@ -39,6 +41,14 @@ class ClassBound:
     once the dataset is)."""
 
     check: Callable[[Any, int], Any]
+
+
+@dataclass(frozen=True)
+class SearchValue:
+    """Field metadata: ``convert(sampled)`` is the parameter's value for a value a search sampled (``ValueError``
+    saying what is allowed when it stands for none). Without it a sampled value is the parameter's value."""
+
+    convert: Callable[[Any], Any]
 
 
 def _allows(text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -70,6 +80,15 @@ def _k_syntax(v: Any) -> int | str:
         raise ValueError("must be an integer, `C` or a fraction like `0.6C`")
     if m.group(1) is not None and not 0 < float(m.group(1)) <= 1:
         raise ValueError("fraction of C must be in (0, 1]")
+    return v
+
+
+def _k_from_search(v: Any) -> Any:
+    """A search samples ``k`` as an integer, a choice, or as a float: a fraction of C (``0.6`` → ``0.6C``)."""
+    if isinstance(v, float):
+        if not 0 < v <= 1:
+            raise ValueError("a float k is a fraction of C and must be in (0, 1]")
+        return f"{v:.6g}C"
     return v
 
 
@@ -133,6 +152,16 @@ class AlgorithmParams(BaseModel):
         if errors:
             raise ValueError("\n".join(errors))
         return params
+
+    @classmethod
+    def search_value(cls, name: str, sampled: Any) -> Any:
+        """The value of parameter ``name`` that a search's ``sampled`` value stands for: its :class:`SearchValue`
+        conversion (a float ``k`` is a fraction of C), else ``sampled`` itself; ``ValueError`` when it stands for
+        none."""
+        field = cls.model_fields.get(name)
+        for convert in (m.convert for m in (field.metadata if field else ()) if isinstance(m, SearchValue)):
+            return convert(sampled)
+        return sampled
 
     def class_bound_errors(self, num_classes: int) -> list[str]:
         """``algorithm.<param>=value: ...`` for every parameter whose :class:`ClassBound` rejects C classes."""
@@ -207,7 +236,7 @@ class MutexMatchParams(FixMatchParams):
         "paper", description="MutexMatch loss form: `paper` = Algorithm 1 / Eqs. (sep), (p), (ln) as printed; "
         "`official` = what the released code computes (L_sep over all rows, no 1/k, one λu; WRN BatchNorm "
         "momentum 1 − `train.ema`). Use `official` to reproduce the published numbers.")
-    k: Annotated[int | str, BeforeValidator(_k_syntax), ClassBound(resolve_k)] = Field(
+    k: Annotated[int | str, BeforeValidator(_k_syntax), ClassBound(resolve_k), SearchValue(_k_from_search)] = Field(
         "C", description="[k] top-k classes kept in the TNC consistency L_n: an integer 1..C, `C` (all classes) "
         "or a fraction of C such as `0.6C` (rounded to the nearest integer, at least 1).")
     lambda_sep: Weight = Field(1.0, description="[λ_sep] weight of L_sep, the TNC's separate training loss.")

@@ -12,12 +12,14 @@ not pull in Ray) and ``benchmarks`` can import it; ``mutexmatch`` never does (th
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from datetime import datetime
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 from mutexmatch import metrics as M
 
@@ -38,6 +40,7 @@ GIT_COMMIT = TAG + "git_commit"
 TRIAL_ID = TAG + "trial_id"         # Tune's trial id: a restarted trial finds its run by it
 LAUNCH_ID = TAG + "launch_id"
 SEARCH_HASH, SEARCH_PHASE = TAG + "search_hash", TAG + "search_phase"  # search trials: their study
+SAMPLED = TAG + "sampled"           # search trials: the values Tune's searcher sampled, typed (sampled_json)
 # ... and its attempts (bookkeeping; see attempt_tag and overhead_tag).
 ATTEMPTS = TAG + "attempts"
 WORKER_PID = TAG + "worker_pid"
@@ -173,6 +176,50 @@ BEST_PREFIX = "best."  # parent run: params/tags/metrics of a search's best tria
 def best_param_prefix(cell: str, fold: int | str) -> str:
     """The ``best.`` prefix of one study when a sweep has several (``=`` and ``,`` are not legal in MLflow keys)."""
     return f"{BEST_PREFIX}{cell.replace('=', '-').replace(',', '.')}.fold{fold}."
+
+
+# ------------------------------------------------------------------------------------------------ search trials
+def sampled_json(sampled: dict[str, Any]) -> str:
+    """The ``mutexmatch.sampled`` tag of a search trial: its sampled values as Tune's searcher gave them (dotted path
+    → value), in JSON, which keeps an int an int and a float a float (MLflow params are ``str`` of config values)."""
+    return json.dumps(sampled, sort_keys=True)
+
+
+def read_sampled(tags: dict[str, str]) -> dict[str, Any] | None:
+    """A search run's sampled values (:func:`sampled_json`); None for a run logged before the tag existed."""
+    text = tags.get(SAMPLED)
+    return None if text is None else json.loads(text)
+
+
+@dataclass(frozen=True)
+class SearchOutcome:
+    """One search trial as :func:`best_trial` weighs it. ``finished``: it ran to its end or ASHA stopped it (MLflow
+    FINISHED, Optuna COMPLETE; an ASHA-stopped trial counts with the value it reached, as TPE saw it); a failed,
+    killed, running or Optuna-PRUNED trial does not. ``study``: its study's place among those of its cell (search-fold
+    order); ``start_time``: when its run started (ms)."""
+
+    value: float | None
+    finished: bool
+    study: int = 0
+    start_time: int = 0
+    run_id: str = ""
+    ref: Any = field(default=None, compare=False)   # what the caller keeps with it (the run, the Optuna trial)
+
+    def scored(self) -> bool:
+        return self.finished and self.value is not None and math.isfinite(self.value)
+
+
+def best_trial(outcomes: Iterable[SearchOutcome], mode: str) -> SearchOutcome | None:
+    """THE best search trial (of a study, or of every study of a cell), which the refit trains, the sweep logs as
+    ``best.*`` and a relaunch checks the refit against: the best last value of the objective (``mode`` max or min)
+    among the :meth:`~SearchOutcome.scored` trials; ties go to the earlier study (search-fold order), then the run
+    started last, then the smaller run id — the order the sweep always picked in, so a stored refit keeps its
+    parameters. None when no trial has a value."""
+    if mode not in ("max", "min"):
+        raise ValueError(f"mode={mode!r}: must be max or min")
+    sign = -1.0 if mode == "max" else 1.0
+    scored = [o for o in outcomes if o.scored()]
+    return min(scored, key=lambda o: (sign * o.value, o.study, -o.start_time, o.run_id), default=None)
 
 
 # ------------------------------------------------------------------------------------------------ settings

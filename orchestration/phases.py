@@ -245,8 +245,8 @@ def _run_refit(launch: LaunchContext, concurrency: dict[str, Any], out: PhasesOu
     if not todo:
         return None
     metric = plan.searches[0].search.metric
-    for cell, (params, value, run_id) in best.items():
-        print(f"[sweep] refit {cell} with the search's best ({metric}={value:.4g}, run {run_id}): "
-              + ", ".join(f"{k}={v}" for k, v in params.items()), flush=True)
+    for cell, found in best.items():
+        print(f"[sweep] refit {cell} with the search's best ({metric}={found.value:.4g}, run {found.run_id}): "
+              + ", ".join(f"{k}={v}" for k, v in found.params.items()), flush=True)
     return launch.run(REFIT_PHASE, param_space={"trial": tune.grid_search(todo)}, tune_kwargs=concurrency,
                       expected=len(todo), early_stopping=False, grid=trials)

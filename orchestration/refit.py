@@ -2,7 +2,7 @@
 validation split) — tune, then evaluate.
 
 Each searched cell takes the best FINISHED search trial over its studies (one per search fold), by the search's
-validation metric and mode; its parameters are set on every refit slot of the cell (``plan.refits``), giving trials of
+validation metric and mode (:func:`orchestration.best.best_by_cell`); its parameters are set on every refit slot of the cell (``plan.refits``), giving trials of
 kind ``refit`` under the cell id plus ``tuned=true``. Their config hash covers the parameters, so a relaunch skips a
 refit trial only when the same parameters already FINISHED, and a search that finds better ones trains again.
 """
@@ -11,46 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
-
 from orchestration import contract as C
 from orchestration import tracking
+from orchestration.best import BestTrial, best_by_cell
 from orchestration.plan import GridTrial, SweepPlan
-from orchestration.summary import best_search_trial
 
 __all__ = ["BestTrial", "best_by_cell", "refit_trials", "pending_refits"]
-
-BestTrial = tuple[dict[str, Any], float, str]  # parameters (config values), objective, MLflow run id
-
-
-def config_value(logged: str) -> Any:
-    """A config value back from its MLflow param string (``str`` of the value): ints and floats exactly (YAML 1.1
-    would read ``1e-05`` as a string), then ``None`` and YAML booleans, else the string (``0.6C``)."""
-    for convert in (int, float):
-        try:
-            return convert(logged)
-        except ValueError:
-            pass
-    if logged == "None":  # str(None): YAML's null is spelled differently
-        return None
-    value = yaml.safe_load(logged)
-    return value if isinstance(value, bool) else logged
-
-
-def best_by_cell(plan: SweepPlan, client: Any, experiment_id: str) -> dict[str, BestTrial]:
-    """Searched cell id → its best FINISHED search trial over every study of the cell (cells without one are
-    missing)."""
-    best: dict[str, BestTrial] = {}
-    for study in plan.searches:
-        found = best_search_trial(client, experiment_id, study)
-        if found is None:
-            continue
-        params, value, run = found
-        current = best.get(study.cell.id)
-        mode = study.search.mode
-        if current is None or (value > current[1] if mode == "max" else value < current[1]):
-            best[study.cell.id] = ({p: config_value(v) for p, v in params.items()}, value, run.info.run_id)
-    return best
 
 
 def refit_trials(plan: SweepPlan, best: dict[str, BestTrial]) -> tuple[dict[str, GridTrial], list[str]]:
@@ -60,7 +26,7 @@ def refit_trials(plan: SweepPlan, best: dict[str, BestTrial]) -> tuple[dict[str,
     missing: list[str] = []
     for slot in plan.refits:
         if slot.cell.id in best:
-            trials[slot.key] = slot.trial(best[slot.cell.id][0])
+            trials[slot.key] = slot.trial(best[slot.cell.id].params)
         elif slot.cell.id not in missing:
             missing.append(slot.cell.id)
     return trials, [f"refit of {cell}: no FINISHED search trial, nothing to refit" for cell in missing]

@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from orchestration import contract as C
+from orchestration.best import best_of_study
 from orchestration.plan import SearchStudy, SweepPlan
 from orchestration.spec import CategoricalParam, FloatParam, IntParam
-from orchestration.summary import best_search_trial
 
 __all__ = ["optuna_space", "search_config", "fail_stale_trials", "log_best"]
 
@@ -72,19 +72,19 @@ def log_best(plan: SweepPlan, client: Any, experiment_id: str, parent_run_id: st
 
     best: dict[str, dict[str, str]] = {}
     for study in plan.searches:
-        found = best_search_trial(client, experiment_id, study)
+        found = best_of_study(client, experiment_id, study)
         if found is None:
             continue
-        params, value, run = found
-        best[study.key] = {**params, study.search.metric: f"{value:.6g}"}
+        params = {k: str(v) for k, v in found.params.items()}  # as MLflow logs a config value
+        best[study.key] = {**params, study.search.metric: f"{found.value:.6g}"}
         prefix = C.best_param_prefix(study.cell.id, study.fold) if len(plan.searches) > 1 else C.BEST_PREFIX
         entries = {f"{prefix}{k}": v for k, v in params.items()}
-        entries[f"{prefix}run_id"] = run.info.run_id
+        entries[f"{prefix}run_id"] = found.run_id
         for k, v in entries.items():
             client.set_tag(parent_run_id, k, v)
             try:
                 client.log_param(parent_run_id, k, v)
             except MlflowException:  # a resumed launch that logged another best earlier: the tag holds the latest
                 pass
-        client.log_metric(parent_run_id, f"{prefix}{study.search.metric}", value)
+        client.log_metric(parent_run_id, f"{prefix}{study.search.metric}", found.value)
     return best

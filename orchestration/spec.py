@@ -31,7 +31,7 @@ from typing import Annotated, Any, ClassVar, Literal, Mapping, Union
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from mutexmatch.config import (SEED_MAX, SWEEP_ONLY_KEY, TRAIN_COMMAND, ConfigError, RunConfig, has_validation,
-                               owned_fields, parse_config, unsearchable_fields)
+                               owned_fields, parse_config, search_value, unsearchable_fields)
 from mutexmatch.yamlfile import YamlFileError, read_yaml_mapping
 from mutexmatch.algorithms import ALGORITHMS
 from mutexmatch.checks import at_least, validation_error_lines  # noqa: F401  (re-exported)
@@ -59,7 +59,8 @@ __all__ = [
     "expand_cells",
     "search_cells",
     "trial_config",
-    "param_value",
+    "sampled_config_values",
+    "with_sampled",
     "spec_hash",
     "validate_spec",
 ]
@@ -131,7 +132,8 @@ class _RangeParam(_Strict):
 
 
 class FloatParam(_RangeParam):
-    """A float in [low, high], log-uniform when ``log``. On ``algorithm.k`` it is a fraction of C (k = value·C)."""
+    """A float in [low, high], log-uniform when ``log``. What a sampled value stands for is the parameter's own
+    type's to say (:func:`mutexmatch.config.search_value`): on MutexMatch's ``algorithm.k`` a fraction of C."""
 
     _SHOW: ClassVar[str] = "g"
     type: Literal["float"]
@@ -376,11 +378,28 @@ def search_cells(spec: SweepSpec) -> list[Cell]:
 
 
 # ------------------------------------------------------------------------------------------------ configs
-def param_value(path: str, value: Any) -> Any:
-    """The RunConfig value for a sampled search value: a float on ``algorithm.k`` is a fraction of C (``0.6C``)."""
-    if path == "algorithm.k" and isinstance(value, float):
-        return f"{value:.6g}C"
-    return value
+def sampled_config_values(raw: dict[str, Any], sampled: Mapping[str, Any]) -> dict[str, Any]:
+    """Dotted path → the config value that a search's sampled value (``sampled``: a search trial's, or the best
+    trial's for a refit) stands for in the raw config ``raw``: the chosen algorithm's parameter model converts its
+    own parameters (:func:`mutexmatch.config.search_value`; a float ``algorithm.k`` is a fraction of C), every other
+    field takes the value as sampled. ``ValueError`` naming the path when a value stands for none."""
+    chosen = raw
+    for path, value in sampled.items():  # the algorithm whose parameters these are, should the search choose it
+        chosen = set_dotted(chosen, path, value)
+    out = {}
+    for path, value in sampled.items():
+        try:
+            out[path] = search_value(chosen, path, value)
+        except ValueError as e:
+            raise ValueError(f"{path}={value!r}: {e}") from None
+    return out
+
+
+def with_sampled(raw: dict[str, Any], sampled: Mapping[str, Any]) -> dict[str, Any]:
+    """``raw`` with the config values ``sampled`` stands for set (:func:`sampled_config_values`)."""
+    for path, value in sampled_config_values(raw, sampled).items():
+        raw = set_dotted(raw, path, value)
+    return raw
 
 
 def trial_config(spec: SweepSpec, cell: Cell, fold: int, *, project_dir: Path, search: bool = False,
@@ -591,12 +610,13 @@ def _search_errors(spec: SweepSpec, project_dir: Path) -> list[str]:
                               f"{evals} evaluations of a search trial (train.iterations / train.eval_interval)")
             for path, p in search.space.items():
                 for bound, value in _bound_values(p):
-                    if path == "algorithm.k" and isinstance(p, FloatParam) and not 0 < value <= 1:
-                        errors.append(f"search.space.algorithm.k.{bound}={value!r}: a float k is a fraction of C "
-                                      "and must be in (0, 1]")
+                    try:  # what the value stands for is the parameter's own type's to say
+                        converted = search_value(raw, path, value)
+                    except ValueError as e:
+                        errors.append(f"search.space.{path}.{bound}={value!r}: {e}")
                         continue
                     errors += _config_errors(f"{where}: search.space.{path}.{bound}={value!r}",
-                                             set_dotted(raw, path, param_value(path, value)))
+                                             set_dotted(raw, path, converted))
     return errors
 
 

@@ -3,16 +3,15 @@ parameters, and which trials finished, failed or did not run."""
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
 from orchestration import contract as C
 from orchestration import tracking
-from orchestration.plan import SearchStudy, SweepPlan
+from orchestration.plan import SweepPlan
 
-__all__ = ["TrialStatus", "refit_expected", "grid_runs", "refit_runs", "grid_summary", "best_search_trial", "trial_statuses", "format_statuses"]
+__all__ = ["TrialStatus", "refit_expected", "grid_runs", "refit_runs", "grid_summary", "trial_statuses", "format_statuses"]
 
 SUMMARY_METRICS = ((C.TEST_ACC, "final"), (C.TEST_BEST_ACC, "best"))
 
@@ -21,7 +20,7 @@ def refit_expected(client: Any, experiment_id: str, plan: SweepPlan) -> dict[str
     """Refit key → the refit trial the searches' best parameters give now (none before a search has finished)."""
     if not plan.refits:
         return {}
-    from orchestration.refit import best_by_cell, refit_trials  # refit reads best_search_trial from here
+    from orchestration.refit import best_by_cell, refit_trials  # refit imports this module's package peers
 
     return refit_trials(plan, best_by_cell(plan, client, experiment_id))[0]
 
@@ -93,19 +92,6 @@ def grid_summary(client: Any, experiment_id: str, plan: SweepPlan) -> str:
     lines.insert(1, "  ".join("-" * w for w in widths))
     ignored = C.other_settings_line(other + other_refit)
     return "\n".join(lines + ([ignored] if ignored else []))
-
-
-def best_search_trial(client: Any, experiment_id: str, study: SearchStudy) -> tuple[dict[str, str], float, Any] | None:
-    """The FINISHED search run of ``study`` with the best last value of the objective: (params, value, run)."""
-    metric, mode = study.search.metric, study.search.mode
-    best = None
-    for run in tracking.finished_search_runs(client, experiment_id, study.search_hash):
-        value = run.data.metrics.get(metric)
-        if value is None or math.isnan(value):
-            continue
-        if best is None or (value > best[1] if mode == "max" else value < best[1]):
-            best = ({p: run.data.params.get(p, "?") for p in study.search.space}, value, run)
-    return best
 
 
 @dataclass

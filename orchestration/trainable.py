@@ -47,7 +47,7 @@ from mutexmatch.runfolder import RunFolder  # noqa: E402
 from orchestration import contract as C  # noqa: E402
 from orchestration import tracking  # noqa: E402
 from orchestration.plan import GridTrial, SearchStudy  # noqa: E402
-from orchestration.spec import deep_merge, param_value, set_dotted  # noqa: E402
+from orchestration.spec import deep_merge, with_sampled  # noqa: E402
 
 __all__ = ["TrialContext", "run_trial", "TrialCallback", "RUN_DIRNAME", "META_FILE", "SCRATCH_DIRNAME"]
 
@@ -150,11 +150,10 @@ def _resolve(config: dict[str, Any], ctx: TrialContext) -> tuple[dict[str, Any],
     else:
         study = ctx.study
         assert study is not None
-        raw = study.config
-        for path in study.search.space:
-            raw = set_dotted(raw, path, param_value(path, config[path]))
+        sampled = {path: config[path] for path in study.search.space}
+        raw = with_sampled(study.config, sampled)
         kind, cell, fold = C.KIND_SEARCH, study.cell, study.fold
-        extra = {C.SEARCH_HASH: study.search_hash, C.SEARCH_PHASE: study.phase}
+        extra = {C.SEARCH_HASH: study.search_hash, C.SEARCH_PHASE: study.phase, C.SAMPLED: C.sampled_json(sampled)}
     threads = raw.get("train", {}).get("num_threads") or ctx.num_threads
     name = C.trial_run_name(cell.levels, fold, kind)  # runs are found by their tags; the name is for people
     return raw, {"kind": kind, "cell": cell, "fold": fold, "name": name, "extra": extra, "threads": threads}

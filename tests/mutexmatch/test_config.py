@@ -6,7 +6,8 @@ import pytest
 import yaml
 
 from mutexmatch.config import (ConfigError, RunConfig, apply_overrides, config_hash, config_markdown, load_config,
-                               parse_config, resolve_k)
+                               parse_config, resolve_k, search_value)
+from mutexmatch.params import FixMatchParams, MutexMatchParams
 
 
 def test_defaults_are_valid():
@@ -31,6 +32,20 @@ def test_yaml_and_overrides(tmp_path):
                                           ("0.01C", 10, 1), ("1C", 7, 7)])
 def test_resolve_k(k, C, expected):
     assert resolve_k(k, C) == expected
+
+
+def test_a_searched_k_is_read_by_mutexmatch_s_own_parameter_type():
+    """A search samples k as an integer, or as a float that is a fraction of C: MutexMatch's parameter model says
+    so (its field's SearchValue), and a sweep asks the chosen algorithm's model instead of knowing k by name."""
+    assert MutexMatchParams.search_value("k", 0.6) == "0.6C" and MutexMatchParams.search_value("k", 3) == 3
+    assert MutexMatchParams.search_value("k", "C") == "C" and MutexMatchParams.search_value("tau", 0.6) == 0.6
+    with pytest.raises(ValueError, match=r"a float k is a fraction of C and must be in \(0, 1\]"):
+        MutexMatchParams.search_value("k", 1.5)
+    assert search_value({"algorithm": {"name": "mutexmatch"}}, "algorithm.k", 0.25) == "0.25C"
+    assert search_value({}, "algorithm.k", 0.25) == "0.25C"  # the default algorithm is MutexMatch
+    assert search_value({"algorithm": {"name": "fixmatch"}}, "algorithm.tau", 0.25) == 0.25
+    assert search_value({"algorithm": {"name": "mutexmatch"}}, "optim.lr", 0.25) == 0.25
+    assert "k" not in FixMatchParams.model_fields  # so k sampled for FixMatch is the config check's to refuse
 
 
 def test_override_creates_no_silent_keys():

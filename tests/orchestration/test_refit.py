@@ -16,7 +16,7 @@ from mlflow import MlflowClient
 
 from orchestration import contract as C
 from orchestration.plan import build_plan
-from orchestration.refit import config_value
+from orchestration.best import legacy_config_value as config_value
 from orchestration.search import search_config
 from orchestration.spec import parse_spec, trial_config
 

@@ -3,12 +3,15 @@ FlexMatch, FreeMatch, …): its own ``algorithm.<param>`` is searchable like a b
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import pytest
 from pydantic import Field
 
 from mutexmatch.algorithms import ALGORITHMS, FixMatch, register_algorithm
-from mutexmatch.params import FixMatchParams
-from orchestration.spec import SpecError, parse_spec
+from mutexmatch.params import FixMatchParams, SearchValue
+from orchestration.plan import build_plan
+from orchestration.spec import SpecError, parse_spec, with_sampled
 
 
 class _SharpenParams(FixMatchParams):
@@ -48,3 +51,28 @@ def test_its_bounds_are_validated_by_its_own_parameter_model(tmp_path):
 def test_an_unknown_parameter_is_still_refused(tmp_path):
     with pytest.raises(SpecError, match="algorithm.sharpen_x"):
         parse_spec(_spec(tmp_path, {"algorithm.sharpen_x": {"type": "float", "low": 0.1, "high": 0.9}}), tmp_path)
+
+
+class _TemperatureParams(FixMatchParams):
+    """A parameter a search samples as its logarithm: its model converts it (SearchValue), not the sweep."""
+
+    log_t: Annotated[float, SearchValue(lambda v: round(10 ** v, 6) if isinstance(v, float) else v)] = Field(
+        0.5, gt=0, le=1, description="Temperature; a searched float is its log10.")
+
+
+def test_a_registered_algorithm_s_own_conversion_of_sampled_values_is_used(tmp_path):
+    @register_algorithm("search_value_demo")
+    class _TemperatureDemo(FixMatch):
+        Params = _TemperatureParams
+
+    try:
+        raw = _spec(tmp_path, {"algorithm.log_t": {"type": "float", "low": -2.0, "high": 0.0}})
+        raw["axes"]["method"]["demo"]["algorithm"]["name"] = "search_value_demo"
+        spec = parse_spec(raw, tmp_path)  # bounds -2 and 0 stand for 0.01 and 1: both allowed
+        study = build_plan(spec, tmp_path).searches[0]
+        assert with_sampled(study.config, {"algorithm.log_t": -1.0})["algorithm"]["log_t"] == 0.1
+        raw["search"]["space"]["algorithm.log_t"]["high"] = 0.5  # 10 ** 0.5 > 1
+        with pytest.raises(SpecError, match=r"search.space.algorithm.log_t.high=0.5: algorithm.log_t=3.162278: "):
+            parse_spec(raw, tmp_path)
+    finally:
+        del ALGORITHMS["search_value_demo"]
