@@ -6,10 +6,13 @@
   :func:`orchestration.contract.study_name`.
 - Where their trials come from: the durable Optuna study (``search.storage``, by default ``optuna.db`` beside the
   MLflow SQLite store; :func:`orchestration.contract.optuna_storage_url`) when it exists; else the MLflow search
-  runs, rebuilt into an in-memory study so importances and plots work the same. A report never creates a storage.
+  runs, rebuilt into an in-memory study so importances and plots work the same, with the values each run's searcher
+  sampled (tag ``mutexmatch.sampled``, typed; a run from before it: its params read by each distribution's type).
+  A report never creates a storage.
 - States: ``complete``, ``pruned (ASHA)``, ``failed``, ``running``. Ray's OptunaSearch tells Optuna that a trial
   ASHA stopped is COMPLETE with the last value it reported, so "pruned (ASHA)" comes from the MLflow run's
-  ``mutexmatch.early_stopped`` tag, the run matched to its Optuna trial by the parameters. Those trials keep their
+  ``mutexmatch.early_stopped`` tag, the run matched to its Optuna trial by its sampled values (by its logged
+  parameters for a run from before the ``mutexmatch.sampled`` tag). Those trials keep their
   objective, and TPE, the best trial and the importances count them with it, as the sweep does.
 - Importances: ``optuna.importance.get_param_importances`` with the fANOVA evaluator (seeded), "n/a" with the reason
   below :data:`MIN_IMPORTANCE_TRIALS` trials that ran to the end (ASHA-stopped ones do not count towards it) or when
@@ -207,19 +210,32 @@ def _optuna_state(trial: Any, run: Any | None) -> str:
     return FAILED if trial.state == TrialState.FAIL else RUNNING
 
 
-def _param_key(params: dict[str, Any], space: dict[str, Any]) -> tuple[str, ...]:
-    """The parameters as MLflow logs them (``str`` of the config value): how a run is matched to its trial."""
-    return tuple(str(params.get(p)) for p in space)
+def _sampled_key(sampled: dict[str, Any], space: dict[str, Any]) -> str:
+    """Sampled values, typed (an Optuna trial's params, a run's ``mutexmatch.sampled`` tag): how a run is matched to
+    its trial."""
+    return C.sampled_json({p: sampled.get(p) for p in space})
+
+
+def _param_key(params: dict[str, Any], space: dict[str, Any]) -> str:
+    """The parameters as MLflow logs them (``str`` of the config value): how a run logged before the sampled tag is
+    matched to its trial (a float ``k`` logged as ``0.6C`` matches none)."""
+    return "params:" + "\x1f".join(str(params.get(p)) for p in space)
+
+
+def _run_key(run: Any, space: dict[str, Any]) -> str:
+    sampled = C.read_sampled(run.data.tags)
+    return _param_key(run.data.params, space) if sampled is None else _sampled_key(sampled, space)
 
 
 def _optuna_rows(study: Any, runs: list[Any], info: SearchInfo) -> list[dict[str, Any]]:
-    """One row per trial of the durable study, with the MLflow run of the same parameters (oldest first)."""
-    by_params: dict[tuple[str, ...], list[Any]] = {}
+    """One row per trial of the durable study, with the MLflow run of the same sampled values (oldest first)."""
+    by_params: dict[str, list[Any]] = {}
     for run in runs:
-        by_params.setdefault(_param_key(run.data.params, info.space), []).append(run)
+        by_params.setdefault(_run_key(run, info.space), []).append(run)
     rows = []
     for trial in study.get_trials(deepcopy=False):
-        matched = by_params.get(_param_key(trial.params, info.space), [])
+        matched = by_params.get(_sampled_key(trial.params, info.space)) or by_params.get(
+            _param_key(trial.params, info.space), [])
         run = matched.pop(0) if matched else None
         value = trial.value if trial.value is not None else math.nan
         rows.append({"trial": trial.number, **{p: trial.params.get(p) for p in info.space}, "objective": value,
@@ -228,7 +244,8 @@ def _optuna_rows(study: Any, runs: list[Any], info: SearchInfo) -> list[dict[str
 
 
 def _config_params(logged: dict[str, str], dists: dict[str, Any]) -> dict[str, Any] | None:
-    """A run's logged parameters back as values of the search's distributions; None when one does not fit."""
+    """A run's logged parameters (a run from before the ``mutexmatch.sampled`` tag) back as values of the search's
+    distributions, read by each distribution's type; None when one does not fit."""
     import optuna.distributions as D
 
     out: dict[str, Any] = {}
@@ -257,7 +274,9 @@ def _mlflow_study(runs: list[Any], info: SearchInfo) -> tuple[Any, list[dict[str
     rows = []
     for number, run in enumerate(runs):
         state, value = _run_state(run), run.data.metrics.get(info.metric, math.nan)
-        params = _config_params(run.data.params, dists)
+        sampled = C.read_sampled(run.data.tags)  # typed, as the searcher sampled them; else the logged params
+        params = _config_params(run.data.params, dists) if sampled is None or set(info.space) - set(sampled) \
+            else {p: sampled[p] for p in info.space}
         rows.append({"trial": number, **{p: params.get(p) if params else run.data.params.get(p)
                                          for p in info.space},
                      "objective": value, "state": state, "run_id": run.info.run_id})

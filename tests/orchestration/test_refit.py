@@ -167,6 +167,12 @@ def test_search_then_refit_trains_the_best_parameters_on_every_fold(tmp_path, da
         assert (round(float(p["algorithm.tau"]), 12), int(p["algorithm.k"])) in best_params
         assert p["train.iterations"] == "8" and p["data.val_per_class"] == "0"  # the grid's schedule, no val split
     assert len({(r.data.params["algorithm.tau"], r.data.params["algorithm.k"]) for r in refits}) == 1
+    # every search run carries the values Tune's searcher sampled, typed, equal to its Optuna trial's
+    url = f"sqlite:///{tmp_path / C.OPTUNA_DB}"
+    study = optuna.load_study(study_name=optuna.get_all_study_names(url)[0], storage=url)
+    sampled = [C.read_sampled(r.data.tags) for r in _runs(client, "tuned", C.KIND_SEARCH)]
+    assert all(type(s["algorithm.k"]) is int and type(s["algorithm.tau"]) is float for s in sampled), sampled
+    assert sorted(map(str, sampled)) == sorted(str(dict(sorted(t.params.items()))) for t in study.get_trials())
     assert "method=mutexmatch,tuned=true" in result.output  # the summary's own row
     # grid statistics never see search or refit runs
     grid = _runs(client, "tuned", C.KIND_GRID)

@@ -110,6 +110,37 @@ def test_without_a_storage_the_newest_search_is_rebuilt_from_mlflow_with_asha_st
     assert tex.count(r"\textbf{") == 2 * 5  # every cell of the two tied best rows
 
 
+FLOAT_K = {**SEARCH, "space": {"algorithm.tau": {"type": "float", "low": 0.5, "high": 0.99},
+                               "algorithm.k": {"type": "float", "low": 0.3, "high": 1.0}}}
+
+
+def _sampled_run(run_id: str, start: int, tau: float, k: float, *, early: bool = False) -> SimpleNamespace:
+    """A search run as the sweep logs it now: its params are config values (a float k is ``0.6C``), its
+    ``mutexmatch.sampled`` tag the values the searcher sampled."""
+    run = _run(run_id, start, "h", tau=str(tau), k=f"{k:.6g}C", value=0.5, early=early)
+    run.data.tags[C.SAMPLED] = C.sampled_json({"algorithm.tau": tau, "algorithm.k": k})
+    return run
+
+
+def test_trials_are_read_and_matched_by_the_typed_sampled_values(tmp_path):
+    """A float k is logged as the config value ``0.6C``, which no distribution reads back: the report takes the
+    sampled values (typed) instead, to rebuild the study from MLflow and to match a durable study's trials."""
+    info, uri = SearchInfo.parse(FLOAT_K), f"sqlite:///{tmp_path / 'mlflow.db'}"
+    runs = [_sampled_run("a", 10, 0.7, 0.6), _sampled_run("b", 11, 0.8, 0.35, early=True)]
+    source = SimpleNamespace(client=SimpleNamespace(search_runs=lambda *a, **kw: runs))
+    (rebuilt,) = read_studies(info, "srch", source, "1", uri)
+    assert not rebuilt.durable and list(rebuilt.trials["algorithm.k"]) == [0.6, 0.35]
+    assert [t.params for t in rebuilt.study.trials] == [{"algorithm.tau": 0.7, "algorithm.k": 0.6},
+                                                       {"algorithm.tau": 0.8, "algorithm.k": 0.35}]
+    durable = optuna.create_study(study_name=C.study_name("srch", "method=mutexmatch,setting=d20/fold0", "h"),
+                                  storage=f"sqlite:///{tmp_path / C.OPTUNA_DB}", direction="maximize")
+    for tau, k in ((0.8, 0.35), (0.7, 0.6)):
+        durable.add_trial(optuna.trial.create_trial(params={"algorithm.tau": tau, "algorithm.k": k}, value=0.5,
+                                                    distributions=info.distributions()))
+    (st,) = read_studies(info, "srch", source, "1", uri)
+    assert st.durable and list(st.trials["run_id"]) == ["b", "a"] and list(st.trials["state"]) == [PRUNED, COMPLETE]
+
+
 def test_importances_are_na_with_the_reason_when_the_trials_cannot_say_anything():
     study = optuna.create_study()
     dist = {"x": optuna.distributions.FloatDistribution(0, 1)}
