@@ -216,6 +216,16 @@ class DistAlignParams(AlgorithmParams):
         "ones as zeros (USB 0.3.2). They differ only while the queue fills (docs/training.md).")
 
 
+class RampUpParams(AlgorithmParams):
+    """An unlabeled loss weight ramped up linearly from 0 over the first part of the run (USB's Pi-Model, Mean
+    Teacher and VAT)."""
+
+    lambda_u: Weight = Field(1.0, description="[λ_u] weight of the unlabeled loss once ramped up (USB's "
+                             "ulb_loss_ratio).")
+    unsup_warm_up: Fraction = Field(0.4, description="Fraction of the run over which the unlabeled loss weight "
+                                    "ramps up linearly from 0 (USB's unsup_warm_up; 0: no ramp).")
+
+
 class PositiveConsistencyParams(DistAlignParams):
     """L_p's weight and distribution alignment, shared by every method with a positive consistency term."""
 

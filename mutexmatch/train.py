@@ -8,7 +8,8 @@ order, same augmentations, same weights as an uninterrupted run. Ctrl+C stops wi
 resume command.
 
 One step, as the released code: one forward over the concatenation [labeled weak | unlabeled weak | unlabeled strong]
-(BatchNorm over all rows), the algorithm's loss, SGD (Nesterov) with the cos(7πt/16T) factor, then the EMA update.
+(BatchNorm over all rows), the algorithm's loss, SGD (Nesterov) with the cos(7πt/16T) factor, then the EMA update. An
+algorithm may declare other views and run its own forwards (its StepSpec, :mod:`mutexmatch.extended_step`).
 Augmentation runs batched on the training device. Metrics accumulate on the device and are read once per
 evaluation, so the loop does not synchronise with the host every step.
 """
@@ -35,10 +36,10 @@ import yaml
 import torch.nn.functional as F
 from torch import nn
 
-from mutexmatch.algorithms import ALGORITHMS, StepInputs, TrainContext
+from mutexmatch.algorithms import ALGORITHMS, TrainContext
 from mutexmatch.allocator import keep_freed_memory
 from mutexmatch.atomic import atomic_write
-from mutexmatch.augment import normalize, strong_augment, weak_augment
+from mutexmatch.augment import normalize
 from mutexmatch import metrics as M
 from mutexmatch.callbacks import Callback, EvalEvent, RunSummary, StartEvent
 from mutexmatch.compiled import check_cuda_graphs, compiled_forward
@@ -52,6 +53,7 @@ from mutexmatch.datasets import DatasetBundle, DatasetError, Footprint, footprin
 from mutexmatch.diagnostics import StepAccumulator
 from mutexmatch.imagefolder import ImageFolderError
 from mutexmatch.ema import ModelEMA
+from mutexmatch.extended_step import features_forward, make_views, step_inputs, teacher_forward
 from mutexmatch.models import build_model
 from mutexmatch.prefetch import Prefetcher, to_device
 from mutexmatch.runfolder import RUN_MARKER, RunFolder, RunFolderError, checkpoint_step
@@ -180,9 +182,11 @@ ACTIVATION_BYTES_PER_PIXEL = {"wrn28_2": 3700, "cnn13": 6400, "wrn28_8": 14400, 
 ACTIVATION_SHARE = {"fp32": 1.0, "bf16": 0.5, "fp16": 0.5}  # autocast saves about half (the table's bf16 column)
 
 
-def _step_images(cfg: RunConfig) -> int:
-    t = cfg.train
-    return t.batch_size * (1 + 2 * t.mu) if ALGORITHMS[cfg.algorithm.name].uses_unlabeled else t.batch_size
+def _step_images(cfg: RunConfig, forwards: bool = True) -> int:
+    """Images of one step: its views (the algorithm's StepSpec; by default B (1 + 2 mu)) and, with ``forwards``,
+    the batches of its extra forwards."""
+    t, alg = cfg.train, ALGORITHMS[cfg.algorithm.name]
+    return alg.step.images_per_step(t.batch_size, t.mu, alg.uses_unlabeled, forwards)
 
 
 def _step_bytes(cfg: RunConfig, fp: Footprint) -> int:
@@ -291,7 +295,7 @@ class Trainer:
         """The algorithm, model, optimiser, schedule and the batch pipeline, on the training device."""
         cfg = self.cfg
         extra = self.bundle.extra_unlabeled
-        self._build_model(with_tnc=alg_cls.uses_tnc)   # draws the weights; building the algorithm draws nothing
+        self._build_model(alg_cls)   # draws the weights (the model's, then its extra heads'); the algorithm draws nothing
         self.algorithm = alg_cls(alg_cls.params_from(cfg.algorithm), self._context(alg_cls.uses_unlabeled))
         o = cfg.optim
         self.optimizer = _sgd(self.model, o.lr, o.momentum, o.nesterov, o.weight_decay, self.device)
@@ -358,11 +362,11 @@ class Trainer:
         return found
 
     def _check_batch_memory(self) -> None:
-        """Refuse up front a step whose input batch alone (float32, labeled + weak + strong views) exceeds the
-        device's memory; a step that still does not fit raises :class:`StepMemoryError` at its first step."""
-        t, x = self.cfg.train, self.bundle.train.x
-        rows = t.batch_size * (1 + 2 * t.mu)
-        need = rows * x[0].numel() * 4
+        """Refuse up front a step whose input batch alone (float32, the algorithm's views: by default labeled + weak
+        + strong) exceeds the device's memory; a step that still does not fit raises :class:`StepMemoryError` at
+        its first step."""
+        x = self.bundle.train.x
+        need = _step_images(self.cfg, forwards=False) * x[0].numel() * 4
         have = _device_memory(self.device)
         if have is not None and need > have:
             raise StepMemoryError(f"{self._batch_text()}: the input batch alone takes {_size(need)}, more than the "
@@ -371,21 +375,28 @@ class Trainer:
     def _batch_text(self) -> str:
         t = self.cfg.train
         shape = "x".join(map(str, self.bundle.train.x.shape[1:]))
-        return (f"train.batch_size={t.batch_size}, train.mu={t.mu}: one step of {t.batch_size * (1 + 2 * t.mu)} "
+        return (f"train.batch_size={t.batch_size}, train.mu={t.mu}: one step of {_step_images(self.cfg, False)} "
                 f"images of {shape}")
 
-    def _build_model(self, with_tnc: bool) -> None:
-        """The network on the training device, its EMA and the (optionally compiled) forward."""
+    def _build_model(self, alg_cls: type) -> None:
+        """The network (with the algorithm's extra heads) on the training device, its EMA and the (optionally
+        compiled) forward."""
         cfg = self.cfg
         self.model = build_model(cfg.model.backbone, num_classes=self.num_classes,
                                  in_channels=self.bundle.info.channels, image_size=self.bundle.train.x.shape[-1],
-                                 with_tnc=with_tnc)
+                                 with_tnc=alg_cls.uses_tnc)
+        params = alg_cls.Params.parse(alg_cls.params_from(cfg.algorithm), alg_cls.name, self.num_classes)
+        self.model.add_heads(alg_cls.heads(params, self.model.feat_dim, self.num_classes))
         if getattr(cfg.algorithm, "form", None) == "official":  # the released code's WRN: BatchNorm momentum = 1 - EMA decay
             self.model.backbone.tie_bn_momentum_to_ema(cfg.train.ema)
         self.memory_format = torch.channels_last if cfg.model.channels_last else torch.contiguous_format
         self.model.to(self.device, memory_format=self.memory_format)
         self.ema = ModelEMA(self.model, cfg.train.ema)
         self.forward = compiled_forward(self.model, cfg.train, self.device)
+        # What a step runs the model through (StepInputs.forward / .teacher): fp32 features under the autocast of
+        # train.precision, BatchNorm statistics updated or not; the teacher is the EMA model (Mean Teacher).
+        self.features = features_forward(self.forward, self.model, self._autocast)
+        self.teacher = teacher_forward(self.ema.module, self._autocast)
 
     def _make_split(self) -> Split:
         d = self.cfg.data
@@ -497,22 +508,20 @@ class Trainer:
             self.op_generator.set_state(state["op_generator"])
         self.prefetcher.drop()  # a batch made ahead came from the state just replaced
 
-    def _batch(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int]:
-        """One step's batch, [labeled weak | unlabeled weak | unlabeled strong] normalised, made from
-        :meth:`_batch_state` only (so :class:`Prefetcher` can make it ahead and a checkpoint can replay it)."""
+    def _batch(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int, torch.Tensor | None]:
+        """One step's batch: the algorithm's views (by default [labeled weak | unlabeled weak | unlabeled strong])
+        normalised and concatenated, labels, unlabeled indices and pool positions, muB, rotation labels (or None);
+        made from :meth:`_batch_state` only (so :class:`Prefetcher` can make it ahead and a checkpoint can replay
+        it)."""
         info = self.bundle.info
         idx = self.sampler.next()
-        g, h = self.aug_generator, self.op_generator
+        aug = {"flip": info.flip, "pad": info.pad, "pad_mode": info.pad_mode, "generator": self.aug_generator}
         lb = to_device(idx.lb, self.device)
-        views = [weak_augment(self.train_x[lb], flip=info.flip, pad=info.pad, pad_mode=info.pad_mode, generator=g)]
         ulb = to_device(idx.ulb, self.device)
-        if ulb.numel():
-            x_u = self.ulb_x[ulb]
-            views.append(weak_augment(x_u, flip=info.flip, pad=info.pad, pad_mode=info.pad_mode, generator=g))
-            views.append(strong_augment(x_u, flip=info.flip, pad=info.pad, pad_mode=info.pad_mode, generator=g,
-                                        op_generator=h))
+        views, rot = make_views(self.algorithm.step, self.train_x[lb], self.ulb_x[ulb] if ulb.numel() else None,
+                                aug, self.op_generator)
         x = normalize(torch.cat(views), info.mean, info.std, channels_last=self.cfg.model.channels_last)
-        return x, self.train_y[lb], ulb, to_device(idx.ulb_pos, self.device), len(ulb)
+        return x, self.train_y[lb], ulb, to_device(idx.ulb_pos, self.device), len(ulb), rot
 
     def _autocast(self):
         if self.autocast_dtype is None:
@@ -524,15 +533,13 @@ class Trainer:
         autocast, then the heads, softmax thresholds and losses on the features cast to fp32, backward, SGD, EMA.
         BatchNorm keeps fp32 weights and running statistics under autocast (its buffers are never cast)."""
         t0 = time.perf_counter()
-        x, y_lb, ulb, ulb_pos, num_ulb = self.prefetcher.next()
+        x, y_lb, ulb, ulb_pos, num_ulb, rot = self.prefetcher.next()
         t1 = time.perf_counter()
         self.model.train()
-        with self._autocast():
-            feats = self.forward(x)
-        # fp32 heads and losses: a bf16 max-probability is too coarse for tau = 0.95 (its spacing there is 2^-8).
-        out = self.algorithm.compute(self.model, StepInputs(
-            feats=feats.float(), num_lb=len(y_lb), num_ulb=num_ulb, targets_lb=y_lb, ulb_idx=ulb, step=self.step,
-            ulb_pos=ulb_pos))
+        inp = step_inputs(self.algorithm.step, x, num_lb=len(y_lb), num_ulb=num_ulb, features=self.features,
+                          teacher=self.teacher, targets_lb=y_lb, ulb_idx=ulb, step=self.step, ulb_pos=ulb_pos,
+                          rot_label=rot)
+        out = self.algorithm.compute(self.model, inp)
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(out.loss).backward()
         self.scaler.step(self.optimizer)
@@ -605,7 +612,7 @@ class Trainer:
         self.history.append(acc)
         self.best_acc = max(self.best_acc, acc)
         window = self.history[-self.cfg.train.median_window:]
-        per_step_imgs = self.cfg.train.batch_size + 2 * st.ulb_seen / n
+        per_step_imgs = sum(self.algorithm.step.rows(self.cfg.train.batch_size, st.ulb_seen / n))  # the views made
         metrics = {
             **terms, M.TEST_ACC: acc, M.TEST_ACC_RAW: acc_raw, M.TEST_BEST_ACC: self.best_acc,
             M.TEST_MEDIAN_ACC: float(statistics.median(window)),

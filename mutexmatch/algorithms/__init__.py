@@ -11,14 +11,14 @@ import importlib
 import pkgutil
 
 from mutexmatch.algorithms.alignment import DistributionAlignment
-from mutexmatch.algorithms.base import (ALGORITHMS, Algorithm, StepInputs, StepOutput, TrainContext, Views, algorithms_markdown,
-                                        build_algorithm, declared_terms, register_algorithm)
+from mutexmatch.algorithms.base import (ALGORITHMS, Algorithm, StepInputs, StepOutput, StepSpec, TrainContext, Views,
+                                        algorithms_markdown, build_algorithm, declared_terms, register_algorithm)
 from mutexmatch.algorithms.fixmatch import FixMatch
 from mutexmatch.algorithms.mutexmatch import MutexMatch
 from mutexmatch.algorithms.supervised import Supervised
 
 __all__ = ["ALGORITHMS", "Algorithm", "DistributionAlignment", "FixMatch", "MutexMatch", "StepInputs", "StepOutput",
-           "Supervised", "TrainContext", "Views", "algorithms_markdown", "build_algorithm", "declared_terms",
+           "StepSpec", "Supervised", "TrainContext", "Views", "algorithms_markdown", "build_algorithm", "declared_terms",
            "register_algorithm"]
 
 for _module in sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")):

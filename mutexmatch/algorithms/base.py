@@ -33,6 +33,19 @@ Writing a new method (one module ``mutexmatch/algorithms/<name>.py``, nothing el
   synchronisation in a step (``tests/mutexmatch/test_sync_free.py`` runs every registered algorithm on the meta
   device).
 
+The step is declared too (:class:`StepSpec`, the class attribute ``step``). The default is the released code's: one
+forward of the concatenation [labeled weak | unlabeled weak | unlabeled strong] (BatchNorm over all rows) whose
+features arrive as ``StepInputs.feats``. An algorithm may declare other views (a second weak or strong view, the
+strong view rotated with its rotation label, a strong view of the labeled batch, no strong view), made by the
+trainer from the same generators (a batch stays a pure function of the generator state) and counted in its memory
+check; with ``forward="separate"`` it gets the normalised views (``StepInputs.images``) and the forward function
+``StepInputs.forward(x, update_bn=...)`` and runs its own forwards (separate batches, mixup, VAT's adversarial
+direction), choosing per forward whether BatchNorm updates its running statistics; with ``teacher=True`` also
+``StepInputs.teacher(x)``, features by the EMA weights without gradient and without touching any running
+statistics (Mean Teacher). Extra heads (projection MLPs, a rotation head) come from the classmethod ``heads``: the
+trainer attaches them to the model (``model.heads[name]``) before the optimiser, the EMA, ``train.compile`` and
+checkpoints see it. The machinery is :mod:`mutexmatch.extended_step`.
+
 The confidence threshold is a seam: :meth:`FixMatch.confidence_mask` turns p^w into the high-confidence mask
 1(max p^w >= tau) of Eq. (p), with access to the unlabeled indices and the algorithm's own state
 (:meth:`Algorithm.state_dict`, saved in checkpoints); an algorithm with per-class or adaptive thresholds overrides
@@ -54,11 +67,69 @@ from mutexmatch.params import AlgorithmParams
 from mutexmatch.params import markdown as params_markdown
 
 
+LABELED_VIEWS = ("lb", "lb_strong")                                     # of the labeled batch
+UNLABELED_VIEWS = ("weak", "strong", "weak2", "strong2", "rotated")     # of the unlabeled batch
+FORWARDS = ("concat", "separate")
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """What the trainer makes and runs for one step of an algorithm (``Algorithm.step``), declared once.
+
+    ``views``, in the order they are made (the augmentation generators' draw order) and concatenated: ``lb`` (the
+    labeled batch, weak; always first), ``lb_strong`` (the labeled batch, strong), ``weak``, ``strong``, ``weak2``,
+    ``strong2`` (independent augmentations of the unlabeled batch) and ``rotated`` (the ``strong`` view rotated by
+    k x 90 degrees, k uniform in 0..3 per image: ``StepInputs.rot_label``). ``forward``: ``concat`` (the trainer
+    forwards all views as one batch; ``StepInputs.feats``) or ``separate`` (``StepInputs.images`` and ``.forward``:
+    the algorithm runs its forwards). ``teacher``: ``StepInputs.teacher`` (EMA weights). ``extra_forwards``: further
+    forwards of an unlabeled batch whose activations the step keeps (VAT's x + r_adv), for the memory check."""
+
+    views: tuple[str, ...] = ("lb", "weak", "strong")
+    forward: str = "concat"
+    teacher: bool = False
+    extra_forwards: int = 0
+
+    def errors(self, owner: str) -> list[str]:
+        """One line per problem with the declaration (checked at registration)."""
+        v, known = self.views, LABELED_VIEWS + UNLABELED_VIEWS
+        errors = [f"{owner}.step.views: {n!r} is not a view; views are {', '.join(known)}" for n in v if n not in known]
+        if not v or v[0] != "lb":
+            errors.append(f"{owner}.step.views={v!r}: must start with 'lb' (the labeled batch)")
+        if len(set(v)) != len(v):
+            errors.append(f"{owner}.step.views={v!r}: a view is named twice")
+        if [n for n in v if n in LABELED_VIEWS] != list(v[:sum(n in LABELED_VIEWS for n in v)]):
+            errors.append(f"{owner}.step.views={v!r}: the labeled views (lb, lb_strong) come first")
+        if "rotated" in v and ("strong" not in v or v.index("strong") > v.index("rotated")):
+            errors.append(f"{owner}.step.views={v!r}: 'rotated' rotates the 'strong' view, which must come before it")
+        if self.forward not in FORWARDS:
+            errors.append(f"{owner}.step.forward={self.forward!r}: must be one of {', '.join(FORWARDS)}")
+        if self.teacher and self.forward != "separate":
+            errors.append(f"{owner}.step.teacher=True: needs forward='separate' (the algorithm runs the teacher)")
+        if not isinstance(self.extra_forwards, int) or self.extra_forwards < 0:
+            errors.append(f"{owner}.step.extra_forwards={self.extra_forwards!r}: must be an integer >= 0")
+        return errors
+
+    def made(self, with_unlabeled: bool) -> tuple[str, ...]:
+        """The views a step makes (without unlabeled data: the labeled ones)."""
+        return self.views if with_unlabeled else tuple(n for n in self.views if n in LABELED_VIEWS)
+
+    def rows(self, num_lb: int, num_ulb: int) -> list[int]:
+        """Rows of each made view, in order."""
+        return [num_lb if n in LABELED_VIEWS else num_ulb for n in self.made(num_ulb > 0)]
+
+    def images_per_step(self, batch_size: int, mu: int, with_unlabeled: bool, forwards: bool = True) -> int:
+        """Images one step makes (``forwards``: plus the extra forwards' batches, what its activations hold)."""
+        ulb = batch_size * mu if with_unlabeled else 0
+        extra = self.extra_forwards * ulb if forwards else 0
+        return sum(self.rows(batch_size, ulb)) + extra
+
+
 @dataclass
 class StepInputs:
     """What the trainer hands an algorithm each step."""
 
-    feats: Tensor            # backbone features of [lb B | weak muB | strong muB], (B + 2 muB, D)
+    feats: Tensor | None     # concat step: backbone features of the views concatenated ([lb B | weak muB | strong
+                             # muB] by default), (B + k muB, D); None for a separate step
     num_lb: int              # B
     num_ulb: int             # muB (0 for algorithms with uses_unlabeled False)
     targets_lb: Tensor       # (B,) int64
@@ -66,6 +137,18 @@ class StepInputs:
     step: int                # 0-based step about to be taken (the step count before it)
     ulb_pos: Tensor | None = None   # (muB,) int64 positions in the pool TrainContext.unlabeled, 0..N_u-1: the index
                                     # of per-sample state; None: the pool is the whole dataset (ulb_pos = ulb_idx)
+    # A separate step (StepSpec.forward "separate"): the normalised views by name, and the forward functions.
+    images: Mapping[str, Tensor] | None = None
+    forward: Callable[..., Tensor] | None = None    # forward(x, update_bn=True) -> fp32 features (the model's)
+    teacher: Callable[[Tensor], Tensor] | None = None   # teacher(x) -> fp32 features by the EMA weights, no grad
+    rot_label: Tensor | None = None                 # (muB,) int64 k of the 'rotated' view (k x 90 degrees)
+
+    def view(self, name: str) -> Tensor:
+        """The normalised images of view ``name`` (a separate step)."""
+        if self.images is None or name not in self.images:
+            raise ValueError(f"StepInputs.images: no view {name!r} (this step has "
+                             f"{sorted(self.images or {})}); declare it in the algorithm's StepSpec views")
+        return self.images[name]
 
     @property
     def pool_pos(self) -> Tensor:
@@ -169,6 +252,14 @@ class Algorithm:
     # declaration the step accumulator, the metric names, the docs and the registry tests read.
     terms: ClassVar[tuple[str, ...]] = ()
     Params: ClassVar[type[AlgorithmParams]] = AlgorithmParams
+    step: ClassVar[StepSpec] = StepSpec()    # the views and forwards of a step (the default: one concatenated forward)
+
+    @classmethod
+    def heads(cls, params: AlgorithmParams, feat_dim: int, num_classes: int) -> dict[str, nn.Module]:
+        """Extra heads by name (projection MLPs, a rotation head), built from the algorithm's parameters: the
+        trainer attaches them as ``model.heads[name]`` before the optimiser, the EMA, ``train.compile`` and
+        checkpoints see the model (their weights are drawn right after the model's). None by default."""
+        return {}
 
     def __init__(self, params: Mapping[str, Any], ctx: TrainContext) -> None:
         if not isinstance(ctx, TrainContext):
@@ -227,6 +318,9 @@ class Algorithm:
 
     def _split(self, inp: StepInputs) -> tuple[int, int]:
         b, u = inp.num_lb, inp.num_ulb
+        if inp.feats is None:
+            raise ValueError(f"StepInputs.feats: None; algorithm {self.name!r} takes the concatenated forward's "
+                             "features (its StepSpec forward is 'concat')")
         if inp.feats.dim() != 2 or inp.feats.shape[0] != b + 2 * u:
             raise ValueError(f"StepInputs.feats: shape {tuple(inp.feats.shape)} is not (B + 2 muB, D) with "
                              f"B={b}, muB={u}")
@@ -247,7 +341,9 @@ def register_algorithm(name: str) -> Callable[[A], A]:
             raise ValueError(f"algorithm.name={name!r}: already registered by {ALGORITHMS[name].__qualname__}")
         if not (isinstance(cls.Params, type) and issubclass(cls.Params, AlgorithmParams)):
             raise ValueError(f"{cls.__qualname__}.Params: must be a mutexmatch.params.AlgorithmParams model")
-        errors = term_name_errors(cls.__qualname__, cls.terms)
+        errors = term_name_errors(cls.__qualname__, cls.terms) + (
+            cls.step.errors(cls.__qualname__) if isinstance(cls.step, StepSpec) else
+            [f"{cls.__qualname__}.step: must be a StepSpec, got {type(cls.step).__name__}"])
         if errors:
             raise ValueError("\n".join(errors))
         if "Params" in cls.__dict__ and cls.Params.pinned:  # made by Params.without: picklable as <algorithm>.Params

@@ -149,6 +149,16 @@ class MutexNet(nn.Module):
         self.num_classes = num_classes
         # Default PyTorch init, as the released code's TNC (a bare Linear created outside the backbone's init loop).
         self.tnc: nn.Linear | None = nn.Linear(backbone.feat_dim, num_classes) if with_tnc else None
+        # An algorithm's extra heads (Algorithm.heads: projection MLPs, a rotation head); empty by default, which
+        # adds no parameter and no state entry.
+        self.heads = nn.ModuleDict()
+
+    def add_heads(self, heads: dict[str, nn.Module]) -> None:
+        """Attach an algorithm's extra heads as ``heads[name]`` (before the optimiser, the EMA and compiling)."""
+        for name, head in heads.items():
+            if name in self.heads:
+                raise ValueError(f"model.heads: a head {name!r} is attached already")
+            self.heads[name] = head
 
     @property
     def feat_dim(self) -> int:

@@ -1,6 +1,7 @@
-"""A test-only algorithm written against the public API, registered for every test in this folder (so the
-registry-parametrised tests run it too): FlexMatch-style per-class thresholds through the threshold seam, with a
-parameter of its own (``algorithm.warmup``) declared only here."""
+"""Test-only algorithms written against the public API, registered for every test in this folder (so the
+registry-parametrised tests run them too): FlexMatch-style per-class thresholds through the threshold seam, with a
+parameter of its own (``algorithm.warmup``) declared only here; and an extended step with every view and an extra
+head (``extended_demo``)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -8,9 +9,11 @@ from typing import Any
 
 import torch
 from pydantic import Field
-from torch import Tensor
+from torch import Tensor, nn
+import torch.nn.functional as F
 
-from mutexmatch.algorithms import FixMatch, StepInputs, TrainContext, register_algorithm
+from mutexmatch.algorithms import (Algorithm, FixMatch, StepInputs, StepOutput, StepSpec, TrainContext,
+                                   register_algorithm)
 from mutexmatch.params import FixMatchParams
 
 
@@ -57,3 +60,30 @@ class FlexMatchDemo(FixMatch):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
         self.selected = state["selected"].to(self.selected.device).clone()
+
+
+@register_algorithm("extended_demo")
+class ExtendedDemo(Algorithm):
+    """Every view of the extended step in one concatenated forward, and an extra head: L_sup on both labeled views,
+    a rotation loss (a head predicting k of the rotated view) and an MSE between the two strong views' predictions
+    and the weak one's (a test of the seam, not a method)."""
+
+    terms = ("sup", "rot", "mse")
+    step = StepSpec(views=("lb", "lb_strong", "weak", "strong", "strong2", "weak2", "rotated"))
+
+    @classmethod
+    def heads(cls, params, feat_dim: int, num_classes: int) -> dict[str, nn.Module]:
+        return {"rot": nn.Linear(feat_dim, 4)}
+
+    def compute(self, model, inp: StepInputs) -> StepOutput:
+        b, u = inp.num_lb, inp.num_ulb
+        lb, lb_s, w, s, s2, w2, rot = inp.feats.split(self.step.rows(b, u))
+        sup = (F.cross_entropy(model.tpc(lb), inp.targets_lb) + F.cross_entropy(model.tpc(lb_s), inp.targets_lb)) / 2
+        rot_loss = F.cross_entropy(model.heads["rot"](rot), inp.rot_label)
+        target = torch.softmax(model.tpc(torch.cat([w, w2])).detach(), 1)
+        mse = F.mse_loss(torch.softmax(model.tpc(torch.cat([s, s2])), 1), target)
+        return StepOutput(loss=sup + rot_loss + mse, terms={"sup": sup, "rot": rot_loss, "mse": mse},
+                          pseudo_label=target[:u].argmax(1))
+
+    def term_weights(self) -> dict[str, float]:
+        return {"sup": 1.0, "rot": 1.0, "mse": 1.0}

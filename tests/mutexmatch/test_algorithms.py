@@ -19,6 +19,7 @@ from pydantic import create_model
 from mutexmatch.algorithms import (ALGORITHMS, Algorithm, DistributionAlignment, StepInputs, StepOutput, TrainContext,
                                    build_algorithm, register_algorithm)
 from mutexmatch.algorithms.tnc_schemes import random_complementary_label
+from mutexmatch.extended_step import features_forward, step_inputs, teacher_forward
 from mutexmatch.losses import confidence_mask, mutexmatch_loss
 from mutexmatch.params import AlgorithmParams
 
@@ -29,20 +30,31 @@ B, U, D_IN, D, C = 4, 8, 5, 6, 4
 class FakeNet(nn.Module):
     """Stands in for MutexNet: a Linear "backbone" giving the features, Linear TPC and (optional) TNC heads."""
 
-    def __init__(self, tnc: bool = True, seed: int = 0) -> None:
+    def __init__(self, tnc: bool = True, seed: int = 0, heads: dict[str, nn.Module] | None = None) -> None:
         super().__init__()
         torch.manual_seed(seed)
         self.backbone = nn.Linear(D_IN, D)
         self.tpc = nn.Linear(D, C)
         self.tnc = nn.Linear(D, C) if tnc else None
+        self.heads = nn.ModuleDict(heads or {})   # an algorithm's extra heads (Algorithm.heads)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.backbone(x)
 
 
 def batch(model: FakeNet, algo: type[Algorithm] | Algorithm, seed: int = 1, scale: float = 4.0) -> StepInputs:
+    """The step inputs of the algorithm's declared step (its views; features of their concatenation, or the views
+    with the forward functions), made as the trainer makes them (mutexmatch.extended_step.step_inputs); the default
+    step's inputs are [lb | weak | strong] rows of random "images"."""
     gen = torch.Generator().manual_seed(seed)
     u = U if algo.uses_unlabeled else 0
-    x = torch.randn(B + 2 * u, D_IN, generator=gen) * scale
-    return StepInputs(feats=model.backbone(x), num_lb=B, num_ulb=u, targets_lb=torch.randint(C, (B,), generator=gen),
-                      ulb_idx=torch.arange(u), step=0)
+    x = torch.randn(sum(algo.step.rows(B, u)), D_IN, generator=gen) * scale
+    targets = torch.randint(C, (B,), generator=gen)
+    rot = torch.randint(4, (u,), generator=gen) if "rotated" in algo.step.views else None
+    teacher = FakeNet(tnc=model.tnc is not None, seed=seed + 100) if algo.step.teacher else None   # the EMA model
+    return step_inputs(algo.step, x, num_lb=B, num_ulb=u, features=features_forward(model, model),
+                       teacher=teacher and teacher_forward(teacher), targets_lb=targets, ulb_idx=torch.arange(u), step=0,
+                       rot_label=rot)
 
 
 def tau_between(model: FakeNet, inp: StepInputs) -> float:
@@ -93,7 +105,7 @@ def test_every_module_of_the_package_registers_and_every_name_is_its_class() -> 
 def test_every_algorithm_trains_and_round_trips_state(name: str) -> None:
     cls = ALGORITHMS[name]
     params = {"dist_align": True} if "dist_align" in cls.Params.model_fields else {}
-    model = FakeNet(tnc=cls.uses_tnc)
+    model = FakeNet(tnc=cls.uses_tnc, heads=cls.heads(cls.Params.parse(params, name, C), D, C))
     algo = build_algorithm(name, params, TrainContext.synthetic(C, U))
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     for step in range(3):

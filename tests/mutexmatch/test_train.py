@@ -40,7 +40,10 @@ def _tensors(trainer: Trainer) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.parametrize("alg", [{"form": "paper", "k": 3}, {"form": "official", "dist_align": True},
-                                 {"algorithm": "flexmatch_demo", "tau": 0.5}])   # per-sample threshold state (conftest)
+                                 {"algorithm": "flexmatch_demo", "tau": 0.5},    # per-sample threshold state (conftest)
+                                 {"algorithm": "meanteacher", "unsup_warm_up": 0.25},   # a teacher (the EMA model)
+                                 {"algorithm": "vat"},                  # noise from the global generator
+                                 {"algorithm": "extended_demo"}])       # every view, rotations, an extra head
 def test_stop_and_resume_is_bit_identical(tmp_path, alg):
     full = Trainer(_cfg(tmp_path, "full", **alg))
     full.fit()
@@ -402,3 +405,16 @@ def test_an_in_flight_run_of_the_code_before_issue_22_resumes(tmp_path, algorith
                     first.ckpt_dir, 8)
     with pytest.raises(CheckpointError, match="another configuration"):
         Trainer(reloaded, resume=True)
+
+
+def test_an_algorithms_extra_head_is_trained_averaged_and_checkpointed(tmp_path):
+    """Issue 23: Algorithm.heads are attached before the optimiser, the EMA and checkpoints see the model."""
+    trainer = Trainer(_cfg(tmp_path, algorithm="extended_demo"))
+    head = trainer.model.heads["rot"]
+    assert {id(p) for p in head.parameters()} <= {id(p) for g in trainer.optimizer.param_groups for p in g["params"]}
+    before = head.weight.detach().clone()
+    trainer.fit(stop_at=2)
+    assert not torch.equal(before, head.weight) and "heads.rot.weight" in trainer.ema.state_dict()
+    assert not torch.equal(trainer.ema.module.heads["rot"].weight, before)
+    assert "heads.rot.weight" in torch.load(trainer.last_checkpoint, weights_only=True)["model"]
+    assert "heads.rot.weight" not in Trainer(_cfg(tmp_path, "plain", algorithm="fixmatch")).model.state_dict()
