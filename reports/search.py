@@ -14,6 +14,8 @@
   ``mutexmatch.early_stopped`` tag, the run matched to its Optuna trial by its sampled values (by its logged
   parameters for a run from before the ``mutexmatch.sampled`` tag). Those trials keep their
   objective, and TPE, the best trial and the importances count them with it, as the sweep does.
+- The best trial (★): the one :func:`orchestration.contract.best_trial` picks, the rule the refit and the parent
+  run's ``best.*`` follow, so the star is on the trial the sweep chose.
 - Importances: ``optuna.importance.get_param_importances`` with the fANOVA evaluator (seeded), "n/a" with the reason
   below :data:`MIN_IMPORTANCE_TRIALS` trials that ran to the end (ASHA-stopped ones do not count towards it) or when
   every objective is the same.
@@ -54,7 +56,8 @@ STATES = (COMPLETE, PRUNED, FAILED, RUNNING)
 _MAX_RUNS = 10_000         # search runs read in one request: a search has tens
 _STEM = re.compile(r"[^A-Za-z0-9_-]+")
 _SOURCES = {True: "the durable Optuna study", False: "the MLflow search runs (no Optuna study found)"}
-_BEST = "the best trial (the refit trains the best one over all studies of the cell)"
+_BEST = ("the best trial, as the sweep picks it (a tie goes to the trial started last; the refit trains the best "
+         "one over all studies of the cell)")
 _CAPTIONS = {"history": "optimisation history (each trial's objective and the best so far, by trial number)",
              "slice": "slice plot (each trial's objective against each parameter)"}
 _MARKS = "filled: ran to the end; hollow grey: stopped early by ASHA; star: the best trial"
@@ -229,6 +232,8 @@ def _run_key(run: Any, space: dict[str, Any]) -> str:
 
 def _optuna_rows(study: Any, runs: list[Any], info: SearchInfo) -> list[dict[str, Any]]:
     """One row per trial of the durable study, with the MLflow run of the same sampled values (oldest first)."""
+    from optuna.trial import TrialState
+
     by_params: dict[str, list[Any]] = {}
     for run in runs:
         by_params.setdefault(_run_key(run, info.space), []).append(run)
@@ -238,8 +243,11 @@ def _optuna_rows(study: Any, runs: list[Any], info: SearchInfo) -> list[dict[str
             _param_key(trial.params, info.space), [])
         run = matched.pop(0) if matched else None
         value = trial.value if trial.value is not None else math.nan
+        started = run.info.start_time if run is not None else \
+            int(trial.datetime_start.timestamp() * 1000) if trial.datetime_start else 0
         rows.append({"trial": trial.number, **{p: trial.params.get(p) for p in info.space}, "objective": value,
-                     "state": _optuna_state(trial, run), "run_id": run.info.run_id if run is not None else ""})
+                     "state": _optuna_state(trial, run), "run_id": run.info.run_id if run is not None else "",
+                     "finished": trial.state == TrialState.COMPLETE, "start": started or 0})
     return rows
 
 
@@ -279,21 +287,24 @@ def _mlflow_study(runs: list[Any], info: SearchInfo) -> tuple[Any, list[dict[str
             else {p: sampled[p] for p in info.space}
         rows.append({"trial": number, **{p: params.get(p) if params else run.data.params.get(p)
                                          for p in info.space},
-                     "objective": value, "state": state, "run_id": run.info.run_id})
+                     "objective": value, "state": state, "run_id": run.info.run_id,
+                     "finished": run.info.status == "FINISHED", "start": run.info.start_time or 0})
         if params is not None and state in (COMPLETE, PRUNED) and math.isfinite(value):
             study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=value))
     return study, rows
 
 
 def _trials_frame(rows: list[dict[str, Any]], info: SearchInfo) -> pd.DataFrame:
-    """The rows with ``best``: the best objective among complete and pruned trials (every tie is marked)."""
+    """The rows with ``best``: the one trial the sweep's rule picks (:func:`orchestration.contract.best_trial`, the
+    rule the refit and the parent run's ``best.*`` follow: among trials that finished, ASHA-stopped ones included;
+    a tie goes to the trial started last)."""
     frame = pd.DataFrame(rows, columns=["trial", *info.space, "objective", "state", "run_id"])
     frame["objective"] = frame["objective"].astype(float)
-    scored = frame["state"].isin([COMPLETE, PRUNED]) & frame["objective"].notna()
+    found = C.best_trial([C.SearchOutcome(float(r["objective"]), r["finished"], 0, r["start"], r["run_id"], ref=i)
+                          for i, r in enumerate(rows)], info.mode)
     frame["best"] = False
-    if scored.any():
-        target = frame.loc[scored, "objective"].max() if info.mode == "max" else frame.loc[scored, "objective"].min()
-        frame["best"] = scored & (frame["objective"] == target)
+    if found is not None:
+        frame.loc[found.ref, "best"] = True
     return frame.sort_values("trial", kind="stable").reset_index(drop=True)
 
 

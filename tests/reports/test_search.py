@@ -102,12 +102,12 @@ def test_without_a_storage_the_newest_search_is_rebuilt_from_mlflow_with_asha_st
     assert not st.durable and st.name == C.study_name("srch", "method=mutexmatch,setting=d20/fold0", "h-new")
     assert list(st.trials["run_id"]) == ["a", "b", "c", "d", "e"]
     assert list(st.trials["state"]) == [COMPLETE, PRUNED, FAILED, RUNNING, COMPLETE]
-    assert list(st.trials["best"]) == [False, True, False, False, True]  # a tie: both marked
+    assert list(st.trials["best"]) == [False, False, False, False, True]  # a tie: the trial started last, as the sweep
     assert st.trials.loc[0, "algorithm.tau"] == 0.75 and st.trials.loc[0, "algorithm.k"] == 2
     assert [t.value for t in st.study.trials] == [0.6, 0.7, 0.7]  # the trials with an objective, for the plots
     tex = render_latex(st, SearchInfo.parse(SEARCH), *importances(st.study))
     assert "Read from the MLflow search runs (no Optuna study found)." in tex and "`" not in tex
-    assert tex.count(r"\textbf{") == 2 * 5  # every cell of the two tied best rows
+    assert tex.count(r"\textbf{") == 5  # every cell of the best row
 
 
 FLOAT_K = {**SEARCH, "space": {"algorithm.tau": {"type": "float", "low": 0.5, "high": 0.99},
@@ -193,12 +193,14 @@ def swept(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SweptStore]:
     yield SweptStore(project, uri, path, report)
 
 
-def _runs(uri: str, kind: str) -> list:
+def _runs(uri: str, kind: str | None) -> list:
+    """The trial runs of ``kind``; None: the launch's parent run(s)."""
     from mlflow import MlflowClient
 
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("srch")
-    return client.search_runs([exp.experiment_id], C.trials_filter(kind), max_results=1000)
+    flt = C.trials_filter(kind) if kind else f"tags.`{C.ROLE}` = '{C.ROLE_SWEEP}'"
+    return client.search_runs([exp.experiment_id], flt, max_results=1000)
 
 
 def _best_acc(uri: str, run_id: str) -> float:
@@ -248,14 +250,17 @@ def test_the_trials_table_is_the_durable_study_with_asha_stops_and_the_best_mark
             assert row["objective"] == t.value
         else:
             assert row["state"] in (FAILED, PRUNED)
-    best = {t.number for t in study.get_trials(states=[optuna.trial.TrialState.COMPLETE])
+    tied = {t.number for t in study.get_trials(states=[optuna.trial.TrialState.COMPLETE])
             if t.value == study.best_value}
-    assert set(st.trials.loc[st.trials["best"], "trial"]) == best
+    (best,) = st.trials.loc[st.trials["best"], "trial"]  # one of them: the trial the sweep logged as best
+    assert best in tied
+    (parent,) = _runs(swept.uri, None)
+    assert st.trials.loc[st.trials["best"], "run_id"].item() == parent.data.tags[C.BEST_PREFIX + "run_id"]
     md = (swept.project / "report" / f"{st.stem}.md").read_text()
     rows = [ln for ln in md.splitlines() if ln.startswith("| ") and ln.split("|")[1].strip(" *").isdigit()]
-    assert len(rows) == len(trials) and md.count("★ best") == len(best)
+    assert len(rows) == len(trials) and md.count("★ best") == 1
     tex = (swept.project / "report" / f"{st.stem}.tex").read_text()
-    assert tex.count(r"\textbf{") == 5 * len(best)  # trial, tau, k, objective and state of each best trial
+    assert tex.count(r"\textbf{") == 5  # trial, tau, k, objective and state of the best trial
     assert rf"\input{{{st.stem}.tex}}" in (swept.project / "report" / "report.tex").read_text()
     assert f"### {st.title}" in (swept.project / "report" / "index.md").read_text()
 
