@@ -26,12 +26,16 @@ for further assertions (a deliberate deviation from USB is asserted there). The 
   ``StepOutput.soft_target`` and their argmax with our ``pseudo_label``;
 - optionally any :class:`Lockstep` field (``steps``, ``ulb_size``, ``num_classes``, ``lr``, ``batchnorm``: a
   BatchNorm2d in the backbone whose running statistics are compared every step, ``second_strong``: a view
-  ``x_ulb_s_1`` drawn after the others, USB's ``x_ulb_s_1``; ``x_ulb_s_0`` is the first strong view);
+  ``x_ulb_s_1`` drawn after the others, USB's ``x_ulb_s_1``; ``x_ulb_s_0`` is the first strong view;
+  ``image_views``: views shaped (N, 1, 1, d_in) like images);
+- optionally ``after_sgd(ours, usb)``: called after both SGD updates of a step (Mean Teacher's EMA updates);
+- USB algorithms without a mask or pseudo-labels (Pi-Model, Mean Teacher, VAT): ours must return no mask, and our
+  pseudo-labels (diagnostics) are not compared; set ``min_mixed = 0``;
 - for an extended step (extra heads, views, separate forwards): ``models(ours_tiny, usb_backbone)`` returning (our
   model, USB's model, our state name -> USB's) -- e.g. a head attached to ours and USB's ``CoMatch_Net`` around
   ``usb_backbone`` (a :class:`UsbNet`, which answers ``only_feat`` / ``only_fc``); the driver copies our weights
   into USB's by those names, compares gradients, weights and buffers by them; ``our_step(alg, model, views, step)``
-  making our step from the views; ``usb_targets(record)`` where USB's pseudo-labels are not what a
+  making our step from the views (:func:`separate_step` for a separate-forward step); ``usb_targets(record)`` where USB's pseudo-labels are not what a
   ``gen_ulb_targets`` hook returns (every hook's keyword arguments are recorded as ``<hook>.kwargs``).
 
 USB's epoch advances as its training loop advances it (``it // num_iter_per_epoch``; ``usb_args`` ``epoch`` sets
@@ -64,6 +68,7 @@ import torch
 from torch import Tensor, nn
 
 from mutexmatch.algorithms import Algorithm, StepInputs, StepOutput, TrainContext, build_algorithm
+from mutexmatch.extended_step import features_forward, step_inputs, teacher_forward
 
 MAKEFILE = Path(__file__).resolve().parents[4] / "Makefile"
 # The modules semilearn imports at package import but no train_step uses.
@@ -157,7 +162,7 @@ class TinyNet(nn.Module):
         self.bn = nn.BatchNorm2d(width) if batchnorm else None
 
     def forward(self, x: Tensor) -> Tensor:
-        h = self.body(x)
+        h = self.body(x.flatten(1))     # image-shaped views (N, 1, 1, d_in): the adapter's ``image_views``
         return torch.tanh(h if self.bn is None else self.bn(h[:, :, None, None]).flatten(1))
 
     def tpc(self, feats: Tensor) -> Tensor:
@@ -287,6 +292,10 @@ class Data:
                   self._noisy(x_u, 0.6))
         if c.second_strong:   # drawn last: the other views are those of the adapters without it
             v.x_ulb_s_1 = self._noisy(x_u, 0.6)
+        if c.image_views:     # (N, 1, 1, d_in): what USB's per-image operations (VAT's L2 norms) expect
+            for name in ("x_lb", "x_ulb_w", "x_ulb_s", "x_ulb_s_1"):
+                if getattr(v, name) is not None:
+                    setattr(v, name, getattr(v, name)[:, None, None, :])
         return v
 
 
@@ -321,6 +330,18 @@ def _our_step(adapter: Any, alg: Algorithm, model: nn.Module, v: Views, step: in
                                          targets_lb=v.y_lb, ulb_idx=v.idx_ulb, step=step))
 
 
+def separate_step(alg: Algorithm, model: nn.Module, v: Views, step: int, images: dict[str, Tensor],
+                  teacher: nn.Module | None = None) -> StepOutput:
+    """Our step for an algorithm with separate forwards (StepSpec forward 'separate'), built as the trainer builds
+    it (:func:`mutexmatch.extended_step.step_inputs`): ``images`` by our view name, forwards through ``model``
+    (BatchNorm statistics kept where the algorithm asks), ``teacher`` the EMA model (Mean Teacher)."""
+    x = torch.cat([images[n] for n in alg.step.views])
+    inp = step_inputs(alg.step, x, num_lb=len(v.y_lb), num_ulb=len(v.idx_ulb), features=features_forward(model, model),
+                      teacher=None if teacher is None else teacher_forward(teacher), targets_lb=v.y_lb,
+                      ulb_idx=v.idx_ulb, step=step)
+    return alg.compute(model, inp)
+
+
 def _grads(model: nn.Module, names: dict[str, str] | None = None) -> dict[str, Tensor]:
     """Parameter gradients by name; ``names`` (ours -> USB's) renames USB's to ours."""
     ours_of = {u: o for o, u in (names or {}).items()}
@@ -343,13 +364,19 @@ def _check_step(adapter: Any, step: int, ours_alg: Algorithm, usb_alg: Any, rec:
     assert grads[0].keys() == grads[1].keys(), f"{at}: parameters with a gradient differ"
     for n in grads[0]:
         torch.testing.assert_close(grads[0][n], grads[1][n], msg=lambda m: f"{at}: gradient of {n}\n{m}")
-    torch.testing.assert_close(rec.ours.mask, rec.usb_hooks["masking"], msg=lambda m: f"{at}: mask\n{m}")
+    if "masking" in rec.usb_hooks:
+        torch.testing.assert_close(rec.ours.mask, rec.usb_hooks["masking"], msg=lambda m: f"{at}: mask\n{m}")
+    else:   # USB has no mask (Pi-Model, Mean Teacher, VAT): nor do we
+        assert rec.ours.mask is None, f"{at}: USB masks nothing, ours returned a mask"
     usb_targets = (adapter.usb_targets(rec) if hasattr(adapter, "usb_targets") else
-                   rec.usb_hooks["gen_ulb_targets"])
-    if usb_targets.dim() == 2:      # USB's soft targets (UDA, Dash) vs our StepOutput.soft_target
+                   rec.usb_hooks.get("gen_ulb_targets"))
+    if usb_targets is None:   # USB makes no pseudo-labels (consistency methods); ours are diagnostics only
+        pass
+    elif usb_targets.dim() == 2:      # USB's soft targets (UDA, Dash) vs our StepOutput.soft_target
         torch.testing.assert_close(rec.ours.soft_target, usb_targets, msg=lambda m: f"{at}: soft targets\n{m}")
         usb_targets = usb_targets.argmax(dim=1)
-    assert torch.equal(rec.ours.pseudo_label, usb_targets), f"{at}: pseudo-labels differ"
+    if usb_targets is not None:
+        assert torch.equal(rec.ours.pseudo_label, usb_targets), f"{at}: pseudo-labels differ"
     for ours_term, usb_key in adapter.terms.items():
         torch.testing.assert_close(rec.ours.terms[ours_term].item(), float(rec.usb_log[usb_key]),
                                    msg=lambda m: f"{at}: term {ours_term} vs USB {usb_key}\n{m}")
@@ -375,6 +402,7 @@ class Lockstep:
     min_mixed: int | None = None    # steps whose mask is not constant; None: every step
     batchnorm: bool = False         # TinyNet with a BatchNorm2d (running statistics compared after every step)
     second_strong: bool = False     # a second strong view x_ulb_s_1 (CoMatch, ReMixMatch)
+    image_views: bool = False       # views shaped (N, 1, 1, d_in), as images (VAT's per-image norms)
 
 
 def _models(adapter: Any, cfg: Lockstep) -> tuple[nn.Module, nn.Module, dict[str, str]]:
@@ -440,11 +468,13 @@ def run_lockstep(adapter: Any) -> list[Record]:
         records.append(rec)
         _sgd(ours_net, cfg.lr)
         _sgd(usb_net, cfg.lr)
+        if hasattr(adapter, "after_sgd"):   # e.g. both EMA teachers' updates (the trainer's after the optimiser)
+            adapter.after_sgd(ours, usb)
         usb_state = usb_net.state_dict()
         for name, p in ours_net.state_dict().items():   # weights and BatchNorm running statistics
             torch.testing.assert_close(p, usb_state[names[name]], msg=lambda m: f"{name} after SGD\n{m}")
         _sync(ours_net, usb_net, names)   # lockstep: both start the next step on the same weights
-    mixed = sum(bool(r.ours.mask.min() < r.ours.mask.max()) for r in records)
+    mixed = sum(r.ours.mask is not None and bool(r.ours.mask.min() < r.ours.mask.max()) for r in records)
     needed = cfg.steps if cfg.min_mixed is None else cfg.min_mixed
     assert mixed >= needed, (f"{adapter.name}: masks mixed (neither all 0 nor all 1) in {mixed} of {cfg.steps} "
                              f"steps, wanted {needed}: change logit_scale")
