@@ -236,6 +236,17 @@ def _is_out_of_memory(e: BaseException) -> bool:
         isinstance(e, RuntimeError) and "can't allocate memory" in str(e))
 
 
+def _check_separate_forwards(cfg: RunConfig) -> None:
+    """ConfigError for ``train.cuda_graphs`` with an algorithm that runs its own forwards (StepSpec forward
+    'separate'): the graphed forward starts a new graph generation at every call, which would let a step's second
+    forward overwrite its first one's outputs, and several forwards per step were never run with CUDA graphs."""
+    step = ALGORITHMS[cfg.algorithm.name].step
+    if cfg.train.cuda_graphs and step.forward == "separate":
+        raise ConfigError(f"train.cuda_graphs=true: algorithm {cfg.algorithm.name!r} runs several forwards per step "
+                          "(its StepSpec forward is 'separate'), which CUDA graphs do not support here; set "
+                          "train.cuda_graphs=false (train.compile=true still compiles its forwards)")
+
+
 def _seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
@@ -260,7 +271,8 @@ class Trainer:
         self.out = self.run.path
         self.ckpt_dir = self.run.checkpoints
         self.device = resolve_device(cfg.train.device)
-        check_cuda_graphs(cfg.train.cuda_graphs, self.device)  # before any work
+        _check_separate_forwards(cfg)  # before any work
+        check_cuda_graphs(cfg.train.cuda_graphs, self.device)
         if resume is False:
             self.run.check_fresh(overwrite)  # before any work; checked again under the lock
         if cfg.train.num_threads:

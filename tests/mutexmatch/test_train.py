@@ -13,7 +13,7 @@ from mutexmatch import metrics as M
 from mutexmatch.algorithms import ALGORITHMS, StepOutput
 from mutexmatch.callbacks import Callback
 from mutexmatch.checkpoint import list_checkpoints
-from mutexmatch.config import parse_config
+from mutexmatch.config import ConfigError, parse_config
 from mutexmatch.train import NonFiniteLossError, Trainer, main
 
 
@@ -418,3 +418,12 @@ def test_an_algorithms_extra_head_is_trained_averaged_and_checkpointed(tmp_path)
     assert not torch.equal(trainer.ema.module.heads["rot"].weight, before)
     assert "heads.rot.weight" in torch.load(trainer.last_checkpoint, weights_only=True)["model"]
     assert "heads.rot.weight" not in Trainer(_cfg(tmp_path, "plain", algorithm="fixmatch")).model.state_dict()
+
+
+def test_cuda_graphs_are_refused_for_separate_forwards(tmp_path):
+    """One line before any work: the graphed forward marks a new graph generation per call (issue 23)."""
+    cfg = parse_config({**_cfg(tmp_path, algorithm="pimodel").to_dict(), "train": {
+        **_cfg(tmp_path).train.model_dump(), "cuda_graphs": True, "device": "cpu"}})
+    with pytest.raises(ConfigError, match=r"train.cuda_graphs=true: algorithm 'pimodel' runs several forwards"):
+        Trainer(cfg)
+    assert not (tmp_path / "run").exists()
