@@ -104,6 +104,15 @@ def committed_costs() -> CommittedCosts | None:
     return _from_readme(README_TABLE)
 
 
+def _step_images(cfg: Any) -> int:
+    """Images one training step of ``cfg`` forwards: its algorithm's declared views (``Algorithm.step``; B (1 + 2 mu)
+    for the default step, B (1 + 3 mu) for CoMatch's two strong views) and extra forwards."""
+    from mutexmatch.algorithms import ALGORITHMS
+
+    alg = ALGORITHMS[cfg.algorithm.name]
+    return alg.step.images_per_step(cfg.train.batch_size, cfg.train.mu, alg.uses_unlabeled)
+
+
 @dataclass(frozen=True)
 class Estimate:
     seconds: float | None             # one trial; None: unknown
@@ -127,7 +136,7 @@ class _Estimator:
         if self.committed is None:
             return "no measurements committed (benchmarks/results/*.json, experiments/README.md)"
         return f"committed measurements for {self.committed.device} ({self.committed.source}), steps scaled " \
-               f"linearly in images per step from B={_TABLE_B}, mu={_TABLE_MU}"
+               f"linearly in images per step (the algorithm's views) from B={_TABLE_B}, mu={_TABLE_MU}"
 
     @property
     def unit(self) -> str:
@@ -147,7 +156,7 @@ class _Estimator:
                 return Estimate(None, f"{cfg.data.dataset}/{cfg.model.backbone} not among the committed "
                                 "measurements")
             step_s, eval_s = self.committed.setups[key]
-            scale = cfg.train.batch_size * (1 + 2 * cfg.train.mu) / (_TABLE_B * (1 + 2 * _TABLE_MU))
+            scale = _step_images(cfg) / (_TABLE_B * (1 + 2 * _TABLE_MU))
             return Estimate(iterations * step_s * scale + evaluations * eval_s)
         return self._measured(raw, iterations, evaluations)
 

@@ -14,8 +14,10 @@ now reproduced by the legacy rule (``mutexmatch.config.legacy_config_hash``) tha
 resume check accept beside the current one (``config_hashes``); ``PINNED_CURRENT`` pins the current rule's.
 A YAML that gains a row (UDA in usb_classic_cv and zoo_digits; then Π-Model, Mean Teacher and VAT, issue 23: the
 digests without their lines were fbb9c39a78ae6617 / 787bc082843f88aa and 6f85bef518f12fca / d462166fbb8c275f, the
-pins before them) gains lines in its digest; its first hash and every earlier trial's line stay the same. The two YAMLs new with issue 22 changed once more before any release: the
-algorithms that pin ``dist_align`` off (AdaMatch, Dash, FreeMatch, Pseudo-Label, SoftMatch) lost the ``da_*``
+pins before them; CoMatch in table1_cifar_svhn, table_cnn13_wrn, table2_stl_mini_tiny and zoo_digits, checked when
+added: every earlier key=hash line of both rules is among the new plan's) gains lines in its digest; its first hash
+and every earlier trial's line stay the same. The two YAMLs new with issue 22 changed once more before any release:
+the algorithms that pin ``dist_align`` off (AdaMatch, Dash, FreeMatch, Pseudo-Label, SoftMatch) lost the ``da_*``
 settings nothing read (``AlgorithmParams.GOVERNED``).
 """
 

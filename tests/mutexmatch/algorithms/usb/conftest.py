@@ -63,6 +63,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+import numpy as np
 import pytest
 import torch
 from torch import Tensor, nn
@@ -206,6 +207,8 @@ def _light_base_init(self: Any, args: Namespace, net_builder: Any = None, tb_log
     self.model = self.ema_model = net_builder
     self.ce_loss, self.consistency_loss = CELoss(), ConsistencyLoss()
     self.bn_controller = Bn_Controller()     # Pseudo-Label, Pi-Model, ...: BN statistics kept out of a forward
+    # ReMixMatch's alignment target: the labeled pool's classes, as Data draws them (arange(lb_size) % C)
+    self.dataset_dict = {"train_lb": Namespace(targets=[i % args.num_classes for i in range(args.lb_dest_len)])}
     self._hooks, self.hooks_dict = [], OrderedDict()
     self.set_hooks()
 
@@ -227,11 +230,13 @@ def build_usb(name: str, model: nn.Module, args: dict[str, Any], *, num_classes:
     return alg
 
 
-def build_ours(name: str, params: dict[str, Any], *, num_classes: int, ulb_size: int, total_steps: int,
+def build_ours(name: str, params: dict[str, Any], *, num_classes: int, ulb_size: int, lb_size: int, total_steps: int,
                steps_per_epoch: int) -> Algorithm:
     """Our algorithm through the public surface (the one place to follow the trainer's seam); the schedule is
-    USB's: ``total_steps`` = its num_train_iter, ``steps_per_epoch`` = its num_iter_per_epoch."""
-    ctx = TrainContext.synthetic(num_classes, ulb_size, total_steps=total_steps, steps_per_epoch=steps_per_epoch)
+    USB's: ``total_steps`` = its num_train_iter, ``steps_per_epoch`` = its num_iter_per_epoch; the labeled set is
+    the pool's ``lb_size`` images, balanced (as Data draws them)."""
+    ctx = TrainContext.synthetic(num_classes, ulb_size, num_labeled_per_class=lb_size // num_classes,
+                                 total_steps=total_steps, steps_per_epoch=steps_per_epoch)
     return build_algorithm(name, params, ctx)
 
 
@@ -244,15 +249,24 @@ class Views:
 
     x_lb: Tensor
     y_lb: Tensor
+    idx_lb: Tensor                      # positions in the labeled pool (SimMatch's bank index)
     idx_ulb: Tensor
     x_ulb_w: Tensor
     x_ulb_s: Tensor
     x_ulb_s_1: Tensor | None = None     # a second strong view (adapters with ``second_strong``)
+    x_ulb_s_0_rot: Tensor | None = None  # a "rotated" view and its labels 0..3 (adapters with ``rotated``: the
+    rot_v: Tensor | None = None          # step's arithmetic is compared, the geometry is tested elsewhere)
 
     def usb_args(self) -> dict[str, Tensor]:
         """By USB's ``train_step`` argument names (``x_ulb_s_0`` is the first strong view)."""
-        return {"x_lb": self.x_lb, "y_lb": self.y_lb, "idx_ulb": self.idx_ulb, "x_ulb_w": self.x_ulb_w,
-                "x_ulb_s": self.x_ulb_s, "x_ulb_s_0": self.x_ulb_s, "x_ulb_s_1": self.x_ulb_s_1}
+        return {"x_lb": self.x_lb, "y_lb": self.y_lb, "idx_lb": self.idx_lb, "idx_ulb": self.idx_ulb,
+                "x_ulb_w": self.x_ulb_w, "x_ulb_s": self.x_ulb_s, "x_ulb_s_0": self.x_ulb_s, "x_ulb_s_1": self.x_ulb_s_1,
+                "x_ulb_s_0_rot": self.x_ulb_s_0_rot, "rot_v": self.rot_v}
+
+
+# Our StepSpec view -> the Views field that feeds it (USB's MixMatch gets its second weak view as x_ulb_s).
+VIEW_SOURCE = {"lb": "x_lb", "weak": "x_ulb_w", "strong": "x_ulb_s", "weak2": "x_ulb_s", "strong2": "x_ulb_s_1",
+               "rotated": "x_ulb_s_0_rot"}
 
 
 @dataclass
@@ -288,12 +302,15 @@ class Data:
         lb = torch.randperm(c.lb_size, generator=self.g)[:c.batch]
         ulb = torch.randperm(c.ulb_size, generator=self.g)[:c.mu * c.batch]
         x_u = self.x_ulb_pool[ulb]
-        v = Views(self._noisy(self.x_lb_pool[lb], 0.1), self.y_lb_pool[lb], ulb, self._noisy(x_u, 0.1),
+        v = Views(self._noisy(self.x_lb_pool[lb], 0.1), self.y_lb_pool[lb], lb, ulb, self._noisy(x_u, 0.1),
                   self._noisy(x_u, 0.6))
         if c.second_strong:   # drawn last: the other views are those of the adapters without it
             v.x_ulb_s_1 = self._noisy(x_u, 0.6)
+        if c.rotated:
+            v.x_ulb_s_0_rot = self._noisy(x_u, 0.6)
+            v.rot_v = torch.randint(4, (len(ulb),), generator=self.g)
         if c.image_views:     # (N, 1, 1, d_in): what USB's per-image operations (VAT's L2 norms) expect
-            for name in ("x_lb", "x_ulb_w", "x_ulb_s", "x_ulb_s_1"):
+            for name in ("x_lb", "x_ulb_w", "x_ulb_s", "x_ulb_s_1", "x_ulb_s_0_rot"):
                 if getattr(v, name) is not None:
                     setattr(v, name, getattr(v, name)[:, None, None, :])
         return v
@@ -313,6 +330,7 @@ def _usb_step(alg: Any, v: Views, seed: int) -> tuple[Tensor, dict[str, float], 
     wanted = inspect.signature(alg.train_step).parameters
     given = {k: t for k, t in v.usb_args().items() if k in wanted}
     torch.manual_seed(seed)
+    np.random.seed(seed)     # MixUp's lambda (numpy), like its permutation (torch), drawn the same on both sides
     with mock.patch.object(type(alg), "call_hook", recording), mock.patch.object(Tensor, "cuda", lambda t, *a, **k: t):
         out, log = alg.train_step(**given)
     alg.it += 1
@@ -321,13 +339,18 @@ def _usb_step(alg: Any, v: Views, seed: int) -> tuple[Tensor, dict[str, float], 
 
 
 def _our_step(adapter: Any, alg: Algorithm, model: nn.Module, v: Views, step: int, seed: int) -> StepOutput:
-    """Ours: the adapter's ``our_step`` (an extended step), else one forward of [labeled | weak | strong]."""
+    """Ours: the adapter's ``our_step``, else the step the algorithm declares (its StepSpec: views fed from
+    :data:`VIEW_SOURCE`, one concatenated forward or its own forwards with BatchNorm control), built by the
+    trainer's own :func:`mutexmatch.extended_step.step_inputs`."""
     torch.manual_seed(seed)
+    np.random.seed(seed)
     if hasattr(adapter, "our_step"):
         return adapter.our_step(alg, model, v, step)
-    feats = model(torch.cat([v.x_lb, v.x_ulb_w, v.x_ulb_s]))
-    return alg.compute(model, StepInputs(feats=feats, num_lb=len(v.y_lb), num_ulb=len(v.idx_ulb),
-                                         targets_lb=v.y_lb, ulb_idx=v.idx_ulb, step=step))
+    spec = alg.step
+    x = torch.cat([getattr(v, VIEW_SOURCE[n]) for n in spec.made(True)])
+    return alg.compute(model, step_inputs(spec, x, num_lb=len(v.y_lb), num_ulb=len(v.idx_ulb),
+                                          features=features_forward(model, model), teacher=None,
+                                          targets_lb=v.y_lb, ulb_idx=v.idx_ulb, step=step, rot_label=v.rot_v))
 
 
 def separate_step(alg: Algorithm, model: nn.Module, v: Views, step: int, images: dict[str, Tensor],
@@ -403,6 +426,7 @@ class Lockstep:
     batchnorm: bool = False         # TinyNet with a BatchNorm2d (running statistics compared after every step)
     second_strong: bool = False     # a second strong view x_ulb_s_1 (CoMatch, ReMixMatch)
     image_views: bool = False       # views shaped (N, 1, 1, d_in), as images (VAT's per-image norms)
+    rotated: bool = False           # a view x_ulb_s_0_rot and its labels rot_v (ReMixMatch)
 
 
 def _models(adapter: Any, cfg: Lockstep) -> tuple[nn.Module, nn.Module, dict[str, str]]:
@@ -432,7 +456,7 @@ def _both_sides(adapter: Any) -> tuple[Lockstep, nn.Module, nn.Module, dict[str,
     sizes = {"num_classes": cfg.num_classes, "ulb_size": cfg.ulb_size}
     usb = build_usb(adapter.usb_name, usb_net, adapter.usb_args, lb_size=cfg.lb_size,
                     total_steps=cfg.steps, **sizes)
-    ours = build_ours(adapter.name, adapter.ours_params, total_steps=cfg.steps,
+    ours = build_ours(adapter.name, adapter.ours_params, total_steps=cfg.steps, lb_size=cfg.lb_size,
                       steps_per_epoch=usb.num_iter_per_epoch, **sizes)
     if hasattr(adapter, "prepare"):
         adapter.prepare(ours, usb, torch.Generator().manual_seed(cfg.seed + 2))
