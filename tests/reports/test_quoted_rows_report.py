@@ -1,7 +1,8 @@
 """Issue 23's acceptance for quoted rows: the Table 1 report built from a store holding only FixMatch and MutexMatch
-runs prints every quoted row of the paper (MixMatch†, UDA†, ReMixMatch†, SLA‡, CoMatch*) with its mark, its printed
-numbers and its footnote, in Markdown, LaTeX and the PDF; once the sweep has a `comatch` level and CoMatch runs are in
-the store, CoMatch's row shows ours beside the paper's numbers, as FixMatch's does.
+runs prints every quoted row of the paper (MixMatch†, UDA†, ReMixMatch†, SLA‡) with its mark, its printed numbers
+and its footnote, in Markdown, LaTeX and the PDF, and CoMatch* -- a `comatch` level of the sweep since issue 23 item
+3 -- as a run row with the paper's numbers and none of ours yet; with CoMatch runs in the store its row shows ours
+beside the paper's numbers, as FixMatch's does.
 
 The store is what the sweep leaves (the documented MLflow layout, one FINISHED grid run per cell and fold); no
 training, no Ray."""
@@ -30,9 +31,9 @@ QUOTED = {   # Table 1 of the paper, as printed: label and mark → the nine col
     "UDA†": "— — 70.95±5.93 — — 40.72±0.88 66.87±0.22 47.37±20.51 94.31±2.76",
     "ReMixMatch†": "— — 80.90±9.64 — — 55.72±2.06 72.57±0.31 96.66±0.20 97.08±0.48",
     "SLA‡": "65.87±10.83 81.91±6.77 94.83±0.32 94.98±0.28 — 58.56±1.41 71.27±0.44 96.37±2.91 —",
-    "CoMatch\\*": "69.87±11.82 88.43±7.22 93.21±1.55 94.08±0.31 40.10±2.99 58.04±1.39 72.45±0.44 96.47±1.29 "
-                  "96.98±1.29",
 }
+COMATCH = ("69.87±11.82 88.43±7.22 93.21±1.55 94.08±0.31 40.10±2.99 58.04±1.39 72.45±0.44 96.47±1.29 "   # a run row
+           "96.98±1.29")
 FOOTNOTES = ("† reported in FixMatch (Sohn et al., 2020). ‡ reported in SLA (Tai et al., 2021). \\* the paper authors' "
              "own reimplementation (as is the paper's FixMatch).")
 
@@ -89,6 +90,9 @@ def test_every_quoted_row_of_table1_is_printed_with_its_mark(fixmatch_mutexmatch
         assert set(cells[0::3] + cells[2::3]) == {""}, label   # nothing under Ours and Δ: we did not run it
     ours = _row(md, "MutexMatch")
     assert ours[:3] == ["**87.00±1.58**", "66.45±30.42", "+20.55"]   # a run row: ours, the paper's, Δ, as before
+    comatch = _row(md, "CoMatch\\*")                              # run here, nothing finished yet: the paper's only
+    assert comatch[1::3] == COMATCH.split() and set(comatch[0::3] + comatch[2::3]) == {"—"}
+    assert lines.index(next(ln for ln in lines if ln.startswith("| CoMatch\\* |"))) > run_at
     assert FOOTNOTES in lines
     assert "second best per column among the rows run here" in md
 
@@ -98,8 +102,10 @@ def test_the_latex_table_and_pdf_print_the_quoted_rows_and_footnotes(fixmatch_mu
     for label in ("MixMatch$^{\\dagger}$", "UDA$^{\\dagger}$", "ReMixMatch$^{\\dagger}$", "SLA$^{\\ddagger}$",
                   "CoMatch$^{\\ast}$"):
         assert tex.count(f"\n{label} & ") == 4, label           # once in each of the four column blocks
-    # in each block the rule between the paper's rows and ours, right under CoMatch and above FixMatch
-    assert len(re.findall(r"\nCoMatch\$\^\{\\ast\}\$ [^\n]*\n\\cmidrule\{1-(7|10)\}\nFixMatch & ", tex)) == 4
+    # in each block the rule between the paper's rows and ours, right under SLA and above FixMatch; CoMatch, a run
+    # row, below it
+    assert len(re.findall(r"\nSLA\$\^\{\\ddagger\}\$ [^\n]*\n\\cmidrule\{1-(7|10)\}\nFixMatch & [^\n]*\n"
+                          r"CoMatch\$\^\{\\ast\}\$ & ", tex)) == 4
     assert "$^{\\dagger}$ reported in FixMatch (Sohn et al., 2020). $^{\\ddagger}$ reported in SLA" in tex
     pdf = fixmatch_mutexmatch_only.pdf
     if pdf is None:
@@ -112,14 +118,12 @@ def test_the_latex_table_and_pdf_print_the_quoted_rows_and_footnotes(fixmatch_mu
 
 
 def test_with_comatch_runs_its_row_shows_ours_beside_the_papers(scratch_dirs):
-    """The sweep gains a `comatch` level (issue 23 item 3); its runs fill the row the paper's numbers sat in."""
+    """The sweep's `comatch` level (issue 23 item 3): its runs fill the row beside the paper's numbers."""
     tmp_path = scratch_dirs("table1-comatch-")
     spec = yaml.safe_load(TABLE1.read_text())
-    spec["axes"]["method"]["comatch"] = {"algorithm": {"name": "comatch", "dist_align": True}}
-    spec_path = tmp_path / "table1.yaml"
-    spec_path.write_text(yaml.safe_dump(spec, sort_keys=False, allow_unicode=True))
+    assert spec["axes"]["method"]["comatch"]["algorithm"]["name"] == "comatch"
     uri = _store(tmp_path, spec, ["fixmatch", "mutexmatch", "comatch"])
-    out = build_report(spec_path, tracking_uri=uri, out_dir=tmp_path / "out", formats=["md", "tex"])
+    out = build_report(TABLE1, tracking_uri=uri, out_dir=tmp_path / "out", formats=["md", "tex"])
     md = (out.out_dir / "table1.md").read_text()
     lines = md.splitlines()
     # CoMatch left the quoted block: it is a run row among ours, below the "run here" line
