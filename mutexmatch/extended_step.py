@@ -100,7 +100,7 @@ def step_inputs(spec: StepSpec, x: Tensor, *, num_lb: int, num_ulb: int, feature
     """The step inputs of normalised views ``x`` (concatenated in ``spec.views`` order): ``features(x)`` of all of
     them for a concat step, else the views by name with the forward functions. ``features(x, update_bn=True)``
     gives fp32 features (:func:`features_forward`), ``teacher`` (:func:`teacher_forward`) is handed on where the
-    spec declares one; ``fields``: targets_lb, ulb_idx, step, ulb_pos, rot_label."""
+    spec declares one; ``fields``: targets_lb, ulb_idx, step, ulb_pos, rot_label, lb_pos."""
     if spec.forward == "concat":
         return StepInputs(feats=features(x), num_lb=num_lb, num_ulb=num_ulb, **fields)
     images = dict(zip(spec.made(num_ulb > 0), x.split(spec.rows(num_lb, num_ulb))))

@@ -17,6 +17,7 @@ __all__ = ["SSLSampler", "IndexBatch"]
 @dataclass
 class IndexBatch:
     lb: torch.Tensor       # (B,) dataset indices of the labeled images
+    lb_pos: torch.Tensor   # (B,) their positions in the labeled set: lb == labeled[lb_pos]
     ulb: torch.Tensor      # (μB,) dataset indices of the unlabeled images (empty when no unlabeled data is used)
     ulb_pos: torch.Tensor  # (μB,) their positions in the unlabeled pool: ulb == unlabeled[ulb_pos]
 
@@ -38,12 +39,12 @@ class SSLSampler:
 
     def next(self) -> IndexBatch:
         g = self.generator
-        lb = self.labeled[torch.randint(len(self.labeled), (self.batch_size,), generator=g)]
+        lb_pos = torch.randint(len(self.labeled), (self.batch_size,), generator=g)
         if self.num_ulb:
             pos = torch.randint(len(self.unlabeled), (self.num_ulb,), generator=g)
         else:
             pos = torch.empty(0, dtype=torch.long)
-        return IndexBatch(lb, self.unlabeled[pos], pos)
+        return IndexBatch(self.labeled[lb_pos], lb_pos, self.unlabeled[pos], pos)
 
     def state_dict(self) -> dict:
         return {"generator": self.generator.get_state()}

@@ -520,9 +520,11 @@ class Trainer:
             self.op_generator.set_state(state["op_generator"])
         self.prefetcher.drop()  # a batch made ahead came from the state just replaced
 
-    def _batch(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int, torch.Tensor | None]:
+    def _batch(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int, torch.Tensor | None,
+                              torch.Tensor]:
         """One step's batch: the algorithm's views (by default [labeled weak | unlabeled weak | unlabeled strong])
-        normalised and concatenated, labels, unlabeled indices and pool positions, muB, rotation labels (or None);
+        normalised and concatenated, labels, unlabeled indices and pool positions, muB, rotation labels (or None),
+        the labeled rows' positions in the labeled set;
         made from :meth:`_batch_state` only (so :class:`Prefetcher` can make it ahead and a checkpoint can replay
         it)."""
         info = self.bundle.info
@@ -533,7 +535,8 @@ class Trainer:
         views, rot = make_views(self.algorithm.step, self.train_x[lb], self.ulb_x[ulb] if ulb.numel() else None,
                                 aug, self.op_generator)
         x = normalize(torch.cat(views), info.mean, info.std, channels_last=self.cfg.model.channels_last)
-        return x, self.train_y[lb], ulb, to_device(idx.ulb_pos, self.device), len(ulb), rot
+        return (x, self.train_y[lb], ulb, to_device(idx.ulb_pos, self.device), len(ulb), rot,
+                to_device(idx.lb_pos, self.device))
 
     def _autocast(self):
         if self.autocast_dtype is None:
@@ -545,12 +548,12 @@ class Trainer:
         autocast, then the heads, softmax thresholds and losses on the features cast to fp32, backward, SGD, EMA.
         BatchNorm keeps fp32 weights and running statistics under autocast (its buffers are never cast)."""
         t0 = time.perf_counter()
-        x, y_lb, ulb, ulb_pos, num_ulb, rot = self.prefetcher.next()
+        x, y_lb, ulb, ulb_pos, num_ulb, rot, lb_pos = self.prefetcher.next()
         t1 = time.perf_counter()
         self.model.train()
         inp = step_inputs(self.algorithm.step, x, num_lb=len(y_lb), num_ulb=num_ulb, features=self.features,
                           teacher=self.teacher, targets_lb=y_lb, ulb_idx=ulb, step=self.step, ulb_pos=ulb_pos,
-                          rot_label=rot)
+                          rot_label=rot, lb_pos=lb_pos)
         out = self.algorithm.compute(self.model, inp)
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(out.loss).backward()

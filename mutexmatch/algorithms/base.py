@@ -137,6 +137,8 @@ class StepInputs:
     step: int                # 0-based step about to be taken (the step count before it)
     ulb_pos: Tensor | None = None   # (muB,) int64 positions in the pool TrainContext.unlabeled, 0..N_u-1: the index
                                     # of per-sample state; None: the pool is the whole dataset (ulb_pos = ulb_idx)
+    lb_pos: Tensor | None = None    # (B,) int64 positions of the labeled rows in TrainContext.labeled: the index of
+                                    # per-labeled-image state (SimMatch's bank); None where there is no labeled set
     # A separate step (StepSpec.forward "separate"): the normalised views by name, and the forward functions.
     images: Mapping[str, Tensor] | None = None
     forward: Callable[..., Tensor] | None = None    # forward(x, update_bn=True) -> fp32 features (the model's)

@@ -54,7 +54,7 @@ def batch(model: FakeNet, algo: type[Algorithm] | Algorithm, seed: int = 1, scal
     teacher = FakeNet(tnc=model.tnc is not None, seed=seed + 100) if algo.step.teacher else None   # the EMA model
     return step_inputs(algo.step, x, num_lb=B, num_ulb=u, features=features_forward(model, model),
                        teacher=teacher and teacher_forward(teacher), targets_lb=targets, ulb_idx=torch.arange(u), step=0,
-                       rot_label=rot)
+                       rot_label=rot, lb_pos=torch.arange(B))   # TrainContext.synthetic(C): C = B labeled images
 
 
 def tau_between(model: FakeNet, inp: StepInputs) -> float:

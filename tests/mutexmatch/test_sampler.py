@@ -14,6 +14,7 @@ def test_draws_from_the_right_pools_with_replacement():
     assert b.lb.shape == (8,) and set(b.lb.tolist()) <= {3, 7}
     assert b.ulb.shape == (24,) and set(b.ulb.tolist()) <= set(range(100, 110))
     assert torch.equal(ulb[b.ulb_pos], b.ulb)   # positions in the pool, the index of per-sample state
+    assert torch.equal(lb[b.lb_pos], b.lb)     # positions in the labeled set (SimMatch's bank index)
     assert len(set(b.lb.tolist())) < 8  # with replacement: 8 draws from 2 images repeat
 
 

@@ -39,7 +39,8 @@ def test_forward_loss_backward_sgd_and_ema_read_nothing_from_the_device(name, pa
     inp = step_inputs(cls.step, x, num_lb=B, num_ulb=u, features=features_forward(model, model),
                       teacher=teacher_forward(ema.module), step=0, rot_label=rot,
                       targets_lb=torch.zeros(B, dtype=torch.long, device="meta"),
-                      ulb_idx=torch.zeros(u, dtype=torch.long, device="meta"))
+                      ulb_idx=torch.zeros(u, dtype=torch.long, device="meta"),
+                      lb_pos=torch.zeros(B, dtype=torch.long, device="meta"))
     out = alg.compute(model, inp)
     out.loss.backward()
     sgd.step()

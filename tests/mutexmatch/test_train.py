@@ -46,7 +46,9 @@ def _tensors(trainer: Trainer) -> dict[str, torch.Tensor]:
                                  {"algorithm": "extended_demo"},        # every view, rotations, an extra head
                                  # a second strong view, a projection head, its memory bank (full, and smoothing,
                                  # from step 2; it wraps every step) and alignment queue
-                                 {"algorithm": "comatch", "tau": 0.5, "queue_batch": 1}])
+                                 {"algorithm": "comatch", "tau": 0.5, "queue_batch": 1},
+                                 {"algorithm": "remixmatch"},   # MixUp's draws (global generators), rotation head
+                                 {"algorithm": "simmatch", "tau": 0.5}])   # the labeled bank by lb_pos
 def test_stop_and_resume_is_bit_identical(tmp_path, alg):
     full = Trainer(_cfg(tmp_path, "full", **alg))
     full.fit()
@@ -63,7 +65,7 @@ def test_stop_and_resume_is_bit_identical(tmp_path, alg):
         assert torch.equal(a[k], b[k]), k
     if "alg.selected" in a:   # the state is not trivial, so its equality above means it was checkpointed
         assert (a["alg.selected"] >= 0).sum() > 8
-    if "alg.bank.emb" in a:   # CoMatch: the bank and the projection head are in the compared state
+    if "alg.bank.emb" in a:   # CoMatch, SimMatch: the bank and the projection head are in the compared state
         assert a["alg.bank.emb"].abs().sum(1).gt(0).all() and "model.heads.proj.fc1.weight" in a
     lines = [json.loads(x) for x in (tmp_path / "half" / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines] == [2, 4, 6, 8]

@@ -350,7 +350,8 @@ def _our_step(adapter: Any, alg: Algorithm, model: nn.Module, v: Views, step: in
     x = torch.cat([getattr(v, VIEW_SOURCE[n]) for n in spec.made(True)])
     return alg.compute(model, step_inputs(spec, x, num_lb=len(v.y_lb), num_ulb=len(v.idx_ulb),
                                           features=features_forward(model, model), teacher=None,
-                                          targets_lb=v.y_lb, ulb_idx=v.idx_ulb, step=step, rot_label=v.rot_v))
+                                          targets_lb=v.y_lb, ulb_idx=v.idx_ulb, step=step, rot_label=v.rot_v,
+                                          lb_pos=v.idx_lb))
 
 
 def separate_step(alg: Algorithm, model: nn.Module, v: Views, step: int, images: dict[str, Tensor],
