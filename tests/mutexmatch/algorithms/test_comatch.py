@@ -86,6 +86,8 @@ def test_projection_head_gives_unit_embeddings_with_either_activation():
         assert isinstance(head.act, module)
         assert torch.allclose(head(x).norm(dim=1), torch.ones(5))
     assert ProjectionHead(8, 4).act.negative_slope == 0.1
+    default = CoMatch.heads(CoMatch.Params(), 8, 4)["proj"]      # the released code's head, d = 64
+    assert isinstance(default.act, torch.nn.LeakyReLU) and default.fc2.out_features == 64
     with pytest.raises(ValueError, match="activation='gelu': must be one of leaky_relu, relu"):
         ProjectionHead(8, 4, "gelu")
 

@@ -3,7 +3,8 @@ projection head), BatchNorm's running statistics, the mask, the memory-smoothed 
 bank and its pointer, distribution alignment's queue), over 8 steps in which the bank wraps around and memory
 smoothing starts (USB's rule: after queue_batch steps and not in the first epoch; 2 steps per epoch here). Our
 options set to USB's choices: ReLU in the projection head, smoothing_start usb, the DA quotient usb; the defaults
-(salesforce/CoMatch's) are checked against USB's records in the second test."""
+(salesforce/CoMatch's: LeakyReLU, smoothing once the bank is full, the released prob_list alignment) are checked
+against the released code's formulas in tests/mutexmatch/algorithms/test_comatch.py."""
 from __future__ import annotations
 
 import torch
