@@ -45,7 +45,8 @@ system-deps:
 	    $(TEX_DEBS) >/dev/null; \
 	else echo "LaTeX tools missing: sudo apt-get install --no-install-recommends $(TEX_DEBS)" >&2; exit 1; fi
 
-test: install system-deps
+# usb-reference: the lockstep tests against USB's semilearn 0.3.2 (a test-time reference, installed --no-deps) run too
+test: install system-deps usb-reference
 	$(PY) -m pytest -q --durations=20 -m "not heavy and not cluster"
 
 ## --smoke over every experiment YAML on generated fixture datasets (~27 min on 2 cores)
