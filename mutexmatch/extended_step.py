@@ -19,16 +19,20 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from mutexmatch.algorithms.base import LABELED_VIEWS, StepInputs, StepSpec
 from mutexmatch.augment import strong_augment, weak_augment
 
-__all__ = ["bn_frozen", "features_forward", "make_views", "rotate", "step_inputs", "teacher_forward"]
+__all__ = ["bn_frozen", "bn_layers", "features_forward", "make_views", "rotate", "step_inputs", "teacher_forward"]
+
+
+def bn_layers(model: nn.Module) -> list[_BatchNorm]:
+    """The BatchNorm layers of ``model`` that keep running statistics: found once per model, not per forward."""
+    return [m for m in model.modules() if isinstance(m, _BatchNorm) and m.track_running_stats]
 
 
 @contextlib.contextmanager
-def bn_frozen(model: nn.Module) -> Iterator[None]:
-    """BatchNorm layers of ``model`` normalise with the batch's statistics (in train mode, as always) but neither
-    update their running mean and variance nor count the batch: USB's ``bn_controller.freeze_bn`` / ``unfreeze_bn``
-    (which saves and restores them) as a flag, without copies. (USB's covers BatchNorm2d and SyncBatchNorm; every
-    BatchNorm here.)"""
-    layers = [m for m in model.modules() if isinstance(m, _BatchNorm) and m.track_running_stats]
+def bn_frozen(layers: list[_BatchNorm]) -> Iterator[None]:
+    """BatchNorm ``layers`` (:func:`bn_layers`) normalise with the batch's statistics (in train mode, as always) but
+    neither update their running mean and variance nor count the batch: USB's ``bn_controller.freeze_bn`` /
+    ``unfreeze_bn`` (which saves and restores them) as a flag, without copies. (USB's covers BatchNorm2d and
+    SyncBatchNorm; every BatchNorm here.)"""
     for m in layers:
         m.track_running_stats = False   # train mode: F.batch_norm gets no running statistics to update
     try:
@@ -43,8 +47,10 @@ def features_forward(run: Callable[[Tensor], Tensor], model: nn.Module,
     """``StepInputs.forward``: ``forward(x, update_bn=True)`` = fp32 features ``run(x)`` (the model's forward,
     compiled or not) under ``autocast``; ``update_bn`` False leaves ``model``'s BatchNorm running statistics as they
     are (:func:`bn_frozen`)."""
+    layers = bn_layers(model)
+
     def forward(x: Tensor, update_bn: bool = True) -> Tensor:
-        with contextlib.nullcontext() if update_bn else bn_frozen(model), autocast():
+        with contextlib.nullcontext() if update_bn else bn_frozen(layers), autocast():
             feats = run(x)
         return feats.float()   # heads, thresholds and losses in fp32 (a bf16 probability is too coarse for tau)
     return forward
@@ -54,12 +60,14 @@ def teacher_forward(teacher: nn.Module, autocast: Callable[[], Any] = contextlib
     """``StepInputs.teacher``: ``teacher(x, head=None)`` = the TPC logits of ``x`` by ``teacher`` (the EMA model),
     or ``head(teacher, features)``, as USB's Mean Teacher computes them: train mode (batch statistics), no gradient,
     no running statistics touched; fp32."""
+    layers = bn_layers(teacher)
+
     @torch.no_grad()
     def forward(x: Tensor, head: Callable[[nn.Module, Tensor], Tensor] | None = None) -> Tensor:
         was_training = teacher.training
         teacher.train()
         try:
-            with bn_frozen(teacher), autocast():
+            with bn_frozen(layers), autocast():
                 feats = teacher(x)
         finally:
             teacher.train(was_training)

@@ -9,7 +9,8 @@ from torch import nn
 
 from mutexmatch.algorithms import ALGORITHMS, Algorithm, StepSpec, register_algorithm
 from mutexmatch.augment import strong_augment, weak_augment
-from mutexmatch.extended_step import bn_frozen, features_forward, make_views, rotate, step_inputs, teacher_forward
+from mutexmatch.extended_step import (bn_frozen, bn_layers, features_forward, make_views, rotate, step_inputs,
+                                      teacher_forward)
 
 AUG = {"flip": True, "pad": 2, "pad_mode": "reflect"}
 
@@ -62,7 +63,7 @@ def test_frozen_batchnorm_normalises_by_the_batch_and_keeps_its_statistics():
     net = _net().train()
     x = torch.randn(6, 1, 8, 8)
     before = {k: v.clone() for k, v in net.state_dict().items()}
-    with bn_frozen(net):
+    with bn_frozen(bn_layers(net)):
         out = net(x)
     assert all(torch.equal(before[k], v) for k, v in net.state_dict().items())
     assert torch.equal(out, net(x)) and not torch.equal(before["1.running_mean"], net[1].running_mean)
