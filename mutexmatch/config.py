@@ -176,7 +176,7 @@ class ModelConfig(_Section):
     """The backbone θ with its linear TPC; MutexMatch adds a linear TNC on the same features."""
 
     backbone: str = Field(
-        "small_cnn", description="Registered backbone: wrn28_2, wrn28_8, wrn37_2, cnn13, resnet18, small_cnn.")
+        "small_cnn", description="Registered backbone: see the table below (`mutexmatch.models.BACKBONES`).")
     channels_last: bool = Field(True, description="Use channels-last memory format (faster convolutions).")
 
 
@@ -410,6 +410,12 @@ def _check_algorithm(alg: AlgorithmConfig, num_classes: int) -> list[str]:
     except ValueError as e:
         return str(e).splitlines()
     return []
+
+
+def _backbone_table() -> list[str]:
+    from mutexmatch.models import backbones_markdown
+
+    return backbones_markdown()
 
 
 def _algorithm_table() -> list[str]:
@@ -672,6 +678,8 @@ def config_markdown() -> str:
             for sub, f in ann.model_fields.items():
                 default = f.default_factory() if f.default_factory else f.default
                 lines.append(f"| `{name}.{sub}` | `{default!r}` | {f.description}{_role_note(f)} |")
+            if name == "model":
+                lines += ["", *_backbone_table()]
             if name == "algorithm":
                 lines += ["", *_algorithm_table()]
             lines.append("")

@@ -12,7 +12,8 @@ from __future__ import annotations
 from torch import nn
 from torch.nn.utils.parametrizations import weight_norm
 
-from mutexmatch.models import PooledBackbone, register_backbone
+from mutexmatch.models.base import PooledBackbone
+from mutexmatch.models.registry import register_backbone
 
 _LEAKY_SLOPE = 0.1
 
@@ -50,8 +51,9 @@ class CNN13(PooledBackbone):
 
 
 @register_backbone(
-    "cnn13", typical_image_size=32, min_image_size=12,
-    description="CNN-13 (Mean Teacher conv-large with weight norm and dropout 0.5), feat_dim 128",
+    "cnn13", feat_dim=128, param_count=3_125_898, typical_image_size=32, min_image_size=12,
+    activation_bytes_per_pixel=6400,
+    description="CNN-13 (Mean Teacher conv-large with weight norm and dropout 0.5)",
 )
 def cnn13(num_classes: int, in_channels: int) -> CNN13:
     return CNN13(num_classes, in_channels)

@@ -12,7 +12,8 @@ import torch
 import torchvision
 from torch import nn
 
-from mutexmatch.models import Backbone, register_backbone
+from mutexmatch.models.base import Backbone
+from mutexmatch.models.registry import register_backbone
 
 
 class ResNet18(Backbone):
@@ -37,8 +38,9 @@ class ResNet18(Backbone):
 
 
 @register_backbone(
-    "resnet18", typical_image_size=96,
-    description="torchvision ResNet-18, random init, ImageNet stem, new Linear(512, C) head; feat_dim 512",
+    "resnet18", feat_dim=512, param_count=11_181_642,  # torchvision's 11,689,512 less its 1000-way fc
+    typical_image_size=96, activation_bytes_per_pixel=430,
+    description="torchvision ResNet-18, random init, ImageNet stem, new Linear(512, C) head",
 )
 def resnet18(num_classes: int, in_channels: int) -> ResNet18:
     return ResNet18(num_classes, in_channels)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from torch import nn
 
-from mutexmatch.models import PooledBackbone, register_backbone
+from mutexmatch.models.base import PooledBackbone
+from mutexmatch.models.registry import register_backbone
 
 _LEAKY_SLOPE = 0.1
 _WIDTHS = (32, 64, 128)
@@ -43,8 +44,9 @@ class SmallCNN(PooledBackbone):
 
 
 @register_backbone(
-    "small_cnn", typical_image_size=16, min_image_size=4,
-    description="small 3-block CNN (32/64/128) for the embedded 16×16 digits data, feat_dim 128",
+    "small_cnn", feat_dim=128, param_count=94_762, typical_image_size=16, min_image_size=4,
+    activation_bytes_per_pixel=None,  # not measured: the memory check counts the input batch alone
+    description="small 3-block CNN (32/64/128) for the embedded 16×16 digits data",
 )
 def small_cnn(num_classes: int, in_channels: int) -> SmallCNN:
     return SmallCNN(num_classes, in_channels)
