@@ -19,6 +19,10 @@ added: every earlier key=hash line of both rules is among the new plan's) gains 
 and every earlier trial's line stay the same. The two YAMLs new with issue 22 changed once more before any release:
 the algorithms that pin ``dist_align`` off (AdaMatch, Dash, FreeMatch, Pseudo-Label, SoftMatch) lost the ``da_*``
 settings nothing read (``AlgorithmParams.GOVERNED``).
+
+The pins are of the YAMLs alone: a new algorithm, dataset or backbone module moves none of them (no YAML lists a
+registry; ``zoo_digits.yaml`` is checked as a subset of the algorithms, not equal to them, and the config hash
+reads only the chosen algorithm's parameters). A pin moves when a YAML gains or changes a trial.
 """
 
 from __future__ import annotations
