@@ -13,14 +13,17 @@ reading its refit was made with, so a stored refit keeps its config hash.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from orchestration import contract as C
-from orchestration import tracking
 from orchestration.plan import SearchStudy, SweepPlan
 from orchestration.spec import sampled_config_values
+from orchestration.store import Store, as_store
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
 
 __all__ = ["BestTrial", "legacy_config_value", "best_of_study", "best_by_cell"]
 
@@ -51,11 +54,11 @@ def legacy_config_value(logged: str) -> Any:
     return value if isinstance(value, bool) else logged
 
 
-def _outcomes(client: Any, experiment_id: str, study: SearchStudy, position: int) -> list[C.SearchOutcome]:
+def _outcomes(store: Store, study: SearchStudy, position: int) -> list[C.SearchOutcome]:
     """The study's FINISHED search runs as the rule weighs them (the query keeps only FINISHED runs)."""
     return [C.SearchOutcome(run.data.metrics.get(study.search.metric), True, position, run.info.start_time or 0,
                             run.info.run_id, ref=run)
-            for run in tracking.finished_search_runs(client, experiment_id, study.search_hash)]
+            for run in store.finished_search_runs(study.search_hash)]
 
 
 def _best_trial(found: C.SearchOutcome, study: SearchStudy) -> BestTrial:
@@ -69,19 +72,22 @@ def _best_trial(found: C.SearchOutcome, study: SearchStudy) -> BestTrial:
     return BestTrial(params, sampled, found.value, run.info.run_id)
 
 
-def best_of_study(client: Any, experiment_id: str, study: SearchStudy) -> BestTrial | None:
+def best_of_study(store: Store, study: SearchStudy) -> BestTrial | None:
     """The best FINISHED search trial of ``study`` (None before one has a value)."""
-    found = C.best_trial(_outcomes(client, experiment_id, study, 0), study.search.mode)
+    found = C.best_trial(_outcomes(store, study, 0), study.search.mode)
     return None if found is None else _best_trial(found, study)
 
 
-def best_by_cell(plan: SweepPlan, client: Any, experiment_id: str) -> dict[str, BestTrial]:
+def best_by_cell(plan: SweepPlan, store: Store | MlflowClient, experiment_id: str | None = None
+                 ) -> dict[str, BestTrial]:
     """Searched cell id → its best FINISHED search trial over every study of the cell (search-fold order breaks
-    ties, :func:`orchestration.contract.best_trial`); cells without one are missing."""
+    ties, :func:`orchestration.contract.best_trial`); cells without one are missing. (``experiment_id``: only with
+    a client for ``store``, see :func:`orchestration.store.as_store`.)"""
+    store = as_store(store, experiment_id)
     by_cell: dict[str, list[tuple[SearchStudy, list[C.SearchOutcome]]]] = {}
     for study in plan.searches:
         studies = by_cell.setdefault(study.cell.id, [])
-        studies.append((study, _outcomes(client, experiment_id, study, len(studies))))
+        studies.append((study, _outcomes(store, study, len(studies))))
     best = {}
     for cell, studies in by_cell.items():
         found = C.best_trial((o for _, outcomes in studies for o in outcomes), studies[0][0].search.mode)

@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from mutexmatch.config import parse_config
-from mutexmatch.steptime import StepCost, measure_cost
+from mutexmatch.training import StepCost, measure_cost
 
 from orchestration.plan import SweepPlan
 from orchestration.spec import deep_merge

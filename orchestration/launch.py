@@ -10,13 +10,18 @@ import shlex
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from orchestration import contract as C
 from orchestration import tracking
 from orchestration.plan import REFIT_PHASE, GridTrial, SweepPlan, expected_runs
 from orchestration.refit import best_by_cell, pending_refits, refit_trials
 from orchestration.spec import NAME_RULE, is_name
+from orchestration.store import Store, as_store
+from orchestration.contract.filters import NEWEST_FIRST
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
 
 __all__ = ["SweepError", "SweepOptions", "SweepOutcome", "check_options", "resolve_storage", "command_line", "select",
            "reusable", "link_reusable",
@@ -127,33 +132,35 @@ def command_line(opts: SweepOptions, uri: str, storage: str, *, resume: bool) ->
     return " ".join(shlex.quote(p) for p in parts)
 
 
-def select(plan: SweepPlan, client: Any, experiment_id: str, force: bool) -> tuple[list[str], list[str],
-                                                                                   list[str]]:
+def select(plan: SweepPlan, store: Store | MlflowClient, experiment_id: str | None = None,
+           force: bool = False) -> tuple[list[str], list[str], list[str]]:
     """Grid keys and phases to run (search phases, then ``refit``), and what is skipped as already FINISHED with
-    the same config. Refit trials are known only once every search is done; until then the refit phase is kept."""
+    the same config. Refit trials are known only once every search is done; until then the refit phase is kept.
+    (``experiment_id``: only with a client for ``store``, see :func:`orchestration.store.as_store`.)"""
+    store = as_store(store, experiment_id)
     refit = [REFIT_PHASE] if plan.refits else []
     if force or plan.smoke:  # smoke runs check the machinery: they always run
         return [t.key for t in plan.grid], [s.phase for s in plan.searches] + refit, []
-    done = tracking.finished_grid_hashes(client, experiment_id)
+    done = store.finished_grid_hashes()
     grid, skipped = [], []
     for t in plan.grid:
         (skipped if t.hashes & done.get(t.key, set()) else grid).append(t.key)
     phases = []
     for s in plan.searches:
-        n_done = len(tracking.finished_search_runs(client, experiment_id, s.search_hash))
+        n_done = len(store.finished_search_runs(s.search_hash))
         if n_done >= s.n_trials:
             skipped.append(f"search {s.key} ({n_done} trials)")
         else:
             phases.append(s.phase)
     if refit and not phases:
-        trials, _ = refit_trials(plan, best_by_cell(plan, client, experiment_id))
-        todo, finished = pending_refits(trials, client, experiment_id, force=False)
+        trials, _ = refit_trials(plan, best_by_cell(plan, store))
+        todo, finished = pending_refits(trials, store, force=False)
         skipped += finished
         refit = refit if todo else []
     return grid, phases + refit, skipped
 
 
-def reusable(plan: SweepPlan, client: Any, grid_keys: Iterable[str]) -> dict[str, Any]:
+def reusable(plan: SweepPlan, store: Store, grid_keys: Iterable[str]) -> dict[str, Any]:
     """Grid key (of ``grid_keys``: trials this experiment has not FINISHED) → a FINISHED run of one of its config
     hashes (:attr:`GridTrial.hashes`) anywhere in the store, under any sweep or experiment: trained already, so
     reused instead of trained twice (issue 24). Smoke trials check the machinery and are never reused."""
@@ -161,7 +168,7 @@ def reusable(plan: SweepPlan, client: Any, grid_keys: Iterable[str]) -> dict[str
         return {}
     keys = set(grid_keys)
     todo = [t for t in plan.grid if t.key in keys]
-    found = tracking.finished_runs_by_hash(client, {h for t in todo for h in t.hashes})
+    found = store.finished_runs_by_hash({h for t in todo for h in t.hashes})
     out = {}
     for t in todo:
         hit = next((found[h] for h in sorted(t.hashes) if h in found), None)
@@ -174,16 +181,15 @@ def reused_label(key: str, run: Any) -> str:
     return f"{key} (reused: FINISHED run {run.info.run_id} of the same config)"
 
 
-def link_reusable(plan: SweepPlan, client: Any, experiment_id: str, grid_keys: list[str]) -> tuple[list[str],
-                                                                                                 list[str]]:
+def link_reusable(plan: SweepPlan, store: Store, grid_keys: list[str]) -> tuple[list[str], list[str]]:
     """(the grid keys still to train, labels of the reused ones): every trial with a FINISHED run of its config
-    elsewhere in the store gets a link run in ``experiment_id`` (:func:`tracking.link_reused`), which the summary,
-    the status and the report read as that trial's run, labelled reused."""
-    found = reusable(plan, client, grid_keys)
+    elsewhere in the store gets a link run in the store's experiment (:func:`tracking.link_reused`), which the
+    summary, the status and the report read as that trial's run, labelled reused."""
+    found = reusable(plan, store, grid_keys)
     trials = {t.key: t for t in plan.grid}
     for key, run in found.items():
         t = trials[key]
-        tracking.link_reused(client, experiment_id, kind=t.kind, cell_levels=t.cell.levels, cell_id=t.cell.id,
+        tracking.link_reused(store, kind=t.kind, cell_levels=t.cell.levels, cell_id=t.cell.id,
                              fold=t.fold, source=run)
     return [k for k in grid_keys if k not in found], [reused_label(k, r) for k, r in found.items()]
 
@@ -204,14 +210,13 @@ def record_expected_runs(client: Any, run_id: str, plan: SweepPlan, refits: Iter
     client.set_tag(run_id, C.SETTINGS_TAG + plan.settings_digest, "true")
 
 
-def record_without_launch(client: Any, experiment_id: str, plan: SweepPlan) -> bool:
+def record_without_launch(store: Store, plan: SweepPlan) -> bool:
     """A relaunch with nothing to do opens no parent run; its settings' expected runs go to the newest parent run of
     the experiment (whose trials they are), so a report of exactly these settings finds them. False: the experiment
     has no parent run (every trial was reused from other experiments), the caller opens one."""
-    flt = f"tags.`{C.ROLE}` = '{C.ROLE_SWEEP}'"
-    for run in tracking.iter_runs(client, experiment_id, flt, order_by=["attributes.start_time DESC"]):
-        refits = refit_trials(plan, best_by_cell(plan, client, experiment_id))[0] if plan.refits else {}
-        record_expected_runs(client, run.info.run_id, plan, refits.values())
+    for run in store.sweeps(order_by=NEWEST_FIRST):
+        refits = refit_trials(plan, best_by_cell(plan, store))[0] if plan.refits else {}
+        record_expected_runs(store.client, run.info.run_id, plan, refits.values())
         return True
     return False
 

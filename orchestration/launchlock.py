@@ -6,7 +6,7 @@ dies, so a stale lock never blocks anyone. A second launch that finds it held is
 launch that holds it (written into the file). Taking the lock before the store is opened also keeps two launches
 from creating a fresh store's schema at once (MLflow's migrations would fail with a traceback).
 
-A tracking server has no file both drivers see; there :func:`orchestration.tracking.live_launches` (a RUNNING parent
+A tracking server has no file both drivers see; there :meth:`orchestration.store.Store.live_launches` (a RUNNING parent
 run whose driver is alive) is the check.
 """
 

@@ -14,6 +14,8 @@ from orchestration.launch import SweepOptions, record_expected_runs
 from orchestration.plan import REFIT_PHASE, SearchStudy, SweepPlan
 from orchestration.refit import best_by_cell, pending_refits, refit_trials
 from orchestration.search import fail_stale_trials, search_config
+from orchestration.contract.filters import status_is, tag_equals
+from orchestration.store import Store
 
 __all__ = ["PhaseResult", "LaunchContext", "PhasesOutcome", "run_phase", "reconcile_phase", "run_phases"]
 
@@ -25,7 +27,7 @@ class PhaseResult:
 
 
 def run_phase(name: str, trainable: Any, *, param_space: dict | None, tune_kwargs: dict[str, Any], expected: int,
-               early_stopping: bool, exp_root: str, opts: SweepOptions, client: Any, experiment_id: str,
+               early_stopping: bool, exp_root: str, opts: SweepOptions, store: Store,
                parent_run_id: str) -> PhaseResult:
     from ray import tune
 
@@ -53,29 +55,26 @@ def run_phase(name: str, trainable: Any, *, param_space: dict | None, tune_kwarg
     interrupted = (interrupts.INTERRUPTED.is_set() or len(results) < expected
                    or results.num_terminated + results.num_errors < len(results))
     if restored:
-        _delete_forgotten_runs(name, results, client, experiment_id, parent_run_id)
-    reconcile_phase(results, interrupted, client, experiment_id, parent_run_id, early_stopping=early_stopping)
+        _delete_forgotten_runs(name, results, store, parent_run_id)
+    reconcile_phase(results, interrupted, store, parent_run_id, early_stopping=early_stopping)
     return PhaseResult(interrupted, results.num_errors)
 
 
-def _delete_forgotten_runs(name: str, results: Any, client: Any, experiment_id: str, parent_run_id: str) -> None:
+def _delete_forgotten_runs(name: str, results: Any, store: Store, parent_run_id: str) -> None:
     """A driver killed between a trial's start and Tune's next save of its state leaves a run whose trial the
     restored phase never heard of (a search then samples a new trial in its place). Such a run would stay KILLED
     forever beside its replacement: it is deleted (MLflow's soft delete; ``mlflow gc`` removes it for good)."""
-    phase = (f"tags.`{C.SEARCH_PHASE}` = '{name}'" if name.startswith("search")
-             else f"tags.`{C.KIND}` = '{name}'")
-    runs = list(tracking.iter_runs(client, experiment_id, f"tags.`{C.PARENT_RUN_ID}` = '{parent_run_id}' AND "
-                                   f"{phase} AND attributes.status != 'FINISHED'"))
+    runs = store.unfinished_phase_runs(parent_run_id, name)
     known = _trial_ids(results, {r.data.tags.get(C.TRIAL_ID, "") for r in runs})
     for run in runs:
         if run.data.tags.get(C.TRIAL_ID) not in known:
             print(f"[sweep] deleting run {run.info.run_id} ({run.info.run_name}): its trial started after the "
                   "last saved state of the killed launch and was replaced", flush=True)
-            client.delete_run(run.info.run_id)
+            store.client.delete_run(run.info.run_id)
 
 
-def reconcile_phase(results: Any, interrupted: bool, client: Any, experiment_id: str, parent_run_id: str, *,
-                     early_stopping: bool) -> None:
+def reconcile_phase(results: Any, interrupted: bool, store: Store, parent_run_id: str, *,
+                    early_stopping: bool) -> None:
     """Give every run of the phase its final status, once Tune is done with its trials.
 
     A trial that Tune stops ends its run as KILLED with ``mutexmatch.stopped=true`` — it cannot tell ASHA's stop
@@ -83,10 +82,7 @@ def reconcile_phase(results: Any, interrupted: bool, client: Any, experiment_id:
     trials early and that was not interrupted, such a run was stopped by ASHA: FINISHED with
     ``mutexmatch.early_stopped=true``. Otherwise a RUNNING run is FAILED if its trial errored or the phase has no
     early stopping (its process died), KILLED if the phase was interrupted."""
-    children = f"tags.`{C.PARENT_RUN_ID}` = '{parent_run_id}'"
-    open_runs = list(tracking.iter_runs(client, experiment_id, f"{children} AND attributes.status = 'RUNNING'"))
-    open_runs += tracking.iter_runs(client, experiment_id, f"{children} AND attributes.status = 'KILLED' AND "
-                                    f"tags.`{C.STOPPED}` = 'true'")
+    client, open_runs = store.client, store.open_or_stopped_children(parent_run_id)
     errored = _errored_trial_ids(results, {r.data.tags.get(C.TRIAL_ID, "") for r in open_runs})
     for run in open_runs:
         tid = run.data.tags.get(C.TRIAL_ID)
@@ -102,7 +98,7 @@ def reconcile_phase(results: Any, interrupted: bool, client: Any, experiment_id:
         else:
             status = "KILLED" if interrupted else "FAILED"
         client.set_tag(run.info.run_id, C.ENDED_BY, "driver")
-        tracking.end_run(client, run.info.run_id, status)
+        store.end_run(run.info.run_id, status)
 
 
 def _errored_trial_ids(results: Any, candidates: set[str]) -> set[str]:
@@ -130,8 +126,7 @@ class LaunchContext:
 
     plan: SweepPlan
     opts: SweepOptions
-    client: Any
-    experiment_id: str
+    store: Store
     parent: tracking.ParentInfo
     commit: str
     storage: str
@@ -147,7 +142,7 @@ class LaunchContext:
 
         from orchestration.trainable import TrialContext, run_trial
 
-        ctx = TrialContext(tracking_uri=self.uri, experiment_id=self.experiment_id,
+        ctx = TrialContext(tracking_uri=self.uri, experiment_id=self.store.experiment_id,
                            parent_run_id=self.parent.run_id, launch_id=self.parent.launch_id,
                            git_commit=self.commit, device="cuda" if self.request["gpu"] > 0 else "cpu",
                            num_threads=max(1, round(self.request["cpu"])), source=str(self.opts.spec_path),
@@ -155,8 +150,8 @@ class LaunchContext:
         trainable = tune.with_resources(tune.with_parameters(run_trial, ctx=ctx), self.request)
         exp_root = f"{self.storage.rstrip('/')}/{self.exp_name}/{self.parent.launch_id}"
         return run_phase(name, trainable, param_space=param_space, tune_kwargs=tune_kwargs, expected=expected,
-                         early_stopping=early_stopping, exp_root=exp_root, opts=self.opts, client=self.client,
-                         experiment_id=self.experiment_id, parent_run_id=self.parent.run_id)
+                         early_stopping=early_stopping, exp_root=exp_root, opts=self.opts, store=self.store,
+                         parent_run_id=self.parent.run_id)
 
 
 def _colors(plan: SweepPlan) -> dict[str, Any]:
@@ -205,10 +200,9 @@ def _not_finished_here(launch: LaunchContext, keys: list[str]) -> list[str]:
     """``keys`` less those with a FINISHED run under this launch's parent. A fresh launch has none; a resumed one
     whose Tune storage was lost would otherwise train its finished trials again — MLflow says they finished, and
     it is trusted. (A restored phase keeps its own trial list; this only shapes a phase started afresh.)"""
-    flt = (f"tags.`{C.PARENT_RUN_ID}` = '{launch.parent.run_id}' AND attributes.status = 'FINISHED' AND "
-           f"tags.`{C.ROLE}` = '{C.ROLE_TRIAL}'")
     done = {C.trial_key(r.data.tags.get(C.CELL), r.data.tags.get(C.FOLD))
-            for r in tracking.iter_runs(launch.client, launch.experiment_id, flt)
+            for r in launch.store.children(launch.parent.run_id, status_is("FINISHED"),
+                                           tag_equals(C.ROLE, C.ROLE_TRIAL))
             if r.data.tags.get(C.KIND) in (C.KIND_GRID, C.KIND_SMOKE)}
     if done & set(keys):
         print(f"[sweep] {len(done & set(keys))} grid trial(s) of this launch already FINISHED in MLflow: not run "
@@ -218,7 +212,7 @@ def _not_finished_here(launch: LaunchContext, keys: list[str]) -> list[str]:
 
 def _run_search(launch: LaunchContext, study: SearchStudy) -> PhaseResult:
     """One search study as a Tune phase; a relaunch runs only the trials its durable study still misses."""
-    finished = len(tracking.finished_search_runs(launch.client, launch.experiment_id, study.search_hash))
+    finished = len(launch.store.finished_search_runs(study.search_hash))
     config = search_config(study, storage=launch.optuna_storage, finished=finished,
                            name=C.study_name(launch.plan.spec.name, study.key, study.search_hash))
     res = launch.run(study.phase, param_space=None, tune_kwargs=config, expected=config["num_samples"],
@@ -235,12 +229,13 @@ def _run_refit(launch: LaunchContext, concurrency: dict[str, Any], out: PhasesOu
     from ray import tune
 
     plan = launch.plan
-    best = best_by_cell(plan, launch.client, launch.experiment_id)
+    best = best_by_cell(plan, launch.store)
     trials, problems = refit_trials(plan, best)
     for problem in problems:
         print(f"warning: {problem}", flush=True)
-    record_expected_runs(launch.client, launch.parent.run_id, plan, trials.values())  # the report's tuned rows: these only
-    todo, _ = pending_refits(trials, launch.client, launch.experiment_id, force=launch.opts.force)
+    # the report's tuned rows: these only
+    record_expected_runs(launch.store.client, launch.parent.run_id, plan, trials.values())
+    todo, _ = pending_refits(trials, launch.store, force=launch.opts.force)
     out.refit_keys = todo
     if not todo:
         return None

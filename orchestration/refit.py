@@ -9,12 +9,10 @@ refit trial only when the same parameters already FINISHED, and a search that fi
 
 from __future__ import annotations
 
-from typing import Any
-
 from orchestration import contract as C
-from orchestration import tracking
 from orchestration.best import BestTrial, best_by_cell
 from orchestration.plan import GridTrial, SweepPlan
+from orchestration.store import Store
 
 __all__ = ["BestTrial", "best_by_cell", "refit_trials", "pending_refits"]
 
@@ -32,10 +30,9 @@ def refit_trials(plan: SweepPlan, best: dict[str, BestTrial]) -> tuple[dict[str,
     return trials, [f"refit of {cell}: no FINISHED search trial, nothing to refit" for cell in missing]
 
 
-def pending_refits(trials: dict[str, GridTrial], client: Any, experiment_id: str, *,
-                   force: bool) -> tuple[list[str], list[str]]:
+def pending_refits(trials: dict[str, GridTrial], store: Store, *, force: bool) -> tuple[list[str], list[str]]:
     """Of ``trials`` (:func:`refit_trials`), the keys still to run and those already FINISHED with the same
     parameters (``force``: none is finished)."""
-    done = {} if force else tracking.finished_grid_hashes(client, experiment_id, kind=C.KIND_REFIT)
+    done = {} if force else store.finished_grid_hashes(kind=C.KIND_REFIT)
     todo = [k for k, t in trials.items() if not t.hashes & done.get(k, set())]
     return todo, [k for k in trials if k not in todo]

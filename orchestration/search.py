@@ -9,6 +9,7 @@ from orchestration import contract as C
 from orchestration.best import best_of_study
 from orchestration.plan import SearchStudy, SweepPlan
 from orchestration.spec import CategoricalParam, FloatParam, IntParam
+from orchestration.store import Store
 
 __all__ = ["optuna_space", "search_config", "fail_stale_trials", "log_best"]
 
@@ -65,14 +66,15 @@ def fail_stale_trials(storage: str, name: str) -> None:
         rdb.set_trial_state_values(trial._trial_id, optuna.trial.TrialState.FAIL)
 
 
-def log_best(plan: SweepPlan, client: Any, experiment_id: str, parent_run_id: str) -> dict[str, dict[str, str]]:
+def log_best(plan: SweepPlan, store: Store, parent_run_id: str) -> dict[str, dict[str, str]]:
     """Best parameters of every search study → printed, and logged to the parent run as params and tags
     ``best.<param>`` (prefixed with the cell and fold when the sweep has several studies)."""
     from mlflow.exceptions import MlflowException
 
     best: dict[str, dict[str, str]] = {}
+    client = store.client
     for study in plan.searches:
-        found = best_of_study(client, experiment_id, study)
+        found = best_of_study(store, study)
         if found is None:
             continue
         params = {k: str(v) for k, v in found.params.items()}  # as MLflow logs a config value

@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
-from mutexmatch.steptime import format_duration
+from mutexmatch.training import format_duration
 from orchestration.env import apply_closed_network_env
 
 apply_closed_network_env()
@@ -33,6 +33,8 @@ from orchestration import contract as C  # noqa: E402
 from orchestration import tracking  # noqa: E402
 from orchestration.plan import SweepPlan  # noqa: E402
 from orchestration.summary import refit_expected  # noqa: E402
+from orchestration.contract.filters import tag_equals  # noqa: E402
+from orchestration.store import Store  # noqa: E402
 
 __all__ = ["TrialState", "SweepStatus", "collect", "format_status", "status_metrics", "StatusReporter", "main",
            "format_duration", "format_hours"]
@@ -103,12 +105,13 @@ def _pick(runs: list[Any]) -> Any:
     return max(runs, key=lambda r: r.info.start_time)
 
 
-def _trial_state(client: Any, cell: str, fold: str, kind: str, total: int, runs: list[Any],
+def _trial_state(store: Store | None, cell: str, fold: str, kind: str, total: int, runs: list[Any],
                  now: float) -> TrialState:
     if not runs:
         return TrialState(cell, fold, kind, "PENDING", total)
+    assert store is not None  # runs come from a store
     run = _pick(runs)
-    results = tracking.results_run(client, run)  # a reused trial's results are the run it links to
+    results = store.results_run(run)  # a reused trial's results are the run it links to
     m, status = results.data.metrics, run.info.status
     st = TrialState(cell, fold, kind, status if status in STATES else "RUNNING", total,
                     final=m.get(C.TEST_ACC), best=m.get(C.TEST_BEST_ACC))
@@ -118,7 +121,7 @@ def _trial_state(client: Any, cell: str, fold: str, kind: str, total: int, runs:
             st.detail = (f"reused: run {results.info.run_id} of experiment "
                          f"{run.data.tags.get(C.REUSED_FROM_EXPERIMENT, '?')!r}")
     elif status == "RUNNING":
-        st.step, st.s_per_step, last_ts = _progress(client, run)
+        st.step, st.s_per_step, last_ts = _progress(store.client, run)
         if st.step and st.s_per_step:
             st.eta_s = max(0.0, (total - st.step) * st.s_per_step - max(0.0, now - (last_ts or now)))
     elif status == "FAILED":
@@ -175,10 +178,9 @@ def _to_go(trials: list[TrialState]) -> tuple[float | None, int]:
     return (left if measured or not needed else None), unknown
 
 
-def _launches(client: Any, experiment_id: str, plan: SweepPlan) -> list[str]:
-    flt = f"tags.`{C.ROLE}` = '{C.ROLE_SWEEP}' AND tags.`{C.SPEC_HASH}` = '{plan.spec_hash}'"
+def _launches(store: Store, plan: SweepPlan) -> list[str]:
     out = []
-    for run in tracking.iter_runs(client, experiment_id, flt, order_by=["attributes.start_time ASC"]):
+    for run in store.spec_launches(plan.spec_hash):
         started = datetime.fromtimestamp(run.info.start_time / 1000, timezone.utc)
         out.append(f"{run.data.tags.get(C.LAUNCH_ID, run.info.run_id)} ({run.info.status}, started "
                    f"{started:%Y-%m-%d %H:%M} UTC)")
@@ -203,31 +205,30 @@ def _group_runs(runs: list[Any], plan: SweepPlan) -> dict[tuple, list[Any]]:
     return groups
 
 
-def collect(client: Any, experiment_id: str | None, plan: SweepPlan, now: float | None = None) -> SweepStatus:
-    """The status of every trial of ``plan`` in experiment ``experiment_id`` (None: not created yet)."""
+def collect(store: Store | None, plan: SweepPlan, now: float | None = None) -> SweepStatus:
+    """The status of every trial of ``plan`` in the store's experiment (None: not created yet)."""
     now = time.time() if now is None else now
-    flt = f"tags.`{C.ROLE}` = '{C.ROLE_TRIAL}'"
-    runs = list(tracking.iter_runs(client, experiment_id, flt)) if experiment_id else []
+    runs = list(store.runs(tag_equals(C.ROLE, C.ROLE_TRIAL))) if store else []
     groups = _group_runs(runs, plan)
     trials, used = [], []
     for t in plan.grid:
         found = [r for h in sorted(t.hashes) for r in groups.get((t.kind, t.cell.id, str(t.fold), h), [])]
         used += found
-        trials.append(_trial_state(client, t.cell.id, str(t.fold), t.kind, t.iterations, found, now))
+        trials.append(_trial_state(store, t.cell.id, str(t.fold), t.kind, t.iterations, found, now))
     for s in plan.searches:
         found = groups.get((C.KIND_SEARCH, s.search_hash), [])
         used += found
         trials.append(_study_state(s, found, now))
-    refits = refit_expected(client, experiment_id, plan) if experiment_id else {}
+    refits = refit_expected(store, plan) if store else {}
     for r in plan.refits:
         hashes = sorted(refits[r.key].hashes) if r.key in refits else []
         found = [run for h in hashes for run in groups.get((C.KIND_REFIT, r.tuned_cell.id, str(r.fold), h), [])]
         used += found
-        trials.append(_trial_state(client, r.tuned_cell.id, str(r.fold), C.KIND_REFIT, r.iterations, found, now))
+        trials.append(_trial_state(store, r.tuned_cell.id, str(r.fold), C.KIND_REFIT, r.iterations, found, now))
     res = plan.spec.resources
     to_go, unknown = _to_go(trials)
     return SweepStatus(plan.spec.name, "GPU" if res.gpu > 0 else "CPU", res.gpu if res.gpu > 0 else res.cpu,
-                       trials, _launches(client, experiment_id, plan) if experiment_id else [],
+                       trials, _launches(store, plan) if store else [],
                        sum(_duration_s(r, now) for r in used), to_go, unknown, _ignored(runs, used, plan))
 
 
@@ -310,8 +311,8 @@ class StatusReporter:
 
     def refresh(self) -> None:
         try:
-            client = tracking.MlflowClient(self.uri)
-            st = collect(client, self.experiment_id, self.plan)
+            store = Store.at(self.uri, self.experiment_id)
+            st, client = collect(store, self.plan), store.client
             client.log_text(self.parent_run_id, format_status(st), C.STATUS_ARTIFACT)
             tracking.log_metrics(client, self.parent_run_id, status_metrics(st), self.refreshes)
             self.refreshes += 1
@@ -341,8 +342,8 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _show(client: Any, experiment_id: str | None, plan: SweepPlan, clear: bool) -> None:
-    text = format_status(collect(client, experiment_id, plan))
+def _show(store: Store | None, plan: SweepPlan, clear: bool) -> None:
+    text = format_status(collect(store, plan))
     print(("\033[2J\033[H" if clear else "") + text, flush=True)
 
 
@@ -373,11 +374,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if exp is not None and exp.lifecycle_stage == "deleted":
         print(f"error: {C.deleted_experiment(exp.name, exp.experiment_id, uri)}", file=sys.stderr)
         return 2
-    experiment_id = exp.experiment_id if exp is not None else None
+    store = Store(client, exp.experiment_id) if exp is not None else None
     shown = 0
     try:
         while True:
-            _show(client, experiment_id, plan, clear=args.watch is not None and sys.stdout.isatty())
+            _show(store, plan, clear=args.watch is not None and sys.stdout.isatty())
             shown += 1
             if args.watch is None or (args.count is not None and shown >= args.count):
                 return 0

@@ -8,32 +8,31 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestration import contract as C
-from orchestration import tracking
+from orchestration.contract.filters import NEWEST_FIRST
 from orchestration.plan import SweepPlan
+from orchestration.store import Store
 
 __all__ = ["TrialStatus", "refit_expected", "grid_runs", "refit_runs", "grid_summary", "trial_statuses", "format_statuses"]
 
 SUMMARY_METRICS = ((C.TEST_ACC, "final"), (C.TEST_BEST_ACC, "best"))
 
 
-def refit_expected(client: Any, experiment_id: str, plan: SweepPlan) -> dict[str, Any]:
+def refit_expected(store: Store, plan: SweepPlan) -> dict[str, Any]:
     """Refit key → the refit trial the searches' best parameters give now (none before a search has finished)."""
     if not plan.refits:
         return {}
     from orchestration.refit import best_by_cell, refit_trials  # refit imports this module's package peers
 
-    return refit_trials(plan, best_by_cell(plan, client, experiment_id))[0]
+    return refit_trials(plan, best_by_cell(plan, store))[0]
 
 
-def _newest_matching(client: Any, experiment_id: str, kind: str, trials: dict[str, Any]
-                     ) -> tuple[dict[str, Any], list[str]]:
+def _newest_matching(store: Store, kind: str, trials: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """Trial key → the newest FINISHED run of ``kind`` whose config hash is one of that trial's
     (:attr:`orchestration.plan.GridTrial.hashes`), and the labels of FINISHED runs of other settings (their cell and
     fold not in ``trials`` or another config hash): those enter no table."""
-    flt = f"{C.trials_filter(kind)} AND attributes.status = 'FINISHED'"
     found: dict[str, Any] = {}
     other: list[str] = []
-    for run in tracking.iter_runs(client, experiment_id, flt, order_by=["attributes.start_time DESC"]):
+    for run in store.finished_trials(kind, order_by=NEWEST_FIRST):
         tg = run.data.tags
         key = C.trial_key(tg.get(C.CELL), tg.get(C.FOLD))
         if key in trials and tg.get(C.CONFIG_HASH) in trials[key].hashes:
@@ -43,19 +42,19 @@ def _newest_matching(client: Any, experiment_id: str, kind: str, trials: dict[st
     return found, other
 
 
-def grid_runs(client: Any, experiment_id: str, plan: SweepPlan) -> tuple[dict[str, Any], list[str]]:
+def grid_runs(store: Store, plan: SweepPlan) -> tuple[dict[str, Any], list[str]]:
     """Grid key → the newest FINISHED run with a planned config hash (from any launch of this experiment), and the
     FINISHED grid runs of other settings."""
     kind = C.KIND_SMOKE if plan.smoke else C.KIND_GRID
-    return _newest_matching(client, experiment_id, kind, {t.key: t for t in plan.grid})
+    return _newest_matching(store, kind, {t.key: t for t in plan.grid})
 
 
-def refit_runs(client: Any, experiment_id: str, plan: SweepPlan) -> tuple[dict[str, Any], list[str]]:
+def refit_runs(store: Store, plan: SweepPlan) -> tuple[dict[str, Any], list[str]]:
     """Refit key → the newest FINISHED refit run with the parameters the searches' best give now, and the FINISHED
     refit runs of other settings (another search's best, another refit base)."""
     if not plan.refits or plan.smoke:
         return {}, []
-    return _newest_matching(client, experiment_id, C.KIND_REFIT, refit_expected(client, experiment_id, plan))
+    return _newest_matching(store, C.KIND_REFIT, refit_expected(store, plan))
 
 
 def _mean_std(values: list[float]) -> str:
@@ -66,11 +65,10 @@ def _mean_std(values: list[float]) -> str:
     return f"{statistics.fmean(pct):.2f} ± {std:.2f}"
 
 
-def grid_summary(client: Any, experiment_id: str, plan: SweepPlan) -> str:
+def grid_summary(store: Store, plan: SweepPlan) -> str:
     """Test accuracy (%) per cell: mean ± std over the finished folds, final (last evaluation) and best; a searched
     cell's refit (``…,tuned=true``) is a row of its own."""
-    (grid, other), (refit, other_refit) = grid_runs(client, experiment_id, plan), refit_runs(client, experiment_id,
-                                                                                            plan)
+    (grid, other), (refit, other_refit) = grid_runs(store, plan), refit_runs(store, plan)
     runs = {**grid, **refit}
     slots = [(t.cell.id, t.key) for t in plan.grid] + [(r.tuned_cell.id, r.key) for r in plan.refits]
     cells: dict[str, list[Any]] = {}
@@ -82,7 +80,7 @@ def grid_summary(client: Any, experiment_id: str, plan: SweepPlan) -> str:
     header = ("cell", "folds", *(f"{label} test acc %" for _, label in SUMMARY_METRICS))
     rows = [header]
     for cell, cell_runs in cells.items():
-        results = [tracking.results_run(client, r) for r in cell_runs]  # a reused trial's: the run it links to
+        results = [store.results_run(r) for r in cell_runs]  # a reused trial's: the run it links to
         vals = [_mean_std([r.data.metrics[m] for r in results if m in r.data.metrics]) for m, _ in SUMMARY_METRICS]
         reused = sum(C.REUSED_FROM in r.data.tags for r in cell_runs)
         rows.append((cell, f"{len(cell_runs)}/{folds_per_cell[cell]}" + (f" ({reused} reused)" if reused else ""),
@@ -102,13 +100,13 @@ class TrialStatus:
     skipped: list[str] = field(default_factory=list)
 
 
-def trial_statuses(client: Any, experiment_id: str, parent_run_id: str | None, plan: SweepPlan,
-                   grid_keys: list[str], study_phases: list[str], skipped: list[str]) -> TrialStatus:
+def trial_statuses(store: Store, parent_run_id: str | None, plan: SweepPlan, grid_keys: list[str],
+                   study_phases: list[str], skipped: list[str]) -> TrialStatus:
     """Status of every trial this launch was meant to run, from its child runs."""
     st = TrialStatus(skipped=list(skipped))
     by_key: dict[str, list[str]] = {}
     if parent_run_id is not None:
-        for run in tracking.iter_runs(client, experiment_id, f"tags.`{C.PARENT_RUN_ID}` = '{parent_run_id}'"):
+        for run in store.children(parent_run_id):
             tg = run.data.tags
             key = C.trial_key(tg.get(C.CELL), tg.get(C.FOLD))
             if tg.get(C.KIND) == C.KIND_SEARCH:

@@ -51,6 +51,7 @@ from orchestration import tracking  # noqa: E402
 from orchestration.cluster import check_resources, init_ray  # noqa: E402
 from orchestration.dryrun import dry_run  # noqa: E402
 from orchestration import interrupts  # noqa: E402
+from orchestration import mlflow_ui  # noqa: E402
 from orchestration import orphans  # noqa: E402
 from orchestration.interrupts import handle_interrupts  # noqa: E402
 from orchestration.launchlock import LaunchRunning, launch_lock  # noqa: E402
@@ -63,6 +64,7 @@ from orchestration.plan import SweepPlan  # noqa: E402
 from orchestration.search import log_best  # noqa: E402
 from orchestration.spec import SpecError  # noqa: E402
 from orchestration.status import StatusReporter  # noqa: E402
+from orchestration.store import Store  # noqa: E402
 from orchestration.summary import format_statuses, grid_summary, trial_statuses  # noqa: E402
 
 __all__ = ["SweepOptions", "SweepOutcome", "SweepError", "run_sweep", "main", "resolve_storage",
@@ -106,9 +108,10 @@ def _run_locked(launch: _Launch, name_launch: Callable[[str], None]) -> SweepOut
     client = tracking.MlflowClient(launch.uri)
     with C.bounded_http(launch.uri, "--tracking-uri"):  # a dead server: one line within ~20 s, not 4 min of silence
         experiment_id = tracking.ensure_experiment(client, launch.exp_name, launch.uri,
-                                                   C.experiment_tags(launch.plan.spec.axes))
+                                                   mlflow_ui.experiment_tags(launch.plan.spec.axes))
+    store = Store(client, experiment_id)
     resume_cmd = command_line(opts, launch.uri, launch.storage, resume=True)
-    for dead in tracking.kill_dead_launches(client, experiment_id):
+    for dead in store.kill_dead_launches():
         print(f"[sweep] launch {dead.data.tags.get(C.LAUNCH_ID)} was interrupted (its driver is "
               f"gone); its runs are now KILLED." + ("" if opts.resume else f" To continue it: {resume_cmd}"),
               flush=True)
@@ -116,50 +119,49 @@ def _run_locked(launch: _Launch, name_launch: Callable[[str], None]) -> SweepOut
         if ended:
             print(f"[sweep] ended {len(ended)} Ray process(es) that launch left running (pids "
                   f"{', '.join(map(str, ended))})", flush=True)
-    _refuse_live_launches(launch, client, experiment_id)
-    chosen = _choose(launch, client, experiment_id)
+    _refuse_live_launches(launch, store)
+    chosen = _choose(launch, store)
     if isinstance(chosen, SweepOutcome):
         return chosen
     # Ray and the resource check come before the parent run: a sweep the cluster cannot run leaves no trace.
     started_ray, request = _start_ray(opts, launch.plan)
     commit = tracking.git_commit(Path(__file__).resolve().parent.parent)  # the code that runs, not the cwd
-    parent = _open_parent(launch, client, experiment_id, chosen, commit)
+    parent = _open_parent(launch, store, chosen, commit)
     try:
-        return _run_launch(launch, client, experiment_id, chosen, parent, commit, started_ray, request,
-                           resume_cmd, name_launch)
+        return _run_launch(launch, store, chosen, parent, commit, started_ray, request, resume_cmd, name_launch)
     except KeyboardInterrupt:  # a second Ctrl+C: during Ray's shutdown, the final statuses, the summary
-        _abort(client, experiment_id, parent, resume_cmd)
+        _abort(store, parent, resume_cmd)
         raise interrupts.LaunchAborted from None
 
 
-def _abort(client: Any, experiment_id: str, parent: tracking.ParentInfo, resume_cmd: str) -> None:
+def _abort(store: Store, parent: tracking.ParentInfo, resume_cmd: str) -> None:
     """The launch's unfinished runs ended KILLED (not left RUNNING) and the resume command printed."""
     def end() -> None:
-        tracking.end_open_children(client, experiment_id, parent.run_id, "KILLED")
-        tracking.end_run(client, parent.run_id, "KILLED")
+        store.end_open_children(parent.run_id, "KILLED")
+        store.end_run(parent.run_id, "KILLED")
 
     interrupts.uninterruptible(end)
     print(f"\n[sweep] aborted: launch {parent.launch_id} stopped, its unfinished runs are KILLED.\n"
           f"To resume this launch (finished trials are not re-run):\n  {resume_cmd}", flush=True)
 
 
-def _run_launch(launch: _Launch, client: Any, experiment_id: str, chosen: _Selection, parent: tracking.ParentInfo,
-                commit: str, started_ray: bool, request: dict[str, float], resume_cmd: str,
+def _run_launch(launch: _Launch, store: Store, chosen: _Selection, parent: tracking.ParentInfo, commit: str,
+                started_ray: bool, request: dict[str, float], resume_cmd: str,
                 name_launch: Callable[[str], None]) -> SweepOutcome:
     """The launch once its parent run is open: the phases, then the final statuses and the summary."""
-    opts = launch.opts
+    opts, client, experiment_id = launch.opts, store.client, store.experiment_id
     name_launch(parent.launch_id)
     if started_ray:  # what a SIGKILLed driver would leave running, for the next launch to end
         client.set_tag(parent.run_id, C.RAY_PROCESSES, orphans.describe_children()[:5000])
     tracking.log_params_and_tags(client, parent.run_id, {}, C.parent_display_tags(launch.plan.spec.description,
                                                                                    opts.overrides))
-    print(f"[sweep] MLflow UI: {C.ui_hint(launch.uri, experiment_id)}", flush=True)
+    print(f"[sweep] MLflow UI: {mlflow_ui.ui_hint(launch.uri, experiment_id)}", flush=True)
     reporter = StatusReporter(launch.plan, launch.uri, experiment_id, parent.run_id).start()
     interrupts.STOP_HOOKS[:] = [lambda: _stop_signal(launch.uri, experiment_id, parent, resume_cmd)]
     interrupted, errors = False, 0
     try:
         ran = run_phases(LaunchContext(
-            launch.plan, opts, client, experiment_id, parent, commit, launch.storage, launch.exp_name, launch.uri,
+            launch.plan, opts, store, parent, commit, launch.storage, launch.exp_name, launch.uri,
             request, C.optuna_storage_url(launch.plan.spec.search.storage if launch.plan.spec.search else None,
                                           launch.uri, launch.project)), chosen.grid_keys, chosen.phases)
         interrupted, errors = ran.interrupted, ran.errors
@@ -167,8 +169,8 @@ def _run_launch(launch: _Launch, client: Any, experiment_id: str, chosen: _Selec
     except KeyboardInterrupt:
         interrupted = True
     except BaseException:
-        tracking.end_open_children(client, experiment_id, parent.run_id, "FAILED")
-        tracking.end_run(client, parent.run_id, "FAILED")
+        store.end_open_children(parent.run_id, "FAILED")
+        store.end_run(parent.run_id, "FAILED")
         raise
     finally:
         interrupts.STOP_HOOKS.clear()
@@ -177,15 +179,15 @@ def _run_launch(launch: _Launch, client: Any, experiment_id: str, chosen: _Selec
             import ray
 
             ray.shutdown()
-    outcome = _finish(launch, client, experiment_id, parent, chosen, interrupted, errors, resume_cmd)
+    outcome = _finish(launch, store, parent, chosen, interrupted, errors, resume_cmd)
     reporter.refresh()  # the final statuses (interrupted runs are KILLED only now)
     return outcome
 
 
-def _refuse_live_launches(launch: _Launch, client: Any, experiment_id: str) -> None:
+def _refuse_live_launches(launch: _Launch, store: Store) -> None:
     """A launch of this experiment whose driver is alive on this host (a tracking server: the lock file cannot see
     it) is refused in one line; one RUNNING on another host gets a warning, as its driver cannot be checked."""
-    here, elsewhere = tracking.live_launches(client, experiment_id)
+    here, elsewhere = store.live_launches()
     if here:
         t = here[0].data.tags
         raise LaunchRunning(f"experiment {launch.exp_name!r} in {launch.uri}: launch {t.get(C.LAUNCH_ID)} (driver "
@@ -204,10 +206,10 @@ def _stop_signal(uri: str, experiment_id: str, parent: tracking.ParentInfo, resu
     print(f"\n[sweep] stop signal (SIGTERM): the launch's running trials and its parent run are marked KILLED now "
           f"(the driver may be killed within seconds). To resume this launch (finished trials are not re-run):\n  "
           f"{resume_cmd}", flush=True)
-    client = tracking.MlflowClient(uri)
-    tracking.end_open_children(client, experiment_id, parent.run_id, "KILLED")
-    client.set_tag(parent.run_id, C.ENDED_BY, "stop signal (SIGTERM)")
-    tracking.end_run(client, parent.run_id, "KILLED")
+    store = Store.at(uri, experiment_id)
+    store.end_open_children(parent.run_id, "KILLED")
+    store.client.set_tag(parent.run_id, C.ENDED_BY, "stop signal (SIGTERM)")
+    store.end_run(parent.run_id, "KILLED")
 
 
 def _prepare(opts: SweepOptions) -> _Launch:
@@ -224,45 +226,44 @@ def _prepare(opts: SweepOptions) -> _Launch:
 
 
 def _check_report_layouts(spec: Any) -> None:
-    """A table or figure the report would reject is refused now, not after days of training (the report's own
-    validation, imported lazily: the report package never imports the sweep, so the arrow stays one way)."""
+    """A table or figure the report would reject is refused now, not after days of training: the contract's layout
+    schema, which the report builds from (imported here only when a YAML has a layout: it needs pydantic)."""
     if not (spec.tables or spec.figures):
         return
-    from reports.layout import validate_report
+    from orchestration.contract.layout import validate_report
 
     from mutexmatch.algorithms import declared_terms
 
     validate_report(spec.model_dump(mode="json"), terms=declared_terms())  # train/<term> of a registered algorithm
 
 
-def _choose(launch: _Launch, client: Any, experiment_id: str) -> _Selection | SweepOutcome:
+def _choose(launch: _Launch, store: Store) -> _Selection | SweepOutcome:
     """The trials this launch runs: those of the launch being resumed, else every one not FINISHED already."""
     plan, opts = launch.plan, launch.opts
     if opts.resume:
-        found = tracking.find_resumable_parent(client, experiment_id, spec_hash=plan.spec_hash,
-                                               storage=launch.storage, smoke=plan.smoke)
+        found = store.resumable_parent(spec_hash=plan.spec_hash, storage=launch.storage, smoke=plan.smoke)
         if found is None:
             raise SweepError(f"--resume: no earlier launch of {launch.spec_path} (spec hash {plan.spec_hash}, "
                              f"storage {launch.storage}{', smoke' if plan.smoke else ''}) in experiment "
                              f"{launch.exp_name!r}; start it without --resume (a changed YAML is a new sweep)")
-        saved = load_launch_plan(client, found.info.run_id)
+        saved = load_launch_plan(store.client, found.info.run_id)
         return _Selection(saved["grid"], saved["phases"], saved["skipped"], resumed=found)
-    grid_keys, phases, skipped = select(plan, client, experiment_id, opts.force)
+    grid_keys, phases, skipped = select(plan, store, force=opts.force)
     if not (opts.force or opts.no_reuse):
-        grid_keys, reused = link_reusable(plan, client, experiment_id, grid_keys)
+        grid_keys, reused = link_reusable(plan, store, grid_keys)
         skipped += reused
         if reused:
             print(f"[sweep] {len(reused)} trial(s) reused from FINISHED runs of the same config elsewhere in the "
                   f"store (not trained again; --no-reuse trains them)", flush=True)
     if grid_keys or phases:
         return _Selection(grid_keys, phases, skipped)
-    out = SweepOutcome(status="nothing-to-do", experiment_id=experiment_id, skipped=skipped)
-    if not record_without_launch(client, experiment_id, plan):  # all reused: a finished launch records them
+    out = SweepOutcome(status="nothing-to-do", experiment_id=store.experiment_id, skipped=skipped)
+    if not record_without_launch(store, plan):  # all reused: a finished launch records them
         commit = tracking.git_commit(Path(__file__).resolve().parent.parent)
-        parent = _open_parent(launch, client, experiment_id, _Selection([], [], skipped), commit)
-        tracking.end_run(client, parent.run_id, "FINISHED")
+        parent = _open_parent(launch, store, _Selection([], [], skipped), commit)
+        store.end_run(parent.run_id, "FINISHED")
         out.parent_run_id, out.launch_id = parent.run_id, parent.launch_id
-    out.summary = grid_summary(client, experiment_id, plan)
+    out.summary = grid_summary(store, plan)
     print(f"[sweep] every trial of {launch.spec_path} already has a FINISHED run with the same config in "
           f"experiment {launch.exp_name!r} (or reused from another in the store); nothing to do (--force runs "
           f"them again).\n\n{out.summary}", flush=True)
@@ -288,9 +289,9 @@ def _start_ray(opts: SweepOptions, plan: SweepPlan) -> tuple[bool, dict[str, flo
     return started_ray, request
 
 
-def _open_parent(launch: _Launch, client: Any, experiment_id: str, chosen: _Selection,
-                 commit: str) -> tracking.ParentInfo:
+def _open_parent(launch: _Launch, store: Store, chosen: _Selection, commit: str) -> tracking.ParentInfo:
     """The launch's parent run: the resumed one set RUNNING again, or a new one with the launch plan saved."""
+    client = store.client
     if chosen.resumed is not None:
         found = chosen.resumed
         parent = tracking.ParentInfo(found.info.run_id, found.data.tags[C.LAUNCH_ID], launch.storage)
@@ -300,7 +301,7 @@ def _open_parent(launch: _Launch, client: Any, experiment_id: str, chosen: _Sele
         return parent
     launch_id = f"{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
     parent = tracking.create_parent_run(
-        client, experiment_id, launch_id=launch_id, spec_path=launch.spec_path.resolve(),
+        store, launch_id=launch_id, spec_path=launch.spec_path.resolve(),
         spec_text=launch.spec_path.read_text(), spec_hash=launch.plan.spec_hash, commit=commit,
         storage=launch.storage, smoke=launch.plan.smoke,
         command=command_line(launch.opts, launch.uri, launch.storage, resume=False))
@@ -313,23 +314,21 @@ def _open_parent(launch: _Launch, client: Any, experiment_id: str, chosen: _Sele
     return parent
 
 
-def _finish(launch: _Launch, client: Any, experiment_id: str, parent: tracking.ParentInfo, chosen: _Selection,
-            interrupted: bool, errors: int, resume_cmd: str) -> SweepOutcome:
+def _finish(launch: _Launch, store: Store, parent: tracking.ParentInfo, chosen: _Selection, interrupted: bool,
+            errors: int, resume_cmd: str) -> SweepOutcome:
     """Final statuses, the best search parameters, the parent run ended, and the summary printed."""
     plan = launch.plan
     if interrupted:
-        tracking.end_open_children(client, experiment_id, parent.run_id, "KILLED")
-    st = trial_statuses(client, experiment_id, parent.run_id, plan, chosen.grid_keys, chosen.phases,
-                        chosen.skipped)
-    outcome = SweepOutcome(status="finished", experiment_id=experiment_id, parent_run_id=parent.run_id,
+        store.end_open_children(parent.run_id, "KILLED")
+    st = trial_statuses(store, parent.run_id, plan, chosen.grid_keys, chosen.phases, chosen.skipped)
+    outcome = SweepOutcome(status="finished", experiment_id=store.experiment_id, parent_run_id=parent.run_id,
                            launch_id=parent.launch_id, skipped=chosen.skipped, finished=st.finished,
                            failed=st.failed, not_finished=st.not_finished)
     outcome.status = "interrupted" if interrupted else "failed" if (errors or st.failed or st.not_finished) \
         else "finished"
-    outcome.best = log_best(plan, client, experiment_id, parent.run_id)
-    tracking.end_run(client, parent.run_id, {"interrupted": "KILLED", "failed": "FAILED"}.get(outcome.status,
-                                                                                              "FINISHED"))
-    outcome.summary = grid_summary(client, experiment_id, plan)
+    outcome.best = log_best(plan, store, parent.run_id)
+    store.end_run(parent.run_id, {"interrupted": "KILLED", "failed": "FAILED"}.get(outcome.status, "FINISHED"))
+    outcome.summary = grid_summary(store, plan)
     print(f"\n[sweep] {outcome.status}: launch {parent.launch_id}, MLflow experiment {launch.exp_name!r} "
           f"(parent run {parent.run_id})\n{format_statuses(st)}\n\nTest accuracy per cell "
           f"(mean ± std over folds; final = last evaluation, best = max over evaluations):\n{outcome.summary}",

@@ -22,41 +22,34 @@ import json
 import os
 import socket
 import subprocess
-import tempfile
 import time
 import traceback
-import warnings
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Mapping
 
-import numpy as np
 import yaml
 
-from mutexmatch.callbacks import EvalEvent, RunSummary, StartEvent
+from mutexmatch.training import EvalEvent, RunSummary, StartEvent
 from mutexmatch.dotted import flatten_dotted
-from mutexmatch.runfolder import checkpoint_pair
+from mutexmatch.training import checkpoint_pair
 
 from orchestration import contract as C
+from orchestration import mlflow_ui
 from orchestration.env import apply_closed_network_env
+from orchestration.store import Store, end_run
 
 apply_closed_network_env()
 
 from mlflow import MlflowClient  # noqa: E402  (telemetry must be off before mlflow is imported)
-from mlflow.entities import (Dataset, DatasetInput, InputTag, Metric, Param, Run, RunTag,  # noqa: E402
-                             ViewType)
+from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, Run, RunTag  # noqa: E402
 
 __all__ = [
     "resolve_tracking_uri", "artifact_location", "ensure_experiment", "git_commit", "flatten_params",
-    "create_parent_run", "find_resumable_parent", "find_trial_run", "iter_runs",
-    "finished_grid_hashes", "finished_search_runs", "finished_runs_by_hash", "link_reused", "results_run", "end_run", "kill_dead_launches", "live_launches",
-    "end_open_children",
+    "create_parent_run", "link_reused", "end_run",
     "log_metrics", "log_params_and_tags", "ParentInfo", "TrialRun",
 ]
-
-_PAGE = 1000
-
 
 def resolve_tracking_uri(uri: str | None, project_dir: Path, *, create: bool = True) -> str:
     """The store the sweep writes and its trials use from any working directory: the contract's rule
@@ -81,7 +74,7 @@ def artifact_location(tracking_uri: str) -> str | None:
 
 def ensure_experiment(client: MlflowClient, name: str, tracking_uri: str, tags: Mapping[str, str] = {}) -> str:
     """The id of experiment ``name``, created (or restored from the trash) if needed, with ``tags`` set (the UI's
-    :func:`orchestration.contract.experiment_tags`, refreshed at every launch). Called in the driver before any
+    :func:`orchestration.mlflow_ui.experiment_tags`, refreshed at every launch). Called in the driver before any
     trial starts, so trials never race on creating the SQLite schema or the experiment."""
     exp = client.get_experiment_by_name(name)
     if exp is None:
@@ -117,19 +110,6 @@ def flatten_params(config: Mapping[str, Any], prefix: str = "") -> dict[str, str
             for k, v in flatten_dotted(config, prefix).items()}
 
 
-def iter_runs(client: MlflowClient, experiment_id: str, filter_string: str = "",
-              order_by: list[str] | None = None) -> Iterator[Run]:
-    """Every active run matching ``filter_string``, page by page."""
-    token = None
-    while True:
-        page = client.search_runs([experiment_id], filter_string, ViewType.ACTIVE_ONLY, max_results=_PAGE,
-                                  order_by=order_by, page_token=token)
-        yield from page
-        token = page.token
-        if not token:
-            return
-
-
 @dataclass(frozen=True)
 class ParentInfo:
     run_id: str
@@ -137,155 +117,33 @@ class ParentInfo:
     storage: str
 
 
-def create_parent_run(client: MlflowClient, experiment_id: str, *, launch_id: str, spec_path: Path,
-                      spec_text: str, spec_hash: str, commit: str, storage: str, smoke: bool,
-                      command: str) -> ParentInfo:
+def create_parent_run(store: Store, *, launch_id: str, spec_path: Path, spec_text: str, spec_hash: str,
+                      commit: str, storage: str, smoke: bool, command: str) -> ParentInfo:
     """The parent run of one sweep launch, RUNNING until :func:`end_run`. ``mutexmatch.driver_*`` tags let a later
     launch on the same host tell whether this driver is still alive."""
     tags = {C.ROLE: C.ROLE_SWEEP, C.SPEC_HASH: spec_hash, C.SPEC_PATH: str(spec_path), C.GIT_COMMIT: commit,
             C.LAUNCH_ID: launch_id, C.STORAGE: storage, C.SMOKE: str(smoke).lower(),
             C.DRIVER_HOST: socket.gethostname(), C.DRIVER_PID: str(os.getpid()), C.COMMAND: command[:5000],
             **C.source_tags(str(spec_path), commit)}
-    run = client.create_run(experiment_id, tags=tags, run_name=C.parent_run_name(Path(spec_path).stem, datetime.now(),
-                                                                                  smoke))
-    client.log_text(run.info.run_id, spec_text, C.SPEC_ARTIFACT)
+    run = store.client.create_run(store.experiment_id, tags=tags,
+                                  run_name=C.parent_run_name(Path(spec_path).stem, datetime.now(), smoke))
+    store.client.log_text(run.info.run_id, spec_text, C.SPEC_ARTIFACT)
     return ParentInfo(run.info.run_id, launch_id, storage)
 
 
-def find_resumable_parent(client: MlflowClient, experiment_id: str, *, spec_hash: str, storage: str,
-                          smoke: bool) -> Run | None:
-    """The newest launch of this spec (same hash, storage and smoke flag) — what ``--resume`` continues."""
-    flt = (f"tags.`{C.ROLE}` = '{C.ROLE_SWEEP}' AND tags.`{C.SPEC_HASH}` = '{spec_hash}' AND "
-           f"tags.`{C.SMOKE}` = '{str(smoke).lower()}'")
-    for run in iter_runs(client, experiment_id, flt, order_by=["attributes.start_time DESC"]):
-        if run.data.tags.get(C.STORAGE) == storage:
-            return run
-    return None
-
-
-def find_trial_run(client: MlflowClient, experiment_id: str, trial_id: str, launch_id: str) -> Run | None:
-    """The run of Tune trial ``trial_id`` of launch ``launch_id`` (Tune keeps trial ids across restarts and
-    ``Tuner.restore``; the launch id guards against the rare id reused by another launch)."""
-    flt = f"tags.`{C.TRIAL_ID}` = '{trial_id}' AND tags.`{C.LAUNCH_ID}` = '{launch_id}'"
-    runs = list(iter_runs(client, experiment_id, flt, order_by=["attributes.start_time ASC"]))
-    return runs[0] if runs else None
-
-
-def finished_grid_hashes(client: MlflowClient, experiment_id: str, kind: str = C.KIND_GRID) -> dict[str, set[str]]:
-    """``<cell id>/fold<k>`` → config hashes of FINISHED trial runs of ``kind`` (what a relaunch may skip)."""
-    flt = f"{C.trials_filter(kind)} AND attributes.status = 'FINISHED'"
-    done: dict[str, set[str]] = {}
-    for run in iter_runs(client, experiment_id, flt):
-        t = run.data.tags
-        done.setdefault(C.trial_key(t.get(C.CELL), t.get(C.FOLD)), set()).add(t.get(C.CONFIG_HASH, ""))
-    return done
-
-
-def finished_runs_by_hash(client: MlflowClient, hashes: Iterable[str]) -> dict[str, Run]:
-    """Config hash (of ``hashes``) → the newest FINISHED grid or refit run with it in any experiment of the store,
-    links to reused runs left out (their source is found itself): what a new sweep reuses instead of training."""
-    wanted = set(hashes)
-    experiments = [e.experiment_id for e in client.search_experiments(ViewType.ACTIVE_ONLY)]
-    found: dict[str, Run] = {}
-    for kind in (C.KIND_GRID, C.KIND_REFIT):
-        flt = f"{C.trials_filter(kind)} AND attributes.status = 'FINISHED'"
-        for i in range(0, len(experiments), 100):  # MLflow searches at most 100 experiments at once
-            token = None
-            while True:
-                page = client.search_runs(experiments[i:i + 100], flt, ViewType.ACTIVE_ONLY, max_results=_PAGE,
-                                          page_token=token)
-                for run in page:
-                    h, tags = run.data.tags.get(C.CONFIG_HASH), run.data.tags
-                    if h in wanted and C.REUSED_FROM not in tags and (
-                            h not in found or run.info.start_time > found[h].info.start_time):
-                        found[h] = run
-                token = page.token
-                if not token:
-                    break
-    return found
-
-
-def link_reused(client: MlflowClient, experiment_id: str, *, kind: str, cell_levels: Iterable[tuple[str, str]],
-                cell_id: str, fold: int, source: Run) -> str:
-    """A FINISHED link run in ``experiment_id`` standing for a trial whose config ``source`` already trained
+def link_reused(store: Store, *, kind: str, cell_levels: Iterable[tuple[str, str]], cell_id: str, fold: int,
+                source: Run) -> str:
+    """A FINISHED link run in the store's experiment standing for a trial whose config ``source`` already trained
     (tags: :func:`orchestration.contract.reused_trial_tags`; no metric, param or artifact copied). Its run id."""
+    client = store.client
     exp, levels = client.get_experiment(source.info.experiment_id), list(cell_levels)
     tags = C.reused_trial_tags(kind=kind, cell_levels=levels, cell_id=cell_id, fold=fold,
                                source_id=source.info.run_id, source_tags=source.data.tags, source_experiment=exp.name,
                                source_artifact_uri=source.info.artifact_uri or "")
-    run = client.create_run(experiment_id, tags=tags, run_name=f"{C.trial_run_name(levels, fold, kind)} · reused")
-    end_run(client, run.info.run_id, "FINISHED")
+    run = client.create_run(store.experiment_id, tags=tags,
+                            run_name=f"{C.trial_run_name(levels, fold, kind)} · reused")
+    store.end_run(run.info.run_id, "FINISHED")
     return run.info.run_id
-
-
-def results_run(client: MlflowClient, run: Run) -> Run:
-    """The run holding ``run``'s results: itself, or for a reused trial's link the run it names."""
-    source = C.results_run_id(run.info.run_id, run.data.tags)
-    return run if source == run.info.run_id else client.get_run(source)
-
-
-def finished_search_runs(client: MlflowClient, experiment_id: str, search_hash: str) -> list[Run]:
-    flt = (f"{C.trials_filter(C.KIND_SEARCH)} AND tags.`{C.SEARCH_HASH}` = '{search_hash}' AND "
-           "attributes.status = 'FINISHED'")
-    return list(iter_runs(client, experiment_id, flt))
-
-
-def end_run(client: MlflowClient, run_id: str, status: str) -> None:
-    client.set_terminated(run_id, status, end_time=int(time.time() * 1000))
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def end_open_children(client: MlflowClient, experiment_id: str, parent_run_id: str, status: str,
-                      keep: set[str] = frozenset()) -> list[Run]:
-    """End every RUNNING child of ``parent_run_id`` (except run ids in ``keep``) with ``status``; return them."""
-    flt = f"tags.`{C.PARENT_RUN_ID}` = '{parent_run_id}' AND attributes.status = 'RUNNING'"
-    ended = [r for r in iter_runs(client, experiment_id, flt) if r.info.run_id not in keep]
-    for run in ended:
-        client.set_tag(run.info.run_id, C.ENDED_BY, "driver")
-        end_run(client, run.info.run_id, status)
-    return ended
-
-
-def kill_dead_launches(client: MlflowClient, experiment_id: str) -> list[Run]:
-    """Parent runs left RUNNING by a driver on this host that no longer exists (SIGKILL, power loss): end them and
-    their RUNNING children as KILLED, so the store never shows work as running that is not. Returns the parents."""
-    host = socket.gethostname()
-    flt = f"tags.`{C.ROLE}` = '{C.ROLE_SWEEP}' AND attributes.status = 'RUNNING'"
-    dead = []
-    for run in iter_runs(client, experiment_id, flt):
-        t = run.data.tags
-        pid = t.get(C.DRIVER_PID, "")
-        if t.get(C.DRIVER_HOST) != host or not pid.isdigit() or int(pid) == os.getpid() or _pid_alive(
-                int(pid)):
-            continue
-        end_open_children(client, experiment_id, run.info.run_id, "KILLED")
-        client.set_tag(run.info.run_id, C.ENDED_BY, "next launch (driver process was gone)")
-        end_run(client, run.info.run_id, "KILLED")
-        dead.append(run)
-    return dead
-
-
-def live_launches(client: MlflowClient, experiment_id: str) -> tuple[list[Run], list[Run]]:
-    """Parent runs of other launches still RUNNING: (those whose driver is alive on this host, those on other hosts,
-    whose liveness cannot be seen from here). Call after :func:`kill_dead_launches`."""
-    host, here, elsewhere = socket.gethostname(), [], []
-    flt = f"tags.`{C.ROLE}` = '{C.ROLE_SWEEP}' AND attributes.status = 'RUNNING'"
-    for run in iter_runs(client, experiment_id, flt):
-        pid = run.data.tags.get(C.DRIVER_PID, "")
-        if run.data.tags.get(C.DRIVER_HOST) != host:
-            elsewhere.append(run)
-        elif pid.isdigit() and int(pid) != os.getpid() and _pid_alive(int(pid)):
-            here.append(run)
-    return here, elsewhere
 
 
 def log_metrics(client: MlflowClient, run_id: str, metrics: Mapping[str, float], step: int,
@@ -311,7 +169,7 @@ class TrialRun:
     """One Tune trial's MLflow run, across the trial's attempts: the bookkeeping of :func:`orchestration.trainable
     .run_trial` (find or create the run, one attempt's params and tags, the trainer's events, how the attempt ended).
 
-    A restarted trial finds its run by the trial id (:func:`find_trial_run`) and continues it; evaluations an earlier
+    A restarted trial finds its run by the trial id (:meth:`orchestration.store.Store.trial_run`) and continues it; evaluations an earlier
     attempt logged (up to the :data:`~orchestration.contract.LAST_STEP` tag, written in the request that logs their
     metrics) are not logged twice. A run already FINISHED is :attr:`finished`: the trial must not train again."""
 
@@ -322,15 +180,14 @@ class TrialRun:
         self.attempt = attempt
         self.last_logged_step = last_logged_step
         self._run = run
-        self._last_counts: dict | None = None    # the latest evaluation's class counts, drawn at the end
 
     @classmethod
-    def open(cls, client: MlflowClient, experiment_id: str, *, trial_id: str, launch_id: str,
-             tags: Mapping[str, str], run_name: str) -> "TrialRun":
+    def open(cls, store: Store, *, trial_id: str, launch_id: str, tags: Mapping[str, str],
+             run_name: str) -> "TrialRun":
         """The trial's run, created with ``tags`` on its first attempt; an unfinished one is set RUNNING again."""
-        run = find_trial_run(client, experiment_id, trial_id, launch_id)
+        client, run = store.client, store.trial_run(trial_id, launch_id)
         if run is None:
-            return cls(client, client.create_run(experiment_id, tags=dict(tags), run_name=run_name), 1, -1)
+            return cls(client, client.create_run(store.experiment_id, tags=dict(tags), run_name=run_name), 1, -1)
         last = _last_logged_step(client, run)
         if run.info.status == "FINISHED":
             return cls(client, run, int(run.data.tags.get(C.ATTEMPTS, "1")), last)
@@ -365,8 +222,9 @@ class TrialRun:
         logged = self._run.inputs.dataset_inputs if self._run.inputs else []
         if any(d.dataset.digest == split_digest[:16] for d in logged):
             return
-        dataset = Dataset(**C.dataset_input(data, split_digest, self.run_id))
-        self.client.log_inputs(self.run_id, datasets=[DatasetInput(dataset, [InputTag(C.DATASET_CONTEXT, "train")])])
+        dataset = Dataset(**mlflow_ui.dataset_input(data, split_digest, self.run_id))
+        context = InputTag(C.DATASET_CONTEXT, "train")
+        self.client.log_inputs(self.run_id, datasets=[DatasetInput(dataset, [context])])
 
     def log_eval(self, event: EvalEvent) -> None:
         """The evaluation's metrics and class counts, unless an earlier attempt logged this step."""
@@ -377,7 +235,6 @@ class TrialRun:
         counts = {"step": event.step, **{k: v.tolist() for k, v in event.class_counts.items()}}
         self.client.log_text(self.run_id, json.dumps(counts), C.class_counts_artifact(event.step))
         self.last_logged_step = event.step
-        self._last_counts = event.class_counts
 
     def log_end(self, summary: RunSummary) -> None:
         """The best and final weights; with the final weights, the final checkpoint and its checksum."""
@@ -387,24 +244,6 @@ class TrialRun:
         if summary.final_checkpoint is not None and summary.final_weights is not None:
             for f in checkpoint_pair(summary.final_checkpoint):
                 self.client.log_artifact(self.run_id, str(f), C.CHECKPOINTS_DIR)
-        self._log_heatmap()
-
-    def _log_heatmap(self) -> None:
-        """The last evaluation's class counts as a heat-map PNG (the report's own drawing), so the MLflow UI shows
-        the matrices instead of raw JSON. A picture never fails a trial: a drawing error is a warning."""
-        if not self._last_counts or "pseudo_label_counts" not in self._last_counts:
-            return
-        try:
-            from reports.figures import plot_heatmaps
-
-            with tempfile.TemporaryDirectory(prefix="mm_heatmap_") as tmp:
-                files = plot_heatmaps(np.asarray(self._last_counts["pseudo_label_counts"]),
-                                      self._last_counts.get("comp_label_counts"), Path(tmp) / "heatmap_final")
-                png = next(f for f in files if f.suffix == ".png")
-                self.client.log_artifact(self.run_id, str(png), str(Path(C.HEATMAP_ARTIFACT).parent))
-        except Exception as e:  # noqa: BLE001 - see the docstring
-            warnings.warn(f"run {self.run_id}: class-count heat map not drawn ({type(e).__name__}: {e})",
-                          RuntimeWarning, stacklevel=2)
 
     def stopped(self, best_weights: Path) -> None:
         """Tune stopped the trial (ASHA or an interrupted sweep): keep its best weights; the run stays RUNNING for

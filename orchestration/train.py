@@ -26,19 +26,21 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from orchestration.env import apply_closed_network_env
 
 apply_closed_network_env()
 
-from mutexmatch.callbacks import Callback, EvalEvent, RunSummary, StartEvent  # noqa: E402
+from mutexmatch.training import Callback, EvalEvent, RunSummary, StartEvent  # noqa: E402
 from mutexmatch.config import RunConfig, config_hash  # noqa: E402
-from mutexmatch.train import INTERRUPTED  # noqa: E402
-from mutexmatch.train import main as train_main  # noqa: E402
+from mutexmatch.training import INTERRUPTED  # noqa: E402
+from mutexmatch.training import main as train_main  # noqa: E402
 
 from orchestration import contract as C  # noqa: E402
+from orchestration import mlflow_ui  # noqa: E402
 from orchestration import tracking  # noqa: E402
+from orchestration.store import Store, end_run  # noqa: E402
 
 __all__ = ["DEFAULT_EXPERIMENT", "MlflowRunCallback", "main"]
 
@@ -69,21 +71,19 @@ def _trial_id(cfg: RunConfig) -> str:
     return "single-" + hashlib.sha256(str(Path(cfg.output_dir).resolve()).encode()).hexdigest()[:16]
 
 
-def open_run(client: Any, experiment_id: str, cfg: RunConfig, resumed: bool, commit: str) -> tracking.TrialRun:
+def open_run(store: Store, cfg: RunConfig, resumed: bool, commit: str) -> tracking.TrialRun:
     """The MLflow run of this training run: a new one, or on ``--resume`` the newest one of the same run folder."""
     trial_id, launch_id = _trial_id(cfg), None
     if resumed:
-        for run in tracking.iter_runs(client, experiment_id, f"tags.`{C.TRIAL_ID}` = '{trial_id}'",
-                                      order_by=["attributes.start_time DESC"]):
-            launch_id = run.data.tags.get(C.LAUNCH_ID)
-            break
+        newest = store.newest_run_of_trial(trial_id)
+        launch_id = newest.data.tags.get(C.LAUNCH_ID) if newest is not None else None
     launch_id = launch_id or f"single-{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
     levels = ((C.ALGORITHM_AXIS, cfg.algorithm.name),)
     tags = C.trial_tags(parent_run_id="", kind=C.KIND_SINGLE, cell_levels=levels, cell_id=C.cell_id(levels),
                         fold=cfg.data.fold, variant=cfg.algorithm.name, config_hash=config_hash(cfg), commit=commit,
                         trial_id=trial_id, launch_id=launch_id)
     del tags[C.PARENT_RUN_ID]   # a run of its own, not a sweep's child
-    run = tracking.TrialRun.open(client, experiment_id, trial_id=trial_id, launch_id=launch_id, tags=tags,
+    run = tracking.TrialRun.open(store, trial_id=trial_id, launch_id=launch_id, tags=tags,
                                  run_name=C.trial_run_name(levels, cfg.data.fold, C.KIND_SINGLE))
     run.start_attempt(cfg.to_dict(), node_id=socket.gethostname(), tune_checkpoint=False)
     return run
@@ -117,10 +117,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.perf_counter()
 
     def callbacks(cfg: RunConfig, resumed: bool) -> list[Callback]:
-        run = open_run(client, experiment_id, cfg, resumed, tracking.git_commit(Path(__file__).parent.parent))
+        run = open_run(Store(client, experiment_id), cfg, resumed, tracking.git_commit(Path(__file__).parent.parent))
         opened.append(MlflowRunCallback(run))
         print(f"[train] MLflow run {run.run_id} in experiment {ours.experiment_name!r}: "
-              f"{C.ui_hint(uri, experiment_id)}", file=sys.stderr, flush=True)
+              f"{mlflow_ui.ui_hint(uri, experiment_id)}", file=sys.stderr, flush=True)
         return list(opened)
 
     try:
@@ -143,10 +143,10 @@ def _end(callback: MlflowRunCallback, code: int, wall_s: float) -> None:
     elif code in (0, INTERRUPTED):
         how = "--stop-at" if code == 0 else "Ctrl+C"
         run.client.set_tag(run.run_id, C.ENDED_BY, f"{how} (continue: python -m orchestration.train --resume DIR)")
-        tracking.end_run(run.client, run.run_id, "KILLED")
+        end_run(run.client, run.run_id, "KILLED")
     else:
         run.client.set_tag(run.run_id, C.ERROR, f"the trainer exited with code {code} (its error line: the console)")
-        tracking.end_run(run.client, run.run_id, "FAILED")
+        end_run(run.client, run.run_id, "FAILED")
 
 
 if __name__ == "__main__":

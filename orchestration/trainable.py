@@ -40,12 +40,13 @@ from orchestration.env import apply_closed_network_env
 
 apply_closed_network_env()  # before mlflow/ray are imported in a worker process that only imports this module
 
-from mutexmatch.callbacks import Callback, EvalEvent, RunSummary, StartEvent  # noqa: E402
+from mutexmatch.training import Callback, EvalEvent, RunSummary, StartEvent  # noqa: E402
 from mutexmatch.config import RunConfig, config_hash, parse_config  # noqa: E402
-from mutexmatch.runfolder import RunFolder  # noqa: E402
+from mutexmatch.training import RunFolder  # noqa: E402
 
 from orchestration import contract as C  # noqa: E402
 from orchestration import tracking  # noqa: E402
+from orchestration.store import Store  # noqa: E402
 from orchestration.plan import GridTrial, SearchStudy  # noqa: E402
 from orchestration.spec import deep_merge, with_sampled  # noqa: E402
 
@@ -167,7 +168,7 @@ def _open_trial_run(ctx: TrialContext, trial_id: str, ident: dict[str, Any], cfg
                         launch_id=ctx.launch_id, source=ctx.source,
                         color=C.run_color(ident["cell"].levels, ctx.color_axis, ctx.color_levels))
     tags.update(ident["extra"])
-    return tracking.TrialRun.open(tracking.MlflowClient(ctx.tracking_uri), ctx.experiment_id, trial_id=trial_id,
+    return tracking.TrialRun.open(Store.at(ctx.tracking_uri, ctx.experiment_id), trial_id=trial_id,
                                   launch_id=ctx.launch_id, tags=tags, run_name=ident["name"])
 
 
@@ -180,7 +181,7 @@ def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
     import ray
     from ray import tune
 
-    from mutexmatch.train import Trainer  # imports are not counted: the trainer CLI pays them too
+    from mutexmatch.training import Trainer  # imports are not counted: the trainer CLI pays them too
 
     t_entry = time.perf_counter()
     # Tune logs every persisted checkpoint at INFO from the worker; one line per evaluation drowns the console.

@@ -35,12 +35,13 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from mutexmatch.atomic import atomic_write
 from orchestration import contract as C
+from orchestration.contract.fileio import atomic_write
 from orchestration.contract import TRACKING_URI_ENV, apply_set_items, settings_digest
 from reports.drawing import DrawnFigure, all_cells, draw_figure, level_labels
 from reports.latex import TEX_INSTALL, compile_pdf, latex_document, pdflatex
-from reports.layout import PROTOCOLS, CurvesFigure, ReportLayout, SensitivityFigure, cell_id, validate_report
+from orchestration.contract.layout import (PROTOCOLS, CurvesFigure, ReportLayout, SensitivityFigure, cell_id,
+                                          validate_report)
 from reports.runs import (MetricCache, RunSource, open_run_source, read_settings, resolve_tracking_uri,
                           select_trials, split_by_settings)
 from reports.search import SearchOutput, with_refit_trials, write_searches

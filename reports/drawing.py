@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 
 from orchestration import contract as C
-from reports.layout import (TUNED_ROW, CurvesFigure, HeatmapFigure, ReportLayout, SensitivityFigure, cell_id,
-                            metric_name, param_name, sensitivity_param, sensitivity_x)
+from orchestration.contract.layout import (TUNED_ROW, CurvesFigure, HeatmapFigure, ReportLayout, SensitivityFigure,
+                                          cell_id, metric_name, param_name, sensitivity_param, sensitivity_x)
 from reports.runs import MetricCache, sum_class_counts
 from reports.tables import PROTOCOL_TEXT
 

@@ -24,9 +24,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter, MaxNLocator
 
-from mutexmatch.atomic import atomic_write
 from orchestration import contract as C
-from reports.layout import metric_name
+from orchestration.contract.fileio import atomic_write
+from orchestration.contract.layout import metric_name
 
 __all__ = ["FIGURE_FORMATS", "COLUMN_IN", "TEXT_IN", "FONT_PT", "STYLE", "CurvePanel", "PanelDrawn", "curve_band",
            "is_fraction_metric", "row_normalise", "plot_curves", "plot_heatmaps", "plot_sensitivity",

@@ -38,10 +38,10 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from mutexmatch.atomic import atomic_write
 from orchestration import contract as C
+from orchestration.contract.fileio import atomic_write
 from reports.drawing import level_labels
-from reports.layout import ReportLayout, metric_name, param_name
+from orchestration.contract.layout import ReportLayout, metric_name, param_name
 from reports.runs import RunSource, select_trials, split_by_settings
 from reports.tables import latex_escape
 

@@ -1,5 +1,5 @@
-"""Read an experiment YAML for a report through the project's one YAML reader (:mod:`mutexmatch.yamlfile`): a key
-given twice is refused (PyYAML keeps the last one: a duplicated ``tables`` entry key or axis level would silently
+"""Read an experiment YAML for a report through the project's one YAML reader (:mod:`orchestration.contract.fileio`): a
+key given twice is refused (PyYAML keeps the last one: a duplicated ``tables`` entry key or axis level would silently
 replace the first), and a syntax error, an empty, binary or non-UTF-8 file, a folder, a list or a scalar is one line
 naming the file.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mutexmatch.yamlfile import read_yaml_mapping
+from orchestration.contract.fileio import read_yaml_mapping
 
 __all__ = ["load_spec"]
 

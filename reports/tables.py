@@ -11,8 +11,8 @@ printed mean) sub-columns, unless the layout says ``paper: false`` (``value_colu
 paired comparison (a − b on the same folds, paired t-test) goes under the table; the per-fold values go to an
 appendix table.
 
-Quoted rows (``quoted_rows``: rows the paper prints and we do not run, :mod:`reports.published`) open each row block,
-above the rows we ran and apart from them (a rule in LaTeX, "quoted from the paper" / "run here" lines in Markdown),
+Quoted rows (``quoted_rows``: rows the paper prints and we do not run, :mod:`orchestration.contract.published`)
+open each row block, above the rows we ran and apart from them (a rule in LaTeX, "quoted from the paper" / "run here" lines in Markdown),
 their label with the paper's mark and their printed numbers in the Paper sub-column; the marks' footnotes go under the
 table. They are never bold or underlined and never count when ours are ranked: the marks compare our runs with each
 other, under one protocol, while the paper's own bold and shading rank its printed numbers, quoted ones included — a
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from reports.layout import Axes, PairedSpec, PublishedValue, QuotedRow, TableLayout, cell_id, metric_name
+from orchestration.contract.layout import Axes, PairedSpec, PublishedValue, QuotedRow, TableLayout, cell_id, metric_name
 from reports.stats import CellStats, FoldValue, PairedResult, cell_stats, paired_comparison
 
 __all__ = [

@@ -19,6 +19,7 @@ from orchestration.plan import build_plan
 from orchestration.refit import refit_trials
 from orchestration.search import log_best
 from orchestration.spec import parse_spec, with_sampled
+from orchestration.store import Store
 
 O = C.SearchOutcome
 
@@ -107,12 +108,12 @@ def test_typed_values_become_the_config_values_the_trial_trained(store):
     study = plan.searches[0]
     sampled = {"algorithm.tau": 0.8123456789012345, "algorithm.k": 0.6}
     run = _search_run(client, exp, study, 0.9, sampled=sampled, logged={"algorithm.tau": "0.8", "algorithm.k": "x"})
-    found = best_of_study(client, exp, study)
+    found = best_of_study(Store(client, exp), study)
     assert found.run_id == run and found.sampled == sampled  # the tag, not the (here deliberately wrong) params
     assert found.params == {"algorithm.tau": 0.8123456789012345, "algorithm.k": "0.6C"}
     trained = with_sampled(study.config, sampled)["algorithm"]  # what the trainable set on the search trial
     assert {f"algorithm.{k}": trained[k] for k in ("tau", "k")} == found.params
-    refit = refit_trials(plan, best_by_cell(plan, client, exp))[0]
+    refit = refit_trials(plan, best_by_cell(plan, Store(client, exp)))[0]
     assert {t.config["algorithm"]["k"] for t in refit.values()} == {"0.6C"}
 
 
@@ -120,7 +121,7 @@ def test_a_run_from_before_the_typed_tag_reads_its_params_as_its_refit_did(store
     client, exp, plan = store
     study = plan.searches[0]
     _search_run(client, exp, study, 0.9, logged={"algorithm.tau": "1e-05", "algorithm.k": "0.6C"})
-    assert best_of_study(client, exp, study).params == {"algorithm.tau": 1e-05, "algorithm.k": "0.6C"}
+    assert best_of_study(Store(client, exp), study).params == {"algorithm.tau": 1e-05, "algorithm.k": "0.6C"}
 
 
 def test_refit_best_parameters_and_relaunch_check_read_the_same_trial(store, tmp_path):
@@ -133,15 +134,15 @@ def test_refit_best_parameters_and_relaunch_check_read_the_same_trial(store, tmp
     winner = _search_run(client, exp, s0, 0.8, sampled={"algorithm.tau": 0.73, "algorithm.k": 0.5}, start=2000)
     _search_run(client, exp, s1, 0.8, sampled={"algorithm.tau": 0.74, "algorithm.k": 0.6}, start=3000)
     _search_run(client, exp, s1, None, sampled={"algorithm.tau": 0.75, "algorithm.k": 0.7}, start=4000)
-    cell = best_by_cell(plan, client, exp)[s0.cell.id]
+    cell = best_by_cell(plan, Store(client, exp))[s0.cell.id]
     assert cell.run_id == winner and cell.params == {"algorithm.tau": 0.73, "algorithm.k": "0.5C"}
-    assert best_of_study(client, exp, s1).params["algorithm.tau"] == 0.74
+    assert best_of_study(Store(client, exp), s1).params["algorithm.tau"] == 0.74
     parent = client.create_run(exp).info.run_id
-    logged = log_best(plan, client, exp, parent)
+    logged = log_best(plan, Store(client, exp), parent)
     tags = client.get_run(parent).data.tags
     assert tags[C.best_param_prefix(s0.cell.id, 0) + "run_id"] == winner
     assert logged[s0.key] == {"algorithm.tau": "0.73", "algorithm.k": "0.5C", "val/best_acc": "0.8"}
-    refits, _ = refit_trials(plan, best_by_cell(plan, client, exp))
+    refits, _ = refit_trials(plan, best_by_cell(plan, Store(client, exp)))
     for t in refits.values():  # the refits of that run, FINISHED: a relaunch has nothing left to run
         run = client.create_run(exp, tags={**C.trial_tags(parent_run_id=parent, kind=C.KIND_REFIT,
                                                             cell_levels=t.cell.levels, cell_id=t.cell.id,
@@ -152,4 +153,4 @@ def test_refit_best_parameters_and_relaunch_check_read_the_same_trial(store, tmp
     for s in plan.searches:  # and every study has its trials
         for _ in range(s.n_trials):
             _search_run(client, exp, s, 0.1, sampled={"algorithm.tau": 0.9, "algorithm.k": 0.9})
-    assert select(plan, client, exp, force=False)[1] == []
+    assert select(plan, Store(client, exp), force=False)[1] == []

@@ -79,7 +79,7 @@ def final_weights(client: MlflowClient, run, dest: Path) -> dict[str, torch.Tens
 def uninterrupted_weights(client: MlflowClient, run, dest: Path) -> dict[str, torch.Tensor]:
     """Train the same resolved config with the plain trainer, in this process, without any interruption."""
     from mutexmatch.config import parse_config
-    from mutexmatch.train import Trainer
+    from mutexmatch.training import Trainer
 
     raw = yaml.safe_load(Path(client.download_artifacts(run.info.run_id, "config.yaml", str(dest))).read_text())
     raw["output_dir"] = str(dest / "reference")
@@ -407,7 +407,7 @@ def test_scratch_folders_of_dead_attempts_are_deleted_but_not_a_running_ones(tmp
     trial starts; a folder whose trainer still holds the run lock stays however old it looks."""
     import time
 
-    from mutexmatch.runfolder import RunFolder
+    from mutexmatch.training import RunFolder
     from orchestration import trainable
 
     monkeypatch.setenv("TMPDIR", str(tmp_path))
@@ -503,11 +503,11 @@ def test_a_second_ctrl_c_after_the_parent_opened_kills_the_runs_and_prints_the_r
     # Issue 26: a second Ctrl+C (here: during the final statuses) printed "interrupted before the sweep started",
     # no resume command, and left the parent RUNNING.
     from orchestration import sweep
-    from orchestration import tracking
+    from orchestration.store import Store
 
     def first_ctrl_c(ctx, grid_keys, phases):
-        trial = ctx.client.create_run(ctx.experiment_id, tags={"mlflow.parentRunId": ctx.parent.run_id,
-                                                                "mutexmatch.role": "trial"})
+        trial = ctx.store.client.create_run(ctx.store.experiment_id, tags={"mlflow.parentRunId": ctx.parent.run_id,
+                                                                            "mutexmatch.role": "trial"})
         assert trial.info.status == "RUNNING"
         raise KeyboardInterrupt
 
@@ -526,7 +526,7 @@ def test_a_second_ctrl_c_after_the_parent_opened_kills_the_runs_and_prints_the_r
     assert resume.startswith("python -m orchestration.sweep") and resume.endswith("--resume"), out
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     exp = client.get_experiment_by_name("abort").experiment_id
-    statuses = sorted((r.data.tags["mutexmatch.role"], r.info.status) for r in tracking.iter_runs(client, exp, ""))
+    statuses = sorted((r.data.tags["mutexmatch.role"], r.info.status) for r in Store(client, exp).runs())
     assert statuses == [("sweep", "KILLED"), ("trial", "KILLED")]
 
 

@@ -19,6 +19,7 @@ from orchestration.launch import (SweepOptions, command_line, link_reusable, rec
                                   select)
 from orchestration.overrides import load_sweep, plan_sweep
 from orchestration.status import collect, format_status
+from orchestration.store import Store
 from orchestration.summary import grid_summary
 from reports.build import build_report
 
@@ -94,7 +95,7 @@ def store(tmp_path_factory):
     for t in plan_a.grid:
         _train(client, exp_a, parent_a, t, now - 3_600_000)
     exp_b = client.create_experiment("sweep_b", artifact_location=(tmp / "artifacts").as_uri())
-    todo, reused = link_reusable(plan_b, client, exp_b, [t.key for t in plan_b.grid])
+    todo, reused = link_reusable(plan_b, Store(client, exp_b), [t.key for t in plan_b.grid])
     parent_b = _parent(client, exp_b, plan_b, now)
     for t in plan_b.grid:
         if t.key in todo:
@@ -117,17 +118,17 @@ def test_the_second_sweep_trains_nothing_for_the_shared_cell(store):
         assert link.data.tags[C.CONFIG_HASH] == source.data.tags[C.CONFIG_HASH]
         assert link.info.run_name.endswith("· reused")
     # a relaunch of B finds nothing left: its own links and runs count as FINISHED in its experiment
-    grid, _, skipped = select(plan_b, client, exp_b, force=False)
-    assert grid == [] and len(skipped) == 4 and reusable(plan_b, client, grid) == {}
+    grid, _, skipped = select(plan_b, Store(client, exp_b), force=False)
+    assert grid == [] and len(skipped) == 4 and reusable(plan_b, Store(client, exp_b), grid) == {}
 
 
 def test_summary_status_and_report_of_the_second_sweep_include_the_reused_runs(store):
     tmp, uri, client, _, (exp_b, plan_b, yaml_b), _, _ = store
-    summary = grid_summary(client, exp_b, plan_b)
+    summary = grid_summary(Store(client, exp_b), plan_b)
     row = next(line for line in summary.splitlines() if line.startswith("method=fixmatch"))
     assert "2/2 (2 reused)" in row and "81.00 ± 1.41" in row  # A's FixMatch runs: best 80 and 82
     assert "92.00 ± 2.83" in summary                          # B's own MutexMatch runs
-    st = collect(client, exp_b, plan_b)
+    st = collect(Store(client, exp_b), plan_b)
     fix = [t for t in st.trials if t.cell.startswith("method=fixmatch")]
     assert [t.state for t in st.trials] == ["FINISHED"] * 4
     assert all(t.detail.startswith("reused: run ") and "'sweep_a'" in t.detail for t in fix)
@@ -153,7 +154,7 @@ def test_no_reuse_and_dry_run(store, capsys):
     assert "nothing to run" in printed
     dry_run(plan_b, SweepOptions(spec_path=yaml_b, no_reuse=True), uri, str(tmp / "ray"), "sweep_b_again")
     assert "reused (" not in capsys.readouterr().out
-    assert tracking.finished_runs_by_hash(client, {"no-such-hash"}) == {}
+    assert Store(client, "").finished_runs_by_hash({"no-such-hash"}) == {}
 
 
 def test_a_launch_whose_every_trial_is_reused_trains_nothing_and_records_them(store, run_cli):

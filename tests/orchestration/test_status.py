@@ -15,6 +15,7 @@ from mlflow.entities import Metric
 from orchestration import contract as C
 from orchestration import status, tracking
 from orchestration.overrides import load_sweep, plan_sweep
+from orchestration.store import Store
 
 SPEC = """
 name: status_test
@@ -43,7 +44,7 @@ def sweep(tmp_path_factory):
     uri = tracking.resolve_tracking_uri(None, project)
     client = MlflowClient(uri)
     exp = tracking.ensure_experiment(client, "status_test", uri)
-    parent = tracking.create_parent_run(client, exp, launch_id="L1", spec_path=project / "sweep.yaml",
+    parent = tracking.create_parent_run(Store(client, exp), launch_id="L1", spec_path=project / "sweep.yaml",
                                         spec_text=SPEC, spec_hash=plan.spec_hash, commit="c", storage="s",
                                         smoke=False, command="cmd")
     trials = {t.key: t for t in plan.grid}
@@ -74,7 +75,7 @@ def sweep(tmp_path_factory):
 
 def test_status_counts_eta_and_hours(sweep):
     project, uri, client, exp, parent, plan = sweep
-    st = status.collect(client, exp, plan, now=NOW)
+    st = status.collect(Store(client, exp), plan, now=NOW)
     by_key = {(t.cell, t.fold): t for t in st.trials}
     assert st.counts() == {"FINISHED": 1, "RUNNING": 1, "PENDING": 2, "FAILED": 1, "KILLED": 1}
     running = by_key[("method=fixmatch", "1")]

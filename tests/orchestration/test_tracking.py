@@ -1,22 +1,19 @@
 """The MLflow side without Ray: URIs every process can use, the experiment with its artifact root, flattened
-params, and the reconciliation of runs left RUNNING by a driver that is gone."""
+params, a trial's run across attempts (the reconciliation of a dead driver's runs: test_store.py)."""
 
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 from mlflow import MlflowClient
 
-from mutexmatch.callbacks import EvalEvent, StartEvent
-from mutexmatch.runfolder import RunFolder
+from mutexmatch.training import EvalEvent, StartEvent
+from mutexmatch.training import RunFolder
 from orchestration import contract as C
-from orchestration import tracking
+from orchestration import mlflow_ui, tracking
+from orchestration.store import Store
 from orchestration.sweep import check_resources, resolve_storage
 from orchestration.spec import Resources
 
@@ -46,7 +43,7 @@ def store(tmp_path_factory):
 def test_experiment_artifacts_live_beside_the_database(store):
     project, uri, client = store
     exp_id = tracking.ensure_experiment(client, "artifacts", uri)
-    tags = C.experiment_tags(["method", "setting"])
+    tags = mlflow_ui.experiment_tags(["method", "setting"])
     assert tracking.ensure_experiment(client, "artifacts", uri, tags) == exp_id
     assert {k: client.get_experiment(exp_id).tags.get(k) for k in tags} == tags  # set on an existing experiment
     assert client.get_experiment(exp_id).artifact_location == (project / "mlruns").as_uri()
@@ -59,29 +56,6 @@ def test_flatten_params_uses_dotted_paths():
                                     "data": {"image_size": None}, "output_dir": "o", "x": {"y": [1, 2]}})
     assert flat == {"algorithm.tau": "0.95", "algorithm.k": "C", "train.compile": "False",
                     "data.image_size": "None", "output_dir": "o", "x.y": "[1, 2]"}
-
-
-def test_runs_of_a_dead_driver_are_killed_and_a_live_one_is_left_alone(store):
-    _, uri, client = store
-    exp_id = tracking.ensure_experiment(client, "reconcile", uri)
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    dead_pid = int(gone.stdout)  # a pid that existed and has exited
-    parents = {}
-    for label, pid in (("dead", dead_pid), ("alive", os.getppid())):
-        info = tracking.create_parent_run(client, exp_id, launch_id=label, spec_path=Path("s.yaml"), spec_text="x",
-                                          spec_hash="h", commit="c", storage="st", smoke=False, command="cmd")
-        client.set_tag(info.run_id, C.DRIVER_PID, str(pid))
-        child = client.create_run(exp_id, tags={C.PARENT_RUN_ID: info.run_id, C.ROLE: C.ROLE_TRIAL})
-        done = client.create_run(exp_id, tags={C.PARENT_RUN_ID: info.run_id, C.ROLE: C.ROLE_TRIAL})
-        tracking.end_run(client, done.info.run_id, "FINISHED")
-        parents[label] = (info.run_id, child.info.run_id, done.info.run_id)
-    killed = tracking.kill_dead_launches(client, exp_id)
-    assert [r.info.run_id for r in killed] == [parents["dead"][0]]
-    status = {label: [client.get_run(r).info.status for r in ids] for label, ids in parents.items()}
-    assert status == {"dead": ["KILLED", "KILLED", "FINISHED"], "alive": ["RUNNING", "RUNNING", "FINISHED"]}
-    found = tracking.find_resumable_parent(client, exp_id, spec_hash="h", storage="st", smoke=False)
-    assert found is not None and found.data.tags[C.LAUNCH_ID] == "alive"  # the newest launch
-    assert tracking.find_resumable_parent(client, exp_id, spec_hash="h", storage="other", smoke=False) is None
 
 
 NODES = [{"Alive": True, "Resources": {"CPU": 4.0}}, {"Alive": True, "Resources": {"CPU": 2.0, "GPU": 1.0}},
@@ -113,7 +87,7 @@ def _event(step: int, loss: float) -> EvalEvent:
 
 
 def _open(client, exp_id, trial_id="t1"):
-    return tracking.TrialRun.open(client, exp_id, trial_id=trial_id, launch_id="L",
+    return tracking.TrialRun.open(Store(client, exp_id), trial_id=trial_id, launch_id="L",
                                   tags={C.ROLE: C.ROLE_TRIAL, C.TRIAL_ID: trial_id, C.LAUNCH_ID: "L"},
                                   run_name="cell/fold0")
 

@@ -49,7 +49,7 @@ def test_a_run_logs_the_trial_layout(tmp_path, store, capsys):
     assert [m.step for m in client.get_metric_history(run.info.run_id, C.TEST_ACC)] == [2, 4]
     arts = set(_artifacts(client, run.info.run_id))
     assert {C.CONFIG_ARTIFACT, C.SPLIT_ARTIFACT, C.class_counts_artifact(2), C.class_counts_artifact(4),
-            C.HEATMAP_ARTIFACT, f"{C.WEIGHTS_DIR}/best_model.pt", f"{C.WEIGHTS_DIR}/final_model.pt"} <= arts
+            f"{C.WEIGHTS_DIR}/best_model.pt", f"{C.WEIGHTS_DIR}/final_model.pt"} <= arts
     assert any(a.startswith(f"{C.CHECKPOINTS_DIR}/") for a in arts)
 
 
@@ -74,7 +74,7 @@ def test_a_bad_store_is_one_line_before_any_work(tmp_path, capsys):
 
 
 def test_the_plain_trainer_says_it_does_not_log_to_mlflow(tmp_path, monkeypatch, capsys):
-    from mutexmatch.train import main as train_main
+    from mutexmatch.training import main as train_main
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'm.db'}")
     assert train_main(_args(tmp_path / "run")) == 0

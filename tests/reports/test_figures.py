@@ -142,7 +142,7 @@ def test_search_plots_mark_pruned_trials_and_the_best_one(monkeypatch, tmp_path)
 
 
 def test_parameters_and_metrics_are_named_in_words():
-    from reports.layout import metric_name, param_name
+    from orchestration.contract.layout import metric_name, param_name
 
     assert (param_name("algorithm.tau"), param_name("algorithm.k"), param_name("algorithm.lambda_sep")) == \
         ("τ", "k", "λ_sep")

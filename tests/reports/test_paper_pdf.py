@@ -13,7 +13,7 @@ import pytest
 from reports.build import build_report
 from reports.drawing import all_cells
 from reports.latex import TEX_INSTALL, compile_pdf, latex_document
-from reports.layout import cell_id, validate_report
+from orchestration.contract.layout import cell_id, validate_report
 from reports.specfile import load_spec
 from reports.tables import build_table_data, render_folds_latex, render_latex
 

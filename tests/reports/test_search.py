@@ -24,7 +24,7 @@ import yaml
 
 from orchestration import contract as C
 from reports.build import BuildResult, build_report, main
-from reports.layout import TUNED_ROW, cell_id, validate_report
+from orchestration.contract.layout import TUNED_ROW, cell_id, validate_report
 from reports.search import (COMPLETE, FAILED, MIN_IMPORTANCE_TRIALS, PRUNED, RUNNING, SearchInfo, StudyTrials,
                             importances, read_studies, render_latex)
 

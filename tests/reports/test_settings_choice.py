@@ -19,6 +19,7 @@ from orchestration import contract as C
 from orchestration.launch import record_expected_runs, record_without_launch
 from orchestration.overrides import load_sweep, plan_sweep
 from orchestration.status import collect, format_status
+from orchestration.store import Store
 from orchestration.summary import grid_summary
 from reports.build import build_report, main
 
@@ -133,10 +134,10 @@ def test_settings_no_launch_ran_are_refused_naming_the_launches(store):
 
 def test_sweep_summary_and_status_ignore_the_tryout(store):
     _, _, client, exp_id, full, _, _, _ = store
-    summary = grid_summary(client, exp_id, full)
+    summary = grid_summary(Store(client, exp_id), full)
     assert "74.00 ± 3.16" in summary
     assert summary.splitlines()[-1].startswith("4 runs of other settings ignored: ")
-    st = collect(client, exp_id, full)
+    st = collect(Store(client, exp_id), full)
     assert [t.state for t in st.trials if t.kind != "search ×4"] == ["FINISHED"] * 20
     assert {round(100 * t.final) for t in st.trials if t.fold == "0" and t.final} == {70, 80, 90, 95}
     assert len(st.ignored) == 4 and "4 runs of other settings ignored" in format_status(st)
@@ -147,7 +148,7 @@ def test_a_relaunch_with_nothing_to_do_files_its_settings_on_the_newest_parent(s
     # the same grid trials, other settings (the smoke section changes no grid trial)
     plan = plan_sweep(load_sweep(QUICKSTART, tmp, ["smoke.train.iterations=2"], need_data=False), tmp)
     assert plan.settings_digest != full.settings_digest
-    record_without_launch(client, exp_id, plan)
+    record_without_launch(Store(client, exp_id), plan)
     res = build_report(QUICKSTART, tracking_uri=uri, out_dir=tmp / "cpu2", formats=["md"],
                        overrides=["smoke.train.iterations=2"])
     assert "74.00±3.16" in (tmp / "cpu2" / "main.md").read_text()

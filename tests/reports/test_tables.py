@@ -8,12 +8,12 @@ import subprocess
 import pandas as pd
 import pytest
 
-from reports.layout import validate_report
+from orchestration.contract.layout import validate_report
 from reports.stats import CellStats
 from reports.tables import (build_table_data, format_delta, format_mean_std, format_p, latex_escape,
                             render_folds_latex, render_folds_markdown, render_latex, render_markdown)
 from reports.latex import TEX_INSTALL
-from reports.layout import PublishedValue
+from orchestration.contract.layout import PublishedValue
 
 SPEC = {
     "name": "g",

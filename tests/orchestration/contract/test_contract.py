@@ -13,7 +13,7 @@ from orchestration import contract as C
 from orchestration import tracking
 from reports.runs import resolve_tracking_uri as report_uri
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_the_wire_format_is_the_documented_one():
@@ -87,7 +87,22 @@ def test_the_contract_imports_only_the_standard_library():
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
-def test_ui_names_description_and_link():
+def test_the_layout_schema_and_file_helpers_add_only_pydantic_yaml_and_the_declared_trainer_modules():
+    """What the sweep and the report share beyond names: no torch, ray, mlflow or optuna, and of the trainer only
+    the modules the contract declares (``TRAINER_MODULES``), whose one copy the trainer keeps."""
+    code = ("import sys\nbefore = set(sys.modules)\n"
+            "import orchestration.contract.layout, orchestration.contract.fileio\n"
+            "from orchestration.contract import TRAINER_MODULES\n"
+            "new = set(sys.modules) - before\n"
+            "heavy = {'torch', 'torchvision', 'numpy', 'PIL', 'ray', 'mlflow', 'optuna', 'pandas', 'matplotlib'}\n"
+            "bad = sorted(m for m in new if m.split('.')[0] in heavy\n"
+            "             or m.startswith('mutexmatch.') and m not in TRAINER_MODULES)\n"
+            "assert not bad, bad\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_ui_names_and_description():
     from datetime import datetime
 
     levels = (("method", "mutexmatch"), ("setting", "cifar10-40"))
@@ -99,24 +114,6 @@ def test_ui_names_description_and_link():
     tags = C.parent_display_tags("  Table 1 with the paper's loss form.\n", ["resources.gpu=1"])
     assert tags == {"mlflow.note.content": "Table 1 with the paper's loss form.",
                     "mutexmatch.overrides": '["resources.gpu=1"]'}
-    view = "#/experiments/7/runs?workflowType=machine_learning&viewStateShareKey=mutexmatch-trials"
-    assert C.ui_hint("http://mlflow:5000/", "7") == f"http://mlflow:5000/{view}"
-    # a SQLite store: the command that serves it on this machine only, and the same view's address
-    assert C.ui_hint("sqlite:////x/mlflow.db", "7") == ("mlflow ui --backend-store-uri sqlite:////x/mlflow.db "
-                                                         f"--host 127.0.0.1 --port 5000, then open http://127.0.0.1:5000/{view}")
-
-
-def test_the_experiment_opens_on_a_runs_view_with_the_key_columns():
-    import json
-
-    tags = C.experiment_tags(["method", "setting"])
-    assert tags[C.EXPERIMENT_KIND] == "custom_model_development"
-    view = json.loads(tags[C.SHARED_VIEW_TAG + C.RUNS_VIEW_KEY])
-    assert view["searchFilter"] == "tags.`mutexmatch.role` = 'trial'"  # flat: no collapsed parent row
-    assert view["selectedColumns"][:4] == ["metrics.`test/acc_pct`", "metrics.`test/best_acc_pct`",
-                                           "tags.`mutexmatch.axis.method`", "tags.`mutexmatch.axis.setting`"]
-    assert "tags.`mutexmatch.fold`" in view["selectedColumns"]
-    assert view["columnOrder"][0] == "attributes.`Run Name`" and view["columnWidths"]["attributes.`Run Name`"] >= 260
 
 
 def test_accuracies_in_percent_and_one_colour_per_method():

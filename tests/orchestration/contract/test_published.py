@@ -1,5 +1,5 @@
-"""The paper's printed numbers in a layout (``reports.published``): values with cell marks, quoted rows (rows the
-paper prints and we do not run) and their footnotes, checked against the table before any run is read."""
+"""The paper's printed numbers in a layout (``orchestration.contract.published``): values with cell marks, quoted
+rows (rows the paper prints and we do not run) and their footnotes, checked against the table before any run is read."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import copy
 
 import pytest
 
-from reports.layout import LayoutError, PublishedValue, parse_axes, parse_published, validate_report
-from reports.published import parse_quoted
+from orchestration.contract.layout import LayoutError, PublishedValue, parse_axes, parse_published, validate_report
+from orchestration.contract.published import parse_quoted
 
 AXES = {
     "method": {"fixmatch": {"algorithm": {"name": "fixmatch"}}, "mutexmatch": {"algorithm": {"name": "mutexmatch"}}},

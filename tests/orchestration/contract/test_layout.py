@@ -6,8 +6,8 @@ import copy
 
 import pytest
 
-from reports.layout import (CurvesFigure, LayoutError, PublishedValue, TableLayout, cell_id, parse_axes,
-                            parse_published, sensitivity_x, validate_layout, validate_report)
+from orchestration.contract.layout import (CurvesFigure, LayoutError, PublishedValue, TableLayout, cell_id,
+                                          parse_axes, parse_published, sensitivity_x, validate_layout, validate_report)
 
 AXES = {
     "method": {"fixmatch": {"algorithm": {"name": "fixmatch"}}, "mutexmatch": {"algorithm": {"name": "mutexmatch"}}},

@@ -1,11 +1,14 @@
 """The report sections of an experiment YAML (``tables`` and ``figures``), typed and checked against its ``axes``.
 
-The sweep format itself (``base``, ``axes``, ``folds``, ``exclude`` …) belongs to orchestration; this module reads only
-what a report needs and never imports orchestration. A table lays one axis out as rows and one as columns (optionally
+Part of the contract: the sweep validates these sections at launch (a layout the report would reject fails before any
+training) and the report builds from them. The sweep format itself (``base``, ``axes``, ``folds``, ``exclude`` …)
+belongs to :mod:`orchestration.spec`; this module reads only what a report needs and imports nothing of
+orchestration but the contract. A table lays one axis out as rows and one as columns (optionally
 a third as row groups, like the paper's "Backbone: CNN-13 / Wide ResNet" blocks); every other axis with more than one
 level must be fixed by ``where``. Every name a layout uses must be an axis or a level the YAML defines, and every
 published number must sit on a (row, column) position of its table — checked here so a typo fails before any run is
-read. A row the paper prints but the sweep does not run is a ``quoted_rows`` entry (:mod:`reports.published`).
+read. A row the paper prints but the sweep does not run is a ``quoted_rows`` entry
+(:mod:`orchestration.contract.published`).
 
 Tables::
 
@@ -31,7 +34,7 @@ Tables::
         tuned_rows: {mutexmatch: "MutexMatch (tuned)"}   # a row of the search's refit runs after its level
         paper: true                     # false hides the Paper and Δ columns (the numbers stay in the YAML)
         value_columns: [ours, paper, delta]   # the sub-columns under each column with published numbers, in order
-        quoted_rows:                    # rows the paper prints and we do not run (reports.published)
+        quoted_rows:                    # rows the paper prints and we do not run (orchestration.contract.published)
           - {label: MixMatch, mark: "†", values: {digits-20: "52.46±11.50", digits-40: "-"}}
           - {label: CoMatch, mark: "*", level: comatch, values: {...}}   # a run row once `comatch` is a level
         footnotes: {"†": "reported in FixMatch", "*": "the paper authors' reimplementation"}   # per mark used
@@ -65,11 +68,11 @@ from typing import Annotated, Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from mutexmatch.checks import validation_error_lines
-from mutexmatch.metrics import FIXED, is_logged, logged
 from mutexmatch.dotted import flatten_dotted
 
 from orchestration import contract
-from reports.published import MARKS, LayoutError, PublishedValue, QuotedRow, parse_published
+from orchestration.contract.metrics import FIXED, is_logged, logged
+from orchestration.contract.published import MARKS, LayoutError, PublishedValue, QuotedRow, parse_published
 
 __all__ = [
     "PROTOCOLS",

@@ -1,0 +1,45 @@
+"""Metric names the layout's readers rely on, and accuracies in %.
+
+The names the trainer logs are the trainer's facts (:mod:`mutexmatch.metrics`, standard library only): this module
+takes them from there, the contract's one import outside the standard library, and is how a report reaches them."""
+
+from __future__ import annotations
+
+from mutexmatch import metrics as M
+from mutexmatch.metrics import FIXED, is_logged, logged, term_metric  # noqa: F401  (the layout checks names by them)
+
+__all__ = ["FIXED", "is_logged", "logged", "term_metric", "TEST_ACC", "TEST_BEST_ACC", "VAL_ACC", "VAL_BEST_ACC",
+           "PL_ACC", "TRAIN_LOSS", "VALIDATION_METRICS", "TRIALS_METRIC", "PERCENT_SUFFIX", "PERCENT_METRICS",
+           "percent", "percent_metric", "with_percent"]
+
+
+# Names the trainer logs, declared by the trainer (mutexmatch.metrics), that the layout's readers rely on.
+TEST_ACC, TEST_BEST_ACC, VAL_ACC, VAL_BEST_ACC = M.TEST_ACC, M.TEST_BEST_ACC, M.VAL_ACC, M.VAL_BEST_ACC
+PL_ACC = M.PL_ACC
+TRAIN_LOSS = M.term_metric(M.TOTAL)  # logged at every evaluation: its history gives a run's logged steps
+# Each loss term is logged as M.term_metric(term) for exactly the terms its algorithm declares (Algorithm.terms);
+# the sweep validates layouts against those of the registered algorithms (sweep._check_report_layouts).
+VALIDATION_METRICS = (VAL_ACC, VAL_BEST_ACC)  # the only legal search objectives (never test/*)
+TRIALS_METRIC = "trials/"            # parent run: trials/finished, trials/failed, trials/running, ... (status)
+# Accuracies are fractions (what the trainer computes, Tune's objective, every stored run); the tables and the
+# MLflow UI show %. Each accuracy is also logged in % under its name + PERCENT_SUFFIX for the UI, and every reader
+# that prints % converts with percent(), so the two never disagree.
+PERCENT_SUFFIX = "_pct"
+PERCENT_METRICS = (M.TEST_ACC, M.TEST_ACC_RAW, M.TEST_BEST_ACC, M.TEST_MEDIAN_ACC, M.VAL_ACC, M.VAL_BEST_ACC)
+
+
+def percent(fraction: float) -> float:
+    """An accuracy as the tables and the UI show it: 0.9123 → 91.23."""
+    return 100.0 * fraction
+
+
+def percent_metric(name: str) -> str:
+    """``test/acc`` → ``test/acc_pct``: the name of an accuracy's twin in %."""
+    return name + PERCENT_SUFFIX
+
+
+def with_percent(metrics: dict[str, float]) -> dict[str, float]:
+    """``metrics`` plus the twin in % of each accuracy among them (:data:`PERCENT_METRICS`), with the tables' two
+    decimals (the UI shows a value as logged; the fraction keeps full precision)."""
+    return {**metrics, **{percent_metric(k): round(percent(v), 2) for k, v in metrics.items()
+                          if k in PERCENT_METRICS}}

@@ -1,0 +1,128 @@
+"""How every command opens a store, with the same checks and the same one-line errors: what makes an SQLite file
+an MLflow store, bounded HTTP retries for a tracking server, artifacts through the server's proxy, and what an
+experiment in MLflow's trash means. Standard library only (MLflow's exceptions are told by their class name)."""
+
+from __future__ import annotations
+
+import os
+import re
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+__all__ = ["SQLITE_HEADER", "deleted_experiment", "MLFLOW_TABLES", "check_sqlite_store", "FAST_FAIL_HTTP_ENV",
+           "PROXY_ARTIFACTS_ENV", "prefer_artifact_proxy", "bounded_http"]
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"  # the first bytes of every SQLite database file
+def deleted_experiment(name: str, experiment_id: str, tracking_uri: str, *, restored: bool = False) -> str:
+    """The one rule for an experiment in MLflow's trash, said the same way by sweep, status and report: the sweep
+    restores it (``restored``); the readers name it and both ways back."""
+    what = f"experiment {name!r} (id {experiment_id}) at {tracking_uri} was deleted (in MLflow's trash, runs kept)"
+    if restored:
+        return f"{what}; this launch restored it"
+    return (f"{what}; launch its sweep again, which restores it, or run `MLFLOW_TRACKING_URI={tracking_uri} mlflow "
+            f"experiments restore --experiment-id {experiment_id}`")
+
+
+MLFLOW_TABLES = frozenset({"experiments", "runs"})  # what makes an SQLite file an MLflow store
+
+
+def check_sqlite_store(tracking_uri: str, path: Path, label: str, *, create: bool = False) -> None:
+    """``ValueError`` (one line naming ``label`` and ``tracking_uri``) unless ``path`` is an SQLite file with
+    MLflow's tables. With ``create`` (the sweep, which makes the store) a missing or empty file passes too; never
+    another program's database, to which MLflow would add its 65 tables. Reading commands (status, report) pass
+    ``create=False``: they never turn a file into a store."""
+    import sqlite3
+
+    if path.is_dir():
+        raise ValueError(f"{label} {tracking_uri!r}: {path} is a folder; give an SQLite file (e.g. mlflow.db)")
+    if not path.is_file() and not create:
+        raise ValueError(f"{label} {tracking_uri!r}: no such file at {path}, no MLflow store there; give the SQLite "
+                         "file the sweep wrote (run the sweep first) or the store's URI")
+    if not path.is_file():
+        return
+    try:
+        with path.open("rb") as f:
+            header = f.read(len(SQLITE_HEADER))
+    except OSError as e:
+        raise ValueError(f"{label} {tracking_uri!r}: cannot read {path} ({e.strerror})") from None
+    if not header:
+        if create:
+            return
+        raise ValueError(f"{label} {tracking_uri!r}: {path} is empty, not an MLflow store; give the store the "
+                         "sweep wrote (mlflow.db)")
+    if header != SQLITE_HEADER:
+        raise ValueError(f"{label} {tracking_uri!r}: {path} is not an SQLite database; give the MLflow "
+                         "store the sweep wrote (mlflow.db)" + (" or a new file name" if create else ""))
+    try:
+        with sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True) as db:
+            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.Error as e:
+        raise ValueError(f"{label} {tracking_uri!r}: {path} cannot be read as SQLite ({e})") from None
+    if tables and not MLFLOW_TABLES <= tables or not tables and not create:
+        raise ValueError(f"{label} {tracking_uri!r}: {path} is an SQLite database but not an MLflow store "
+                         f"(no {'/'.join(sorted(MLFLOW_TABLES))} tables); give the store the sweep wrote"
+                         + (" or a new file name" if create else ""))
+
+
+# The first requests to a tracking server: MLflow's defaults (7 retries with exponential back-off, 120 s per
+# request) wait about four minutes in silence before a dead server's error. Three tries of 5 s with a 1 s back-off
+# answer within ~20 s; a user's own MLFLOW_HTTP_REQUEST_* settings win.
+FAST_FAIL_HTTP_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                      "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
+
+
+# Artifacts of an `mlflow server --artifacts-destination s3://...` come through the server's proxy, never through a
+# presigned URL straight to the store: MLflow 3.17's client otherwise downloads every proxied artifact from such a
+# server by presigned URLs that name the store as the *server* reaches it (http://minio:9000 in docker/compose.yaml),
+# which a workstation cannot resolve — a report build then retries for minutes (found by tests/docker/
+# test_local_cluster.py). Uploads already go through the proxy by default. A user's own setting wins.
+PROXY_ARTIFACTS_ENV = {"MLFLOW_ENABLE_PROXY_MULTIPART_DOWNLOAD": "false"}
+
+
+def prefer_artifact_proxy() -> None:
+    """Set :data:`PROXY_ARTIFACTS_ENV` in ``os.environ`` unless the user set it (before any artifact download)."""
+    for key, value in PROXY_ARTIFACTS_ENV.items():
+        os.environ.setdefault(key, value)
+
+
+@contextmanager
+def bounded_http(tracking_uri: str, label: str) -> Iterator[None]:
+    """Within: MLflow's HTTP retries bounded by :data:`FAST_FAIL_HTTP_ENV` (unless the user set them), and a
+    server that does not answer becomes one ``ValueError`` line naming ``tracking_uri`` (``label`` says where it came
+    from). The sweep and the report both open a store through it."""
+    saved = {k: os.environ.get(k) for k in FAST_FAIL_HTTP_ENV}
+    os.environ.update({k: v for k, v in FAST_FAIL_HTTP_ENV.items() if saved[k] is None})
+    try:
+        yield
+    except Exception as e:
+        if not (isinstance(e, OSError) or _is_mlflow_error(e)):  # requests' connection errors are OSErrors
+            raise
+        code = re.search(r"error code (\d{3})", str(e))
+        if code:
+            raise ValueError(f"{label} {tracking_uri!r}: answers MLflow's API with HTTP {code.group(1)}: not an "
+                             "MLflow tracking server, or not its address") from None
+        raise ValueError(f"{label} {tracking_uri!r}: the tracking server does not answer ({_short_reason(e)}); "
+                         "start it (`mlflow server`) or pass the store's URI") from None
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+
+
+def _is_mlflow_error(err: BaseException) -> bool:
+    """An :class:`mlflow.exceptions.MlflowException` (or a subclass), told by its class without importing MLflow:
+    the contract imports no MLflow, and a command that raises one has imported it already."""
+    return any(c.__name__ == "MlflowException" and c.__module__ == "mlflow.exceptions" for c in type(err).__mro__)
+
+
+def _short_reason(err: BaseException) -> str:
+    """The cause in a few words ("Connection refused", "Read timed out") from MLflow's long retry message."""
+    text = str(err)
+    for pattern in (r"\[Errno -?\d+\] ([^'\")\]]+)", r"(Read timed out|Connection refused|Name or service not known)"):
+        found = re.search(pattern, text)
+        if found:
+            return found.group(1).strip().rstrip(".")
+    first = text.strip().splitlines()[0] if text.strip() else type(err).__name__
+    return first[:160]

@@ -1,0 +1,58 @@
+"""The one rule that turns a ``--tracking-uri`` (or its absence) into a store, and where the Optuna studies live
+beside it: the sweep, status, report and benchmarks resolve the same store. Standard library only."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["TRACKING_URI_ENV", "DEFAULT_DB", "OPTUNA_DB", "optuna_storage_url", "resolve_tracking_uri"]
+
+
+TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
+DEFAULT_DB = "mlflow.db"
+
+
+OPTUNA_DB = "optuna.db"  # the search studies, beside a SQLite MLflow store
+
+
+def optuna_storage_url(storage: str | None, tracking_uri: str, project_dir: str | Path) -> str:
+    """Where the Optuna studies live: ``search.storage`` when set, else ``optuna.db`` beside the MLflow SQLite file,
+    else (a tracking server) in the project folder. Only the sweep driver opens it (the searcher runs there)."""
+    if storage:
+        return storage
+    if tracking_uri.startswith("sqlite:///") and not tracking_uri.startswith("sqlite:///:memory:"):
+        return f"sqlite:///{Path(tracking_uri[len('sqlite:///'):].partition('?')[0]).parent / OPTUNA_DB}"
+    return f"sqlite:///{Path(project_dir).resolve() / OPTUNA_DB}"
+
+
+def resolve_tracking_uri(uri: str | None, project_dir: str | Path | None = None, *, writable: bool = False) -> str:
+    """The store a command uses (sweep, report, benchmarks), as a URI any process can use from any folder.
+
+    ``uri`` is ``--tracking-uri``; without it ``$MLFLOW_TRACKING_URI``, else ``sqlite:///<project>/mlflow.db`` —
+    the same rule in every command, so a report reads the store its sweep wrote. ``project_dir`` (default: the
+    current directory) anchors relative paths: a relative ``sqlite:///`` path or a bare ``*.db`` path becomes an
+    absolute ``sqlite:///`` URI (Ray trials run inside a temporary folder); an absolute one is kept as written.
+    ``http(s)://`` (an ``mlflow server``) and other URIs pass through unchanged, except that ``writable`` (the
+    sweep) refuses MLflow 3's plain file store (``./mlruns``, ``file:``), which raises in every process unless
+    ``MLFLOW_ALLOW_FILE_STORE`` is set.
+    """
+    source = "--tracking-uri"
+    if uri is None:
+        uri, source = os.environ.get(TRACKING_URI_ENV) or None, f"${TRACKING_URI_ENV}"
+    base = Path(project_dir if project_dir is not None else Path.cwd()).resolve()
+    if uri is None:
+        return f"sqlite:///{base / DEFAULT_DB}"
+    if uri.startswith("sqlite:///") or ("://" not in uri and uri.endswith(".db")):
+        raw = uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else uri
+        path, sep, query = raw.partition("?")
+        if path in ("", ":memory:"):  # each process (trial, report) would see its own empty store
+            raise ValueError(f"{source}={uri!r}: an in-memory store is gone when the command ends and no other "
+                             "process sees it; give a file, e.g. sqlite:////abs/path/mlflow.db")
+        if path != ":memory:" and not Path(path).is_absolute():
+            path = str((base / path).resolve())
+        return f"sqlite:///{path}{sep}{query}"
+    if writable and (uri.startswith("file:") or "://" not in uri):
+        raise ValueError(f"{source}={uri!r}: use sqlite:////abs/path/mlflow.db (one machine) or "
+                         "http://host:port (an mlflow server); MLflow 3 refuses the plain file store")
+    return uri
