@@ -5,7 +5,7 @@
 Both pipelines turn each CIFAR-sized (32x32x3 uint8) image into a weak view (flip, crop pad 4) and a strong view
 (RandAugment(3 ops, FixMatch ranges) -> Cutout -> flip -> crop), normalised to float, and are timed in the same run:
 
-* ``batched``: :mod:`mutexmatch.augment` on whole uint8 batches on ``--device`` (weak_augment + strong_augment +
+* ``batched``: :mod:`mutexmatch.data.augment` on whole uint8 batches on ``--device`` (weak_augment + strong_augment +
   normalize to channels_last float32, as the trainer does), from a uint8 image store on that device.
 * ``per-image PIL``: the released code's design, re-written here: per image PIL ImageOps/ImageEnhance RandAugment
   with the released code's ops and magnitude ranges, its Cutout, torchvision's RandomHorizontalFlip/RandomCrop/
@@ -30,7 +30,7 @@ import torch
 import torchvision.transforms as T
 from PIL import Image, ImageDraw, ImageEnhance, ImageOps
 
-from mutexmatch.augment import normalize, strong_augment, weak_augment
+from mutexmatch.data.augment import normalize, strong_augment, weak_augment
 
 MEAN = (125.3 / 255, 123.0 / 255, 113.9 / 255)  # CIFAR-10, as the released code
 STD = (63.0 / 255, 62.1 / 255, 66.7 / 255)
@@ -173,7 +173,7 @@ def main() -> None:
     print(f"weak + strong views of CIFAR 32x32x3 uint8, batch {args.batch}, {args.seconds:g} s each, "
           f"torch threads {torch.get_num_threads()}, {os.cpu_count()} cores, load average {load:.1f}")
     print(f"{'pipeline':<46} {'images/s':>10} {'views/s':>10}")
-    print(f"{'batched mutexmatch.augment on ' + args.device:<46} {ours:>10.0f} {2 * ours:>10.0f}")
+    print(f"{'batched mutexmatch.data.augment on ' + args.device:<46} {ours:>10.0f} {2 * ours:>10.0f}")
     print(f"{f'per-image PIL, DataLoader({args.workers} workers)':<46} {theirs:>10.0f} {2 * theirs:>10.0f}")
     print(f"ratio batched / per-image PIL: {ours / theirs:.1f}x")
     if load > (os.cpu_count() or 1):

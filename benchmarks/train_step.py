@@ -51,7 +51,9 @@ from record import header, write  # noqa: E402
 
 from mutexmatch.algorithms import ALGORITHMS, StepInputs, TrainContext  # noqa: E402
 from mutexmatch.config import parse_config  # noqa: E402
-from mutexmatch.datasets import DATASETS, DatasetBundle, ImageData  # noqa: E402
+from mutexmatch.data.builtin import DATASETS  # noqa: E402
+from mutexmatch.data.images import ImageData  # noqa: E402
+from mutexmatch.data.load import DatasetBundle  # noqa: E402
 from mutexmatch.models import build_model  # noqa: E402
 from mutexmatch.train import Trainer, param_groups  # noqa: E402
 
@@ -103,7 +105,7 @@ def synthetic_cifar(n: int, seed: int = 0, size: int = 32, num_classes: int = 10
     g = torch.Generator().manual_seed(seed)
     x = torch.randint(0, 256, (n, 3, size, size), dtype=torch.uint8, generator=g)
     y = torch.arange(n) % num_classes
-    info = dataclasses.replace(DATASETS["cifar10"], num_classes=num_classes, image_size=size)
+    info = dataclasses.replace(DATASETS["cifar10"].info, num_classes=num_classes, image_size=size)
     return DatasetBundle(info=info, train=ImageData(x, y), test=ImageData(x[:256], y[:256]),
                          extra_unlabeled=None, predefined_folds=None)
 

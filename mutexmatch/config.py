@@ -57,7 +57,6 @@ __all__ = [
     "unsearchable_fields",
 ]
 
-DATASET_NAMES = ("digits", "cifar10", "cifar100", "svhn", "stl10", "miniimagenet", "tinyimagenet", "imagefolder")
 # The largest train.seed: the run seeds numpy's legacy RNG with it (the `official` split rule does too), which takes
 # 32-bit seeds only. A sweep's fold k trains with train.seed + k, so orchestration checks that sum against it.
 SEED_MAX = 2**32 - 1
@@ -118,7 +117,7 @@ class _Section(BaseModel):
 class DataConfig(_Section):
     """Which images, which labels, which fold."""
 
-    dataset: Literal[DATASET_NAMES] = Field(  # type: ignore[valid-type]
+    dataset: str = Field(
         "digits", description="Dataset name. `digits` ships inside scikit-learn (no download); `imagefolder` is "
         "your own folder of class folders (docs/datasets.md).")
     root: str = Field(
@@ -150,6 +149,17 @@ class DataConfig(_Section):
         "correct", description="Normalisation statistics: `correct` = the dataset's real per-channel statistics "
         "(imagefolder: computed on its train images); `released` = the released code's constants, which for SVHN, "
         "STL-10 and Tiny-ImageNet are divided by 255 twice (how their published numbers were produced).")
+
+    @field_validator("dataset", mode="before")
+    @classmethod
+    def _registered_dataset(cls, v: Any) -> str:
+        # The registry is imported here, not at module level: it loads torch and every dataset module.
+        from mutexmatch.data.builtin import DATASET_NAMES
+
+        if not isinstance(v, str) or v not in DATASET_NAMES:
+            *head, last = [repr(n) for n in DATASET_NAMES]
+            raise ValueError(f"Input should be {', '.join(head)} or {last}")
+        return v
 
     @field_validator("root")
     @classmethod
@@ -295,33 +305,13 @@ class RunConfig(_Section):
 
     @model_validator(mode="after")
     def _cross_field(self) -> "RunConfig":
-        d = self.data
-        if d.dataset == "imagefolder":
-            try:
-                folder = _imagefolder_facts(d)
-            except ValueError as e:
-                raise ConfigError(str(e)) from None
-            num_classes, image_size, errors = folder
-        else:
-            num_classes, image_size, errors = _num_classes(d.dataset), d.image_size or _default_image_size(
-                d.dataset), []
-        if d.num_labels % num_classes:
-            errors.append(f"data.num_labels={d.num_labels}: must be divisible by the {num_classes} classes of "
-                          f"{d.dataset}")
-        if d.split_rule == "official" and d.fold > 4:
-            errors.append(f"data.fold={d.fold}: the `official` split rule has folds 0-4 (seeds 1-5); use "
-                          "`data.split_rule: balanced` for more")
-        if d.dataset == "stl10" and d.num_labels not in (1000, 5000):
-            errors.append(f"data.num_labels={d.num_labels}: STL-10 uses its predefined folds: 1000 or 5000")
-        if d.svhn_extra and d.dataset != "svhn":
-            errors.append(f"data.svhn_extra=True: only valid for dataset svhn, not {d.dataset}")
-        if d.normalization == "released" and not _has_released_stats(d.dataset):
-            errors.append(f"data.normalization='released': the released code has no {d.dataset} dataset; use "
-                          "`correct`")
-        if d.dataset != "digits" and not d.download and not Path(d.root).is_dir():
-            errors.append(f"data.root={d.root!r}: folder does not exist (create it with the dataset inside, or set "
-                          "`data.download: true`)")
-        errors += _per_class_errors(d, num_classes)
+        # The data section's checks read the dataset registry: they live with it (lazy: torch start-up cost).
+        from mutexmatch.data.section import data_section_facts
+
+        try:
+            num_classes, image_size, errors = data_section_facts(self.data)
+        except ValueError as e:  # an image folder's layout
+            raise ConfigError(str(e)) from None
         errors += _check_algorithm(self.algorithm, num_classes)
         errors += _check_backbone(self.model.backbone, image_size)
         if errors:
@@ -330,31 +320,6 @@ class RunConfig(_Section):
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
-
-
-def _num_classes(dataset: str) -> int:
-    from mutexmatch.datasets import DATASETS  # lazy: keeps config importable without torch start-up cost
-
-    return DATASETS[dataset].num_classes
-
-
-def _per_class_errors(d: DataConfig, num_classes: int) -> list[str]:
-    """Labeled plus validation images per class beyond the dataset's smallest class: known without loading it."""
-    from mutexmatch.datasets import DATASETS
-
-    info = DATASETS.get(d.dataset)
-    most = None if info is None or (d.svhn_extra and d.dataset == "svhn") else info.train_per_class_min
-    if most is None or d.num_labels % num_classes:
-        return []
-    per_class = d.num_labels // num_classes
-    if per_class > most:
-        return [f"data.num_labels={d.num_labels}: needs {per_class} labeled images of each class, but the smallest "
-                f"class of {d.dataset} has {most} train images; at most {most * num_classes}"]
-    if per_class + d.val_per_class > most:
-        return [f"data.val_per_class={d.val_per_class}: the smallest class of {d.dataset} has {most} train images "
-                f"and {per_class} of each class are labeled (data.num_labels={d.num_labels}); at most "
-                f"{most - per_class}"]
-    return []
 
 
 # The `algorithm` section of every config written before issue 22 (one flat section, the union of the built-in
@@ -424,37 +389,9 @@ def _algorithm_table() -> list[str]:
     return algorithms_markdown()
 
 
-def _imagefolder_facts(d: DataConfig) -> tuple[int, int, list[str]]:
-    """Class count, image side and layout errors of an image folder (only names and one header are read)."""
-    from mutexmatch import imagefolder
-
-    errors = []
-    if d.download:
-        errors.append("data.download=True: imagefolder reads your own folder; there is nothing to download")
-    index = imagefolder.scan_folder(d.root)
-    if "val" in index.files and d.val_per_class:
-        errors.append(f"data.val_per_class={d.val_per_class}: {index.root / 'val'} is the validation split; set 0 "
-                      "(or remove the val/ folder to carve validation images out of train/)")
-    if d.num_labels % len(index.classes) == 0:
-        errors += imagefolder.check_labels_available(index, d.num_labels, d.val_per_class)
-    return len(index.classes), d.image_size or imagefolder.infer_image_size(index), errors
-
-
 def has_validation(d: DataConfig) -> bool:
     """Whether a run of ``d`` evaluates on validation images (val_per_class, or an image folder's val/)."""
     return d.val_per_class > 0 or (d.dataset == "imagefolder" and (Path(d.root) / "val").is_dir())
-
-
-def _has_released_stats(dataset: str) -> bool:
-    from mutexmatch.datasets import DATASETS
-
-    return dataset in DATASETS and DATASETS[dataset].released_mean is not None
-
-
-def _default_image_size(dataset: str) -> int:
-    from mutexmatch.datasets import DATASETS
-
-    return DATASETS[dataset].image_size
 
 
 def _check_backbone(name: str, image_size: int) -> list[str]:

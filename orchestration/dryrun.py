@@ -1,7 +1,7 @@
 """``--dry-run``: the trial plan, what is skipped as already finished, and what the sweep will cost — always.
 
 No dataset is needed: a step costs the same on any pixels, so where the trials' device is here the step is timed on
-generated data of the dataset's shape and class count (``mutexmatch.fakedata``) and the evaluation is scaled to
+generated data of the dataset's shape and class count (``mutexmatch.data.fake``) and the evaluation is scaled to
 the real test-set size. Without that device here (a GPU sweep planned on a CPU head node) the committed
 measurements are used — ``benchmarks/results/*.json`` (``{"device", "setups": [{"dataset", "backbone",
 "batch_size", "mu", "step_s", "eval_s"}]}``), else the GPU table of ``experiments/README.md`` — and the output says
@@ -33,10 +33,6 @@ _README_HEADING = "**Cost on a GPU (GPU-hours).**"
 _TABLE_HEADER = "| dataset | backbone | measured at B | s/step | s/evaluation |"
 # The committed tables give seconds per step at this batch (B labeled + 2·μ·B unlabeled images).
 _TABLE_B, _TABLE_MU = 64, 7
-# Test-set sizes of the built-in datasets (an evaluation runs the EMA and the raw model over them); digits' comes
-# from mutexmatch.datasets.DIGITS_NUM_TEST. TODO(issue 15): a DatasetInfo field in the dataset registry.
-_TEST_IMAGES = {"cifar10": 10000, "cifar100": 10000, "svhn": 26032, "stl10": 8000, "miniimagenet": 10000,
-                "tinyimagenet": 10000}
 # fp32 parameter copies a trial stores: best + final weights and the final checkpoint (model, EMA, momentum)
 # in MLflow; Tune keeps the last two checkpoints (num_to_keep=2) in its storage.
 _MLFLOW_COPIES, _TUNE_COPIES = 5, 6
@@ -179,19 +175,21 @@ class _Estimator:
 
     def _local_data(self, raw: dict[str, Any]) -> tuple[dict[str, Any], float]:
         """``raw`` pointed at generated data of its dataset, and the factor from that evaluation to the real one."""
-        from mutexmatch.datasets import DATASETS
-        from mutexmatch.fakedata import FAKE_SIZES, FakeSize, write_fake_root
+        from mutexmatch.data.builtin import DATASETS
+        from mutexmatch.data.fake import FakeSize, write_fake_root
         from orchestration.spec import deep_merge
 
         name = raw["data"]["dataset"]
-        if name not in FAKE_SIZES:
+        dataset = DATASETS.get(name)
+        if dataset is None or dataset.fake_size is None:
             return raw, 1.0  # digits ships with scikit-learn; an image folder must be there
         if name not in self.fake_roots:
-            size = FakeSize(FAKE_SIZES[name].train_per_class, 2, FAKE_SIZES[name].unlabeled)
+            size = FakeSize(dataset.fake_size.train_per_class, 2, dataset.fake_size.unlabeled)
             self.fake_roots[name] = write_fake_root(self.tmp / name, [name], sizes={name: size})
-        classes = DATASETS[name].num_classes
+        classes = dataset.info.num_classes
         val = raw["data"].get("val_per_class", 0) * classes
-        scale = (2 * _TEST_IMAGES[name] + val) / (2 * 2 * classes + val)
+        # The evaluation runs the EMA and the raw model over the real test set (and the validation images).
+        scale = (2 * dataset.real_test_images + val) / (2 * 2 * classes + val)
         return deep_merge(raw, {"data": {"root": str(self.fake_roots[name]), "download": False}}), scale
 
 
@@ -244,20 +242,20 @@ def _reused_lines(plan: SweepPlan, reused: dict[str, Any], est: "_Estimator") ->
 
 def missing_data_warning(plan: SweepPlan) -> str | None:
     """One line naming the datasets not found under their data roots here and the commands that fetch them."""
-    from mutexmatch.datasets import dataset_dir
-    from mutexmatch.datasets_cli import DOWNLOADABLE
+    from mutexmatch.data.builtin import DATASETS
+    from mutexmatch.data.load import dataset_dir
 
     configs = [t.config for t in plan.grid] + [s.config for s in plan.searches] + [r.config for r in plan.refits]
     missing: dict[str, set[str]] = {}
     for raw in configs:
         name, root = raw["data"].get("dataset", "digits"), raw["data"]["root"]
-        if name not in ("digits", "imagefolder") and not dataset_dir(name, root).exists():
+        if name in DATASETS and DATASETS[name].needs_files and not dataset_dir(name, root).exists():
             missing.setdefault(name, set()).add(root)
     if not missing:
         return None
-    fetch = [f"python -m mutexmatch.datasets download {n} --root {r}" for n in sorted(missing) if n in DOWNLOADABLE
-             for r in sorted(missing[n])]
-    manual = [n for n in sorted(missing) if n not in DOWNLOADABLE]
+    fetch = [f"python -m mutexmatch.datasets download {n} --root {r}" for n in sorted(missing)
+             if DATASETS[n].downloadable for r in sorted(missing[n])]
+    manual = [n for n in sorted(missing) if not DATASETS[n].downloadable]
     return (f"warning: no data here for {', '.join(sorted(missing))} (the plan needs none, the sweep does): "
             + " && ".join(fetch) + ("; " if fetch and manual else "")
             + (f"{', '.join(manual)}: no downloader, see docs/datasets.md" if manual else ""))
@@ -317,11 +315,11 @@ def _param_bytes(raw: dict[str, Any], cache: dict[tuple, int]) -> int:
     import torch
 
     from mutexmatch.config import parse_config
-    from mutexmatch.datasets import DATASETS
+    from mutexmatch.data.builtin import DATASETS
     from mutexmatch.models import build_model
 
     cfg = parse_config(raw)
-    info = DATASETS.get(cfg.data.dataset)
+    info = DATASETS[cfg.data.dataset].info if cfg.data.dataset in DATASETS else None
     key = (cfg.model.backbone, info.num_classes if info else 10, info.channels if info else 3,
            cfg.data.image_size or (info.image_size if info else 32))
     if key not in cache:

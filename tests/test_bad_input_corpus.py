@@ -36,7 +36,7 @@ CLIS = {
     "train": ("mutexmatch.train", "mutexmatch.train"),
     "sweep": ("orchestration.sweep", "orchestration.sweep"),
     "report": ("reports.build", "reports.build"),
-    "datasets": ("mutexmatch.datasets", "mutexmatch.datasets_cli"),
+    "datasets": ("mutexmatch.datasets", "mutexmatch.datasets"),
     "status": ("orchestration.status", "orchestration.status"),
 }
 
@@ -98,7 +98,7 @@ def _cifar_cached_with_payload(t: Path) -> None:
     """Generated CIFAR-10 files (not the published ones) with a valid decoded cache, its meta file a payload."""
     import pickle
 
-    from mutexmatch.fakedata import FakeSize, write_fake_root
+    from mutexmatch.data.fake import FakeSize, write_fake_root
 
     write_fake_root(t / "data", ["cifar10"], sizes={"cifar10": FakeSize(1, 1)})
     (t / "data" / "cifar10" / "cifar-10-batches-py" / "batches.meta").write_bytes(pickle.dumps(_Payload()))

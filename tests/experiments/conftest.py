@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mutexmatch.fakedata import write_fake_imagefolder
+from mutexmatch.data.fake import write_fake_imagefolder
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 

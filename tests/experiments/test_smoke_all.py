@@ -1,5 +1,5 @@
 """``python -m orchestration.sweep experiments/<X>.yaml --smoke`` completes for every experiment YAML, on tiny
-generated datasets in the real on-disk formats (:mod:`mutexmatch.fakedata`), with a real local Ray and a real MLflow
+generated datasets in the real on-disk formats (:mod:`mutexmatch.data.fake`), with a real local Ray and a real MLflow
 SQLite store: every cell runs a few steps on its first fold and ends FINISHED with test accuracy logged.
 
 The YAMLs are run unchanged. Their ``data.root`` is the relative ``data``, which the sweep resolves against the
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from mutexmatch.fakedata import write_fake_root
+from mutexmatch.data.fake import write_fake_root
 from orchestration.spec import expand_cells, load_spec
 
 REPO = Path(__file__).resolve().parents[2]

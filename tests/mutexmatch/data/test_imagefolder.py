@@ -1,4 +1,4 @@
-"""``data.dataset: imagefolder``: your own folder of class folders (mutexmatch/imagefolder.py).
+"""``data.dataset: imagefolder``: your own folder of class folders (mutexmatch/data/imagefolder.py).
 
 The folders are generated here with PNG and JPEG files of mixed sizes and modes and read through the real loader,
 cache and trainer.
@@ -20,14 +20,15 @@ import pytest
 import torch
 from PIL import Image
 
-from mutexmatch import imagefolder
+from mutexmatch.data import imagefolder
 from mutexmatch.config import ConfigError, has_validation, parse_config
-from mutexmatch.datasets import CACHE_DIRNAME, cache_paths, footprint, load_dataset
-from mutexmatch.fakedata import write_fake_imagefolder
-from mutexmatch.splits import make_split
+from mutexmatch.data.cache import CACHE_DIRNAME
+from mutexmatch.data.load import cache_paths, footprint, load_dataset
+from mutexmatch.data.fake import write_fake_imagefolder
+from mutexmatch.data.splits import make_split
 
 torch.set_num_threads(1)
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _save(path: Path, arr: np.ndarray, mode: str | None = None, fmt: str | None = None) -> None:
@@ -270,7 +271,7 @@ def test_train_cli_on_a_generated_folder_and_a_corrupt_file(tmp_path) -> None:
 def test_the_documented_five_fold_sweep_over_an_image_folder_is_valid(tmp_path) -> None:
     """The YAML of docs/datasets.md's "A five-fold sweep over your folder" is a valid sweep and report layout."""
     from orchestration.spec import expand_cells, load_spec, validate_spec
-    from reports.layout import validate_report
+    from orchestration.contract.layout import validate_report
 
     doc = (REPO / "docs" / "datasets.md").read_text()
     section = doc.split("### A five-fold sweep over your folder", 1)[1]

@@ -231,15 +231,7 @@ def make_split(labels: np.ndarray, *, dataset: str, num_labels: int, num_classes
         seed: int | None = None
         rule_used = "predefined"
     else:
-        if rule == "official" and fold >= NUM_OFFICIAL_FOLDS:
-            raise ValueError(f"data.fold must be in [0, {NUM_OFFICIAL_FOLDS - 1}] for data.split_rule 'official' "
-                             f"(the released code's seeds 1-{NUM_OFFICIAL_FOLDS}), got {fold}; use data.split_rule "
-                             f"'balanced' for more folds")
-        val = _draw_val(labels, val_per_class, num_classes, fold)
-        candidates = labels.copy()
-        candidates[val] = -1
-        seed = fold + 1
-        labeled = SPLIT_RULES[rule](candidates, num_labels, num_classes, seed)
+        labeled, val, seed = _drawn_labeled(labels, rule, fold, num_labels, num_classes, val_per_class)
         rule_used = rule
 
     pool = np.ones(num_train, dtype=bool)
@@ -256,6 +248,21 @@ def make_split(labels: np.ndarray, *, dataset: str, num_labels: int, num_classes
         "num_extra_unlabeled": num_extra_unlabeled,
     }
     return Split(labeled=labeled, unlabeled=unlabeled, val=val, meta=meta)
+
+
+def _drawn_labeled(labels: np.ndarray, rule: str, fold: int, num_labels: int, num_classes: int, val_per_class: int
+                   ) -> tuple[np.ndarray, np.ndarray, int]:
+    """Labeled and validation indices drawn by ``rule`` (validation first, then labeled from the rest), and the
+    labeled draw's seed."""
+    if rule == "official" and fold >= NUM_OFFICIAL_FOLDS:
+        raise ValueError(f"data.fold must be in [0, {NUM_OFFICIAL_FOLDS - 1}] for data.split_rule 'official' "
+                         f"(the released code's seeds 1-{NUM_OFFICIAL_FOLDS}), got {fold}; use data.split_rule "
+                         f"'balanced' for more folds")
+    val = _draw_val(labels, val_per_class, num_classes, fold)
+    candidates = labels.copy()
+    candidates[val] = -1
+    seed = fold + 1
+    return SPLIT_RULES[rule](candidates, num_labels, num_classes, seed), val, seed
 
 
 def _predefined_labeled(labels: np.ndarray, num_labels: int, fold: int, predefined_folds: list[np.ndarray],

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mutexmatch.sampler import SSLSampler
+from mutexmatch.data.sampler import SSLSampler
 
 
 def test_draws_from_the_right_pools_with_replacement():

@@ -1,4 +1,4 @@
-"""Tests for mutexmatch.splits: the released code's labeled draw, the balanced rule, validation, STL-10 folds,
+"""Tests for mutexmatch.data.splits: the released code's labeled draw, the balanced rule, validation, STL-10 folds,
 and the saved split's digest."""
 
 import json
@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 import pytest
 
-from mutexmatch.splits import (
+from mutexmatch.data.splits import (
     SPLIT_RULES,
     Split,
     balanced_labeled_indices,
@@ -270,7 +270,7 @@ def test_labels_out_of_range_rejected():
 
 
 def test_the_trainer_rewrites_a_corrupt_split_file_when_it_resumes(tmp_path):
-    from mutexmatch.train import main
+    from mutexmatch.training import main
 
     run = tmp_path / "run"
     args = ["--set", "train.iterations=4", "--set", "train.eval_interval=2", "--set", "train.batch_size=4",

@@ -51,7 +51,7 @@ import torch
 import torch.nn.functional as nnf
 import torchvision.transforms.v2.functional as tvf
 
-from mutexmatch.prefetch import to_device
+from mutexmatch.data.prefetch import to_device
 from mutexmatch.checks import check_int
 
 STRONG_OPS: tuple[str, ...] = (

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mutexmatch.prefetch import Prefetcher, to_device
+from mutexmatch.data.prefetch import Prefetcher, to_device
 
 
 def _source(seed: int = 0):

@@ -1,4 +1,4 @@
-"""Tests for mutexmatch.datasets.
+"""Tests for mutexmatch.data.load and the built-in datasets' readers (mutexmatch/data/builtin/).
 
 Fixture files are written in each dataset's real on-disk format and read through the real torchvision classes;
 only torchvision's md5 check is patched (generated files cannot match the published checksums) and its downloaders
@@ -19,8 +19,12 @@ import torchvision.datasets.stl10
 import torchvision.datasets.svhn
 from PIL import Image
 
-from mutexmatch.datasets import (CACHE_DIRNAME, DATASETS, PUBLISHED_IMAGES, DatasetError, checksum_path, dataset_dir,
-                                 footprint, load_dataset)
+from mutexmatch.data.builtin import DATASETS
+from mutexmatch.data.cache import CACHE_DIRNAME, checksum_path
+from mutexmatch.data.load import dataset_dir, footprint, load_dataset
+from mutexmatch.data.registry import DatasetError
+
+INFO = {n: d.info for n, d in DATASETS.items()}
 
 torch.set_num_threads(1)
 
@@ -101,7 +105,7 @@ def _write_cifar(root, name: str):
 def test_cifar_roundtrip_and_cache(tmp_path, patched_torchvision, name):
     folder, train_x, train_y, test_x, test_y = _write_cifar(tmp_path, name)
     bundle = load_dataset(name, tmp_path)
-    assert bundle.info is DATASETS[name]
+    assert bundle.info is INFO[name]
     assert bundle.train.x.dtype == torch.uint8 and bundle.train.x.is_contiguous()
     assert bundle.train.x.shape == (len(train_y), 3, 32, 32) and bundle.test.x.shape == (3, 3, 32, 32)
     assert bundle.train.x[1, 1, 5, 7] == 201
@@ -270,12 +274,12 @@ def test_the_footprint_counts_what_a_load_holds_without_decoding_anything(tmp_pa
         assert fp.nbytes(fp.loaded_images) == bundle.train.x.nbytes + bundle.test.x.nbytes
     (tmp_path / "miniimagenet" / "test.csv").write_bytes(b"\xff\xfe junk")  # the cache still serves the load
     assert footprint("miniimagenet", tmp_path, image_size=20).splits == {"train": 100, "test": 0}
-    svhn = PUBLISHED_IMAGES["svhn"]
+    svhn = DATASETS["svhn"].published_images
     fp = footprint("svhn", tmp_path, svhn_extra=True)
     assert fp.train == svhn["train"] + svhn["extra"]
     assert fp.loaded_images == sum(svhn.values()) + fp.train  # the cached splits and their concatenation
     assert footprint("svhn", tmp_path).loaded_images == svhn["train"] + svhn["test"]
-    assert footprint("stl10", tmp_path).unlabeled == PUBLISHED_IMAGES["stl10"]["unlabeled"]
+    assert footprint("stl10", tmp_path).unlabeled == DATASETS["stl10"].published_images["unlabeled"]
     with pytest.raises(ValueError, match="data.image_size for cifar10 must be its native 32"):
         footprint("cifar10", tmp_path, image_size=64)
 
@@ -490,7 +494,7 @@ def test_argument_errors(tmp_path):
 
 
 def test_registry_facts():
-    assert {n: (i.num_classes, i.image_size, i.flip, i.pad, i.pad_mode) for n, i in DATASETS.items()} == {
+    assert {n: (i.num_classes, i.image_size, i.flip, i.pad, i.pad_mode) for n, i in INFO.items()} == {
         "cifar10": (10, 32, True, 4, "constant"),
         "cifar100": (100, 32, True, 4, "constant"),
         "svhn": (10, 32, False, 4, "constant"),
@@ -499,13 +503,13 @@ def test_registry_facts():
         "tinyimagenet": (200, 64, False, 4, "constant"),
         "digits": (10, 16, False, 2, "constant"),
     }
-    assert DATASETS["stl10"].has_unlabeled_split and sum(i.has_unlabeled_split for i in DATASETS.values()) == 1
-    assert DATASETS["cifar10"].mean[0] == pytest.approx(125.3 / 255)
+    assert INFO["stl10"].has_unlabeled_split and sum(i.has_unlabeled_split for i in INFO.values()) == 1
+    assert INFO["cifar10"].mean[0] == pytest.approx(125.3 / 255)
 
 
 def test_the_smallest_class_declared_for_digits_is_the_real_one(tmp_path):
     train = load_dataset("digits", tmp_path).train
-    assert int(torch.bincount(train.y).min()) == DATASETS["digits"].train_per_class_min
+    assert int(torch.bincount(train.y).min()) == INFO["digits"].train_per_class_min
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -522,7 +526,7 @@ RELEASED_NORMALIZE = {
 def test_released_normalization_gives_the_released_tensors(tmp_path, patched_torchvision, name) -> None:
     from torchvision.transforms import functional as TF
 
-    from mutexmatch.augment import normalize
+    from mutexmatch.data.augment import normalize
 
     if name == "svhn":
         _write_svhn(tmp_path / "svhn", "train", 5, 1)
@@ -539,12 +543,12 @@ def test_released_normalization_gives_the_released_tensors(tmp_path, patched_tor
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-3)  # values reach ~1500: compare relatively
     assert got.abs().max() > 100  # almost the identity scaled by 255, as released
     ours = normalize(x, correct.info.mean, correct.info.std, channels_last=False)
-    assert ours.abs().max() < 10 and correct.info.mean == DATASETS[name].mean
+    assert ours.abs().max() < 10 and correct.info.mean == INFO[name].mean
 
 
 @pytest.mark.parametrize("name", ["cifar10", "cifar100", "miniimagenet"])
 def test_released_normalization_equals_correct_where_the_released_code_had_no_bug(name) -> None:
-    info = DATASETS[name]
+    info = INFO[name]
     assert info.released_mean == info.mean and info.released_std == info.std
 
 

@@ -1,6 +1,6 @@
-"""Tests for ``python -m mutexmatch.datasets`` (mutexmatch/datasets_cli.py).
+"""Tests for ``python -m mutexmatch.datasets`` (mutexmatch/datasets.py, over mutexmatch/data/).
 
-Datasets are generated in their real on-disk formats by mutexmatch.fakedata. The download tests give torchvision
+Datasets are generated in their real on-disk formats by mutexmatch.data.fake. The download tests give torchvision
 the md5s of the generated files (patched into its classes' file lists), so its real integrity check runs and no
 network is touched; its downloaders are made to raise. ``check`` and ``export`` verify those md5s too (a CIFAR meta
 file is a pickle), so ``fake_root`` comes with its generated md5s published.
@@ -22,12 +22,14 @@ from PIL import Image
 from torchvision.datasets import CIFAR10, CIFAR100, STL10, SVHN
 
 from mutexmatch.cliwarnings import format_warning
-from mutexmatch.datasets import CACHE_DIRNAME, DATASETS, cache_paths, checksum_path, dataset_dir, load_dataset
-from mutexmatch.datasets_cli import _EXAMPLES, main
-from mutexmatch.fakedata import FakeSize, write_fake_dataset, write_fake_root
+from mutexmatch.data.builtin import DATASETS
+from mutexmatch.data.cache import CACHE_DIRNAME, checksum_path
+from mutexmatch.data.fake import FakeSize, write_fake_dataset, write_fake_root
+from mutexmatch.data.load import cache_paths, dataset_dir, load_dataset
+from mutexmatch.datasets import _EXAMPLES, main
 
 torch.set_num_threads(1)
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _run(argv, capsys):
@@ -97,7 +99,7 @@ def test_a_warning_reaches_the_user_as_one_line(tmp_path):
 
 def test_a_library_warning_keeps_its_category_and_origin_on_its_one_line():
     assert format_warning("a\n  b", UserWarning, "/lib/x.py", 3) == "warning: a b (UserWarning at /lib/x.py:3)"
-    ours = str(REPO / "mutexmatch" / "runfolder.py")
+    ours = str(REPO / "mutexmatch" / "data" / "load.py")
     assert format_warning("dropped", RuntimeWarning, ours, 181) == "warning: dropped"
 
 
@@ -180,7 +182,7 @@ def test_download_missing_svhn_extra_fails_in_one_line(tmp_path, monkeypatch, ca
 @pytest.mark.parametrize("name", ["miniimagenet", "tinyimagenet", "digits", "imagefolder"])
 def test_download_unsupported_names_the_manual_layout(tmp_path, capsys, name):
     rc, _, err = _run(["download", name, "--root", tmp_path], capsys)
-    hint = "train/<class>/" if name == "imagefolder" else " ".join(DATASETS[name].download_hint.split())
+    hint = "train/<class>/" if name == "imagefolder" else " ".join(DATASETS[name].info.download_hint.split())
     _assert_one_line_error(rc, err, f"download {name}", hint, "cifar10, cifar100, svhn, stl10")
 
 

@@ -8,7 +8,7 @@ import torchvision.transforms.v2.functional as F
 from PIL import Image, ImageDraw
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from mutexmatch.augment import (MAGNITUDE_RANGES, STRONG_OPS, apply_ops, cutout, normalize, rand_augment,
+from mutexmatch.data.augment import (MAGNITUDE_RANGES, STRONG_OPS, apply_ops, cutout, normalize, rand_augment,
                                 strong_augment, weak_augment)
 
 torch.set_num_threads(1)
@@ -29,7 +29,7 @@ def _images(n: int, c: int, h: int, w: int, seed: int = 0) -> torch.Tensor:
 
 
 def _reference(img: torch.Tensor, name: str, m: float) -> torch.Tensor:
-    """The op applied to one image with torchvision (the released code's PIL op, see mutexmatch.augment)."""
+    """The op applied to one image with torchvision (the released code's PIL op, see mutexmatch.data.augment)."""
     h, w = img.shape[-2:]
     if name == "AutoContrast":
         return F.autocontrast(img)
