@@ -22,7 +22,7 @@ from collections import Counter
 import torch
 import torch.nn.functional as F
 
-from mutexmatch.allocator import keep_freed_memory
+from mutexmatch.training import keep_freed_memory
 from mutexmatch.models import build_model
 
 

@@ -14,8 +14,7 @@ import statistics
 from pathlib import Path
 
 from mutexmatch.config import load_config
-from mutexmatch.runfolder import RunFolder
-from mutexmatch.train import Trainer
+from mutexmatch.training import RunFolder, Trainer
 
 METHODS = {
     "supervised": ["algorithm.name=supervised"],

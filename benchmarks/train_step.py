@@ -55,7 +55,7 @@ from mutexmatch.data.builtin import DATASETS  # noqa: E402
 from mutexmatch.data.images import ImageData  # noqa: E402
 from mutexmatch.data.load import DatasetBundle  # noqa: E402
 from mutexmatch.models import build_model  # noqa: E402
-from mutexmatch.train import Trainer, param_groups  # noqa: E402
+from mutexmatch.training import Trainer, param_groups  # noqa: E402
 
 RETAIN_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 40)}
 PIPELINES = {
@@ -205,7 +205,7 @@ def run_child(args) -> None:
             times = time_reference(args, bundle)
         else:
             times = time_ours(args, bundle, root, args.child)
-    from mutexmatch.compiled import compile_report
+    from mutexmatch.training import compile_report
 
     compiled = {"compile": compile_report()} if {"compile", "graphs"} & set(modifiers(args.child)) else {}
     print(json.dumps({"step_s": times, "threads": torch.get_num_threads(), **compiled}))

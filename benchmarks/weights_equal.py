@@ -29,7 +29,7 @@ from record import header, write  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from mutexmatch.runfolder import FINAL_WEIGHTS  # noqa: E402
+from mutexmatch.training import FINAL_WEIGHTS  # noqa: E402
 
 # experiments/quickstart.yaml's base (its method axis gives the algorithm; MutexMatch in the paper's form), fold 0.
 QUICKSTART_FOLD0 = ["data.dataset=digits", "data.num_labels=20", "data.split_rule=official", "data.fold=0",

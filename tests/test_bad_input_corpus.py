@@ -228,7 +228,7 @@ CASES = [
     C("train-bad-device", T, "--set train.device=tpu", "train.device='tpu': must be `auto`"),
     C("train-image-size-range", T, "--set data.image_size=1024", "data.image_size=1024: must be null or in [8, 512]"),
     C("train-image-size-beyond-memory", T, "--set data.image_size=512", "data.image_size=512: digits needs",
-      patch=lambda mp: mp.setattr("mutexmatch.train._available_memory", lambda device: {"host": 100 << 20})),
+      patch=lambda mp: mp.setattr("mutexmatch.training.memory._available_memory", lambda device: {"host": 100 << 20})),
     C("train-field-of-other-algorithm", T, "--set algorithm.name=fixmatch --set algorithm.lambda_n=0.5",
       "algorithm.lambda_n=0.5: not used by algorithm 'fixmatch'"),
     C("train-stop-at-negative", T, "--stop-at -5", "argument --stop-at: must be a positive integer, got '-5'"),

@@ -44,7 +44,7 @@ direction), choosing per forward whether BatchNorm updates its running statistic
 ``StepInputs.teacher(x)``, features by the EMA weights without gradient and without touching any running
 statistics (Mean Teacher). Extra heads (projection MLPs, a rotation head) come from the classmethod ``heads``: the
 trainer attaches them to the model (``model.heads[name]``) before the optimiser, the EMA, ``train.compile`` and
-checkpoints see it. The machinery is :mod:`mutexmatch.extended_step`.
+checkpoints see it. The machinery is :mod:`mutexmatch.training.extended_step`.
 
 The confidence threshold is a seam: :meth:`FixMatch.confidence_mask` turns p^w into the high-confidence mask
 1(max p^w >= tau) of Eq. (p), with access to the unlabeled indices and the algorithm's own state
@@ -262,6 +262,12 @@ class Algorithm:
         trainer attaches them as ``model.heads[name]`` before the optimiser, the EMA, ``train.compile`` and
         checkpoints see the model (their weights are drawn right after the model's). None by default."""
         return {}
+
+    @classmethod
+    def setup_model(cls, params: AlgorithmParams, model: nn.Module, ema_decay: float) -> None:
+        """Adjust the built model (its heads attached) before it moves to the training device and the optimiser,
+        the EMA, ``train.compile`` and checkpoints see it; ``ema_decay`` is ``train.ema``. It must draw no random
+        numbers. Nothing by default (MutexMatch's ``form: official`` ties the WRN's BatchNorm momentum to it)."""
 
     def __init__(self, params: Mapping[str, Any], ctx: TrainContext) -> None:
         if not isinstance(ctx, TrainContext):

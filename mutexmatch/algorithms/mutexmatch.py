@@ -37,6 +37,11 @@ class MutexMatch(FixMatch):
         super().__init__(params, ctx)
         self.k: int = resolve_k(self.params.k, self.num_classes)
 
+    @classmethod
+    def setup_model(cls, params: MutexMatchParams, model: nn.Module, ema_decay: float) -> None:
+        if params.form == "official":  # the released code's WRN: BatchNorm momentum = 1 - EMA decay
+            model.backbone.tie_bn_momentum_to_ema(ema_decay)
+
     def views(self, model: nn.Module, inp: StepInputs) -> Views:
         v = super().views(model, inp)
         if getattr(model, "tnc", None) is None:

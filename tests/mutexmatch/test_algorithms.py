@@ -19,7 +19,7 @@ from pydantic import create_model
 from mutexmatch.algorithms import (ALGORITHMS, Algorithm, DistributionAlignment, StepInputs, StepOutput, TrainContext,
                                    build_algorithm, register_algorithm)
 from mutexmatch.algorithms.tnc_schemes import random_complementary_label
-from mutexmatch.extended_step import features_forward, step_inputs, teacher_forward
+from mutexmatch.training.extended_step import features_forward, step_inputs, teacher_forward
 from mutexmatch.losses import confidence_mask, mutexmatch_loss
 from mutexmatch.params import AlgorithmParams
 

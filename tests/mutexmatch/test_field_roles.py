@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from mutexmatch import config as C
-from mutexmatch.train import RUN_MARKER, _load_run_dir
+from mutexmatch.training.command import _load_run_dir
+from mutexmatch.training.runfolder import RUN_MARKER
 
 # The hand-written lists these roles replaced (commit 0dd7fd9); the derived ones must name the same fields.
 HASH_EXCLUDED = {"output_dir", "data.root", "data.download", "train.progress", "train.keep_freed_memory",

@@ -10,9 +10,9 @@ import torch.nn.functional as F
 
 from mutexmatch.algorithms import StepInputs, TrainContext, build_algorithm
 from mutexmatch.config import parse_config
-from mutexmatch.ema import ModelEMA
+from mutexmatch.training.ema import ModelEMA
 from mutexmatch.models import build_model
-from mutexmatch.train import Trainer
+from mutexmatch.training import Trainer
 
 from .test_adamatch import Heads
 
@@ -112,7 +112,7 @@ def _trainer(tmp_path, val_per_class):
 
 def _mean_loss(trainer, x, y):
     return sum(F.cross_entropy(logits.float(), yb, reduction="sum").item()
-               for logits, yb in trainer._eval_logits(trainer.ema.module, x, y)) / len(y)
+               for logits, yb in trainer.evaluator.logits(trainer.ema.module, x, y)) / len(y)
 
 
 @pytest.mark.parametrize("val_per_class", [5, 0])
@@ -123,7 +123,7 @@ def test_trainer_measures_rho_hat_on_validation_else_labeled_never_test(tmp_path
 
     def spy(model):
         seen["step"], seen["loss"] = trainer.step, measure(model)
-        x, y = trainer._reference_data()
+        x, y = trainer.evaluator.reference_data()
         seen["expected"] = _mean_loss(trainer, x, y)
         test = trainer.bundle.test
         seen["test"] = _mean_loss(trainer, test.x, test.y)
@@ -132,7 +132,7 @@ def test_trainer_measures_rho_hat_on_validation_else_labeled_never_test(tmp_path
     trainer.fit()
     split = trainer.algorithm.ctx.reference_split
     assert split == ("validation" if val_per_class else "labeled")
-    x, y = trainer._reference_data()
+    x, y = trainer.evaluator.reference_data()
     want = trainer.split.val if val_per_class else trainer.split.labeled
     assert len(y) == len(want) and torch.equal(y, trainer.bundle.train.y[torch.from_numpy(want)])
     assert seen["step"] == 1 and trainer.algorithm.rho_init == pytest.approx(seen["expected"], rel=1e-6)

@@ -69,7 +69,7 @@ import torch
 from torch import Tensor, nn
 
 from mutexmatch.algorithms import Algorithm, StepInputs, StepOutput, TrainContext, build_algorithm
-from mutexmatch.extended_step import features_forward, step_inputs, teacher_forward
+from mutexmatch.training.extended_step import features_forward, step_inputs, teacher_forward
 
 MAKEFILE = Path(__file__).resolve().parents[4] / "Makefile"
 # The modules semilearn imports at package import but no train_step uses.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from mutexmatch.ema import ModelEMA
+from mutexmatch.training.ema import ModelEMA
 
 from .conftest import separate_step
 

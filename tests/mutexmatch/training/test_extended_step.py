@@ -8,8 +8,8 @@ import torchvision.transforms.functional as TF
 from torch import nn
 
 from mutexmatch.algorithms import ALGORITHMS, Algorithm, StepSpec, register_algorithm
-from mutexmatch.augment import strong_augment, weak_augment
-from mutexmatch.extended_step import (bn_frozen, bn_layers, features_forward, make_views, rotate, step_inputs,
+from mutexmatch.data.augment import strong_augment, weak_augment
+from mutexmatch.training.extended_step import (bn_frozen, bn_layers, features_forward, make_views, rotate, step_inputs,
                                       teacher_forward)
 
 AUG = {"flip": True, "pad": 2, "pad_mode": "reflect"}

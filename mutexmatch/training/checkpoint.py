@@ -1,6 +1,6 @@
 """Atomic, checksummed checkpoints, and finding the newest good one.
 
-A checkpoint ``ckpt_<step>.pt`` (file names: :mod:`mutexmatch.runfolder`) is written to a temporary file in the
+A checkpoint ``ckpt_<step>.pt`` (file names: :mod:`mutexmatch.training.runfolder`) is written to a temporary file in the
 same folder, flushed to disk and renamed into place, then its sha256 is written beside it (``ckpt_<step>.pt.sha256``,
 also atomically). A checkpoint whose checksum is missing or wrong, or which fails to load, is skipped with a warning
 and the previous one is used; a run folder that has checkpoint files but no loadable one raises instead of silently
@@ -19,21 +19,14 @@ from typing import Any
 import torch
 
 from mutexmatch.atomic import atomic_write
-from mutexmatch.runfolder import checkpoint_name, checkpoint_pair, checkpoint_step, checksum_path
+from mutexmatch.checksum import sha256_file
+from mutexmatch.training.runfolder import checkpoint_name, checkpoint_pair, checkpoint_step, checksum_path
 
 __all__ = ["save_checkpoint", "load_checkpoint", "latest_checkpoint", "list_checkpoints",
-           "CheckpointError", "prune_checkpoints", "sha256_file"]
+           "CheckpointError", "prune_checkpoints"]
 
 class CheckpointError(RuntimeError):
     pass
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def save_checkpoint(state: dict[str, Any], directory: Path, step: int) -> Path:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mutexmatch.checkpoint import (CheckpointError, latest_checkpoint, list_checkpoints, load_checkpoint,
+from mutexmatch.training.checkpoint import (CheckpointError, latest_checkpoint, list_checkpoints, load_checkpoint,
                                    prune_checkpoints, save_checkpoint)
 
 

@@ -8,8 +8,8 @@ import io
 import pytest
 
 from mutexmatch.config import parse_config
-from mutexmatch.steptime import LONG_CPU_RUN_S, StepCost, confirm_cost, run_cost_line
-from mutexmatch.train import main
+from mutexmatch.training.steptime import LONG_CPU_RUN_S, StepCost, confirm_cost, run_cost_line
+from mutexmatch.training import main
 
 SHORT = ["--set", "data.dataset=digits", "--set", "model.backbone=small_cnn", "--set", "train.batch_size=4",
          "--set", "train.mu=2", "--set", "train.progress=false", "--set", "train.num_threads=1"]
@@ -64,7 +64,7 @@ def test_gpu_short_or_confirmed_runs_start_without_a_word(cost, yes):
 
 def test_cli_measures_a_long_run_and_a_declined_one_writes_nothing(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("sys.stdin", _Tty("n\n"))
-    monkeypatch.setattr("mutexmatch.steptime.LONG_CPU_RUN_S", 0.0)   # any measured CPU run counts as long
+    monkeypatch.setattr("mutexmatch.training.steptime.LONG_CPU_RUN_S", 0.0)   # any measured CPU run counts as long
     out = tmp_path / "long"
     assert main(SHORT + ["--set", "train.iterations=1048576", "--set", f"output_dir={out}"]) == 1
     err = capsys.readouterr().err

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from mutexmatch.runfolder import RunFolder
+from mutexmatch.training.runfolder import RunFolder
 
 __all__ = ["Callback", "StartEvent", "EvalEvent", "RunSummary"]
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from mutexmatch.algorithms import StepOutput
-from mutexmatch.diagnostics import StepAccumulator
+from mutexmatch.training.diagnostics import StepAccumulator
 
 C = 3
 

@@ -11,10 +11,10 @@ import torch
 
 from mutexmatch import metrics as M
 from mutexmatch.algorithms import ALGORITHMS, StepOutput
-from mutexmatch.callbacks import Callback
-from mutexmatch.checkpoint import list_checkpoints
+from mutexmatch.training.callbacks import Callback
+from mutexmatch.training.checkpoint import list_checkpoints
 from mutexmatch.config import ConfigError, parse_config
-from mutexmatch.train import NonFiniteLossError, Trainer, main
+from mutexmatch.training import NonFiniteLossError, Trainer, main
 
 
 def _cfg(tmp_path, name="run", algorithm="mutexmatch", **alg):
@@ -147,7 +147,7 @@ def test_every_algorithm_logs_exactly_its_declared_terms(tmp_path, name):
 def _cpa_after(trainer: Trainer, ulb: torch.Tensor, **diagnostics) -> float:
     trainer._reset_accumulators()
     zero = torch.zeros(())
-    trainer.stats.add(StepOutput(loss=zero, terms=dict.fromkeys(trainer.algorithm.terms, zero), **diagnostics), trainer.ulb_y[ulb], step=0)
+    trainer.stats.add(StepOutput(loss=zero, terms=dict.fromkeys(trainer.algorithm.terms, zero), **diagnostics), trainer.batches.ulb_y[ulb], step=0)
     return trainer.evaluate().metrics["train/cpa"]
 
 
@@ -156,7 +156,7 @@ def test_cpa_scores_the_complementary_labels_the_algorithm_returns(tmp_path):
     negative labels, ``neg_mask``): sum neg*[c != y] / sum neg over every selected (sample, class) pair."""
     trainer = Trainer(_cfg(tmp_path))
     ulb = torch.tensor([0, 1])
-    y0, y1 = trainer.ulb_y[ulb].tolist()
+    y0, y1 = trainer.batches.ulb_y[ulb].tolist()
     other0, other1 = [c for c in range(10) if c != y0][:2], (y1 + 1) % 10
     base = {"pseudo_label": torch.tensor([y0, y1]), "mask": torch.tensor([True, True])}
     # comp labels: sample 0's is its true class (wrong), sample 1's is not (right) -> 1/2
@@ -217,7 +217,7 @@ def test_fresh_run_refuses_existing_checkpoints(tmp_path):
 
 def test_resume_refuses_another_config(tmp_path):
     Trainer(_cfg(tmp_path)).fit(stop_at=2)
-    from mutexmatch.checkpoint import CheckpointError
+    from mutexmatch.training.checkpoint import CheckpointError
 
     with pytest.raises(CheckpointError, match="another configuration"):
         Trainer(_cfg(tmp_path, tau=0.5), resume=True)
@@ -341,14 +341,14 @@ def test_compiled_backbone_trains_like_eager_on_cpu(tmp_path):
 
 def test_public_timing_and_parameter_groups(tmp_path):
     """What cost estimates and benchmarks use instead of the trainer's internals."""
-    from mutexmatch.train import param_groups
+    from mutexmatch.training import param_groups
 
     cfg = _cfg(tmp_path)
     cfg.data.val_per_class = 2
     trainer = Trainer(cfg)
     assert trainer.time_step() > 0 and trainer.step == 1
     assert trainer.time_steps(2) > 0 and trainer.step == 3  # free-running: two more steps, one sync (issue 24)
-    assert trainer.eval_images == 2 * len(trainer.bundle.test.y) + 20
+    assert trainer.evaluator.eval_images == 2 * len(trainer.bundle.test.y) + 20
     assert trainer.time_evaluation(16) > 0 and trainer.time_evaluation() > 0
     decay, no_decay = param_groups(trainer.model, 5e-4)
     bn = {id(p) for m in trainer.model.modules() if isinstance(m, torch.nn.BatchNorm2d) for p in m.parameters()}
@@ -388,7 +388,7 @@ def test_an_in_flight_run_of_the_code_before_issue_22_resumes(tmp_path, algorith
     a checkpoint of another configuration is still refused."""
     import yaml
 
-    from mutexmatch.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
+    from mutexmatch.training.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
     from mutexmatch.config import LEGACY_ALGORITHM_SECTION, config_hash, legacy_config_hash, load_config
 
     cfg = _cfg(tmp_path, algorithm=algorithm)

@@ -15,12 +15,14 @@ from pathlib import Path
 import pytest
 import torch
 
-import mutexmatch.train as train
-from mutexmatch.callbacks import Callback, StartEvent
+import mutexmatch.training.loop as loop
+import mutexmatch.training.memory as memory
+from mutexmatch.training.callbacks import Callback, StartEvent
 from mutexmatch.config import parse_config
-from mutexmatch.runfolder import RunFolder, RunFolderLocked
-from mutexmatch.datasets import DIGITS_NUM_TEST, DIGITS_NUM_TRAIN
-from mutexmatch.train import MemoryBudgetError, StepMemoryError, Trainer, check_memory, main
+from mutexmatch.models import BACKBONES
+from mutexmatch.training.runfolder import RunFolder, RunFolderLocked
+from mutexmatch.data.builtin.digits import NUM_TEST as DIGITS_NUM_TEST, NUM_TRAIN as DIGITS_NUM_TRAIN
+from mutexmatch.training import MemoryBudgetError, StepMemoryError, Trainer, check_memory, main
 
 STEPS = ["--set", "train.iterations=8", "--set", "train.eval_interval=2", "--set", "train.batch_size=4",
          "--set", "train.mu=2", "--set", "train.progress=false", "--set", "train.num_threads=1"]
@@ -205,7 +207,7 @@ def test_the_largest_numpy_seed_trains(tmp_path):
 
 
 def test_a_batch_larger_than_the_device_memory_is_refused_up_front(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(train, "_device_memory", lambda device: 1 << 20)  # 1 MiB of memory
+    monkeypatch.setattr(memory, "_device_memory", lambda device: 1 << 20)  # 1 MiB of memory
     out = tmp_path / "run"
     steps = [a.replace("train.batch_size=4", "train.batch_size=1000") for a in STEPS]  # each --set key once
     assert main(steps + ["--set", f"output_dir={out}"]) == 2
@@ -216,12 +218,12 @@ def test_a_batch_larger_than_the_device_memory_is_refused_up_front(tmp_path, cap
 
 
 def _memory(monkeypatch, **free: int) -> None:
-    monkeypatch.setattr(train, "_available_memory", lambda device: free)
+    monkeypatch.setattr(memory, "_available_memory", lambda device: free)
 
 
 def test_an_image_size_beyond_the_memory_is_refused_before_any_image_is_decoded(tmp_path, capsys, monkeypatch):
     _memory(monkeypatch, host=100 << 20)
-    monkeypatch.setattr(train, "load_dataset", lambda *a, **k: pytest.fail("decoded before the memory check"))
+    monkeypatch.setattr(loop, "load_dataset", lambda *a, **k: pytest.fail("decoded before the memory check"))
     out, data = tmp_path / "run", tmp_path / "data"
     sets = ["--set", f"output_dir={out}", "--set", f"data.root={data}", "--set", "data.image_size=512"]
     assert main(STEPS + sets) == 2
@@ -248,7 +250,7 @@ def test_on_cuda_the_device_holds_the_training_images_and_the_measured_activatio
                         "model": {"backbone": "wrn28_2"}, "train": {"batch_size": 4, "mu": 2},
                         "output_dir": str(tmp_path / "run")})
     trained = DIGITS_NUM_TRAIN * 32 * 32  # the test images stay on the host
-    fp32 = 20 * train.ACTIVATION_BYTES_PER_PIXEL["wrn28_2"] * 32 * 32
+    fp32 = 20 * BACKBONES["wrn28_2"].activation_bytes_per_pixel * 32 * 32
     _memory(monkeypatch, host=10 << 30, cuda=trained + fp32 // 2)
     with pytest.raises(MemoryBudgetError, match=r"of cuda memory \(1.3 MiB for 1,300 decoded images of 1x32x32, "
                        r"at least 72.3 MiB for one step of 20 images \(wrn28_2\)\), but 37.4 MiB is available"):
@@ -308,7 +310,7 @@ def test_resume_rewrites_a_corrupt_split_file_and_refuses_another_split(tmp_path
 
 
 def test_ctrl_c_while_setting_up_says_so(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(train, "load_dataset", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+    monkeypatch.setattr(loop, "load_dataset", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
     assert main(STEPS + ["--set", f"output_dir={tmp_path / 'run'}"]) == 130
     assert "interrupted while setting up, before the first training step" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
@@ -335,26 +337,26 @@ def test_a_full_disk_mid_run_is_one_line_with_the_resume_command(tmp_path, monke
     # Issue 26: a read-only output_dir or a full disk ended in an OSError traceback (nothing was lost).
     import errno
 
-    save = train.save_checkpoint
+    save = loop.write_checkpoint
 
     def full_at_step_4(state, directory, step):
         if step == 4:
             raise OSError(errno.ENOSPC, "No space left on device", str(directory / f"ckpt_{step:08d}.pt"))
         return save(state, directory, step)
 
-    monkeypatch.setattr(train, "save_checkpoint", full_at_step_4)
+    monkeypatch.setattr(loop, "write_checkpoint", full_at_step_4)
     out = tmp_path / "run"
     assert main(STEPS + ["--set", "train.checkpoint_every=1", "--set", f"output_dir={out}"]) == 1
     err = _one_line_error(capsys, "error: the run stopped at step 4: ", "ckpt_00000004.pt: No space left on device",
                           f"continue from step 2 with `python -m mutexmatch.train --resume {out}`")
     assert "Traceback" not in err
-    monkeypatch.setattr(train, "save_checkpoint", save)
+    monkeypatch.setattr(loop, "write_checkpoint", save)
     assert main(["--resume", str(out)]) == 0
     assert _logged_steps(out) == [2, 4, 6, 8]
 
 
 def test_a_diverging_run_is_its_one_line_without_a_traceback(tmp_path, monkeypatch, capsys):
-    from mutexmatch.diagnostics import StepAccumulator
+    from mutexmatch.training.diagnostics import StepAccumulator
 
     monkeypatch.setattr(StepAccumulator, "non_finite", lambda self: [("loss", 3)])
     assert main(STEPS + ["--set", f"output_dir={tmp_path / 'run'}"]) == 1

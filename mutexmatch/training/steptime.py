@@ -1,10 +1,13 @@
 """What a run will cost, measured: seconds per training step and per evaluation of a config on a device, and the
 line the trainer prints before step 1 (steps, ETA, output folder), with the confirmation a long CPU run asks for.
 
-A throwaway :class:`mutexmatch.train.Trainer` of the same config (its own temporary run folder, the same dataset
+A throwaway :class:`mutexmatch.training.Trainer` of the same config (its own temporary run folder, the same dataset
 in memory) runs ``warmup`` steps, then ``steps`` timed ones free-running (one device synchronisation at the end); one evaluation is timed on a slice of the test set and
 scaled to a whole evaluation. The run itself is built afterwards and seeded afresh, so measuring changes none of
 its numbers. The sweep's ``--dry-run`` (``orchestration.cost``) measures with the same function.
+
+The trainer, torch and the datasets are imported where a measurement needs them, so that :class:`StepCost` and
+:func:`format_duration` stay importable without them (``orchestration.status`` reads only those).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any, TextIO
 
 from mutexmatch.config import RunConfig, parse_config
 from mutexmatch.dotted import deep_merge
+from mutexmatch.training.runfolder import RunFolder
 
 __all__ = ["StepCost", "measure_cost", "format_duration", "run_cost_line", "confirm_cost", "checkpoint_steps_done",
            "measure_run", "LONG_CPU_RUN_S", "MEASURED_FROM_STEPS"]
@@ -41,7 +45,7 @@ def measure_cost(raw: dict[str, Any], *, device: str, num_threads: int, warmup: 
     """Seconds per training step (``steps`` steps free-running: back to back, one synchronisation at the end, as
     training runs them) and per evaluation (best of ``eval_repeats`` timings) of the config ``raw`` on ``device``;
     ``bundle``: the dataset already in memory (else it is loaded)."""
-    from mutexmatch.train import Trainer
+    from mutexmatch.training.loop import Trainer
 
     with tempfile.TemporaryDirectory(prefix="mm_cost_") as tmp:
         threads = raw.get("train", {}).get("num_threads") or num_threads
@@ -66,8 +70,9 @@ def measure_run(cfg: RunConfig, done: int) -> tuple[StepCost | None, Any]:
         return None, None
     import torch
 
-    from mutexmatch.datasets import load_dataset
-    from mutexmatch.train import check_memory, resolve_device
+    from mutexmatch.data.load import load_dataset
+    from mutexmatch.training.device import resolve_device
+    from mutexmatch.training.memory import check_memory
 
     d = cfg.data
     check_memory(cfg, resolve_device(cfg.train.device))   # as the run checks it, before the data is loaded
@@ -103,7 +108,7 @@ def run_cost_line(cfg: RunConfig, done: int, cost: StepCost | None) -> str:
         eta = (f"ETA ≈ {format_duration(cost.trial_seconds(left, evals))} ({cost.step_s:.3g} s/step, "
                f"{cost.eval_s:.3g} s/evaluation, measured)")
     if cost is None:
-        from mutexmatch.train import resolve_device   # the trainer imports this module
+        from mutexmatch.training.device import resolve_device
 
         device = resolve_device(t.device).type
     else:
@@ -142,8 +147,7 @@ def confirm_cost(cfg: RunConfig, done: int, cost: StepCost | None, *, assume_yes
 
 def checkpoint_steps_done(output_dir: str | Path) -> int:
     """Steps a run folder's newest checkpoint holds (0: none), for the ETA of a resumed run."""
-    from mutexmatch.checkpoint import list_checkpoints
-    from mutexmatch.runfolder import RunFolder
+    from mutexmatch.training.checkpoint import list_checkpoints
 
     found = list_checkpoints(RunFolder(output_dir).checkpoints)
     return found[-1][0] if found else 0

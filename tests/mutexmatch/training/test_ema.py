@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from mutexmatch.ema import ModelEMA
+from mutexmatch.training.ema import ModelEMA
 
 
 def test_foreach_update_equals_the_formula_and_copies_buffers():

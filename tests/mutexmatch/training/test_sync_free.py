@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from mutexmatch.algorithms import ALGORITHMS, TrainContext
-from mutexmatch.diagnostics import StepAccumulator
-from mutexmatch.ema import ModelEMA
-from mutexmatch.extended_step import features_forward, step_inputs, teacher_forward
+from mutexmatch.training.diagnostics import StepAccumulator
+from mutexmatch.training.ema import ModelEMA
+from mutexmatch.training.extended_step import features_forward, step_inputs, teacher_forward
 from mutexmatch.models import build_model
 
 B, MU_B, C = 4, 8, 10

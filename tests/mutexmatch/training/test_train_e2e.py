@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mutexmatch.config import load_config
-from mutexmatch.train import Trainer
+from mutexmatch.training import Trainer
 
 STEPS = 500
 CONFIG = Path(__file__).resolve().parents[2] / "experiments" / "runs" / "digits.yaml"

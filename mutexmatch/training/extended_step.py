@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from mutexmatch.algorithms.base import LABELED_VIEWS, StepInputs, StepSpec
-from mutexmatch.augment import strong_augment, weak_augment
+from mutexmatch.data.augment import strong_augment, weak_augment
 
 __all__ = ["bn_frozen", "bn_layers", "features_forward", "make_views", "rotate", "step_inputs", "teacher_forward"]
 

@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from mutexmatch.checkpoint import latest_checkpoint, save_checkpoint
-from mutexmatch.runfolder import (RunFolder, RunFolderLocked, checkpoint_name, checkpoint_pair, checkpoint_step,
+from mutexmatch.training.checkpoint import latest_checkpoint, save_checkpoint
+from mutexmatch.training.runfolder import (RunFolder, RunFolderLocked, checkpoint_name, checkpoint_pair, checkpoint_step,
                                   checksum_path)
 
 

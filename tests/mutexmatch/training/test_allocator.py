@@ -11,7 +11,7 @@ import pytest
 
 _PROBE = textwrap.dedent("""
     import sys, torch
-    from mutexmatch.allocator import keep_freed_memory
+    from mutexmatch.training.allocator import keep_freed_memory
     def rss_mb():
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * 4096 / 2**20
@@ -36,16 +36,17 @@ def test_freed_block_stays_resident_only_when_asked():
 
 
 def test_trainer_applies_it_on_cpu_only_when_configured(tmp_path, monkeypatch):
-    import mutexmatch.train as train_mod
+    import mutexmatch.training.device as device
     from mutexmatch.config import parse_config
+    from mutexmatch.training import Trainer
 
     calls = []
-    monkeypatch.setattr(train_mod, "keep_freed_memory", lambda: calls.append(1) or True)
+    monkeypatch.setattr(device, "keep_freed_memory", lambda: calls.append(1) or True)
     for keep, expected in ((True, 1), (False, 0)):
         calls.clear()
         cfg = parse_config({"data": {"dataset": "digits", "num_labels": 20}, "model": {"backbone": "small_cnn"},
                             "algorithm": {"name": "supervised"},
                             "train": {"device": "cpu", "progress": False, "keep_freed_memory": keep},
                             "output_dir": str(tmp_path / f"run{keep}")})
-        train_mod.Trainer(cfg)
+        Trainer(cfg)
         assert len(calls) == expected

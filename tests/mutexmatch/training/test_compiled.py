@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mutexmatch.compiled import compile_report
+from mutexmatch.training.compiled import compile_report
 from mutexmatch.config import ConfigError, parse_config
-from mutexmatch.train import Trainer
+from mutexmatch.training import Trainer
 
 
 def _cfg(tmp_path, name, **train):
@@ -91,7 +91,7 @@ def test_each_cuda_graph_step_starts_a_new_graph_generation(monkeypatch):
     from then on); the compile itself is the CUDA device check's, here only the wrapper and its mode."""
     from types import SimpleNamespace
 
-    from mutexmatch.compiled import compiled_forward
+    from mutexmatch.training.compiled import compiled_forward
 
     modes, marks = [], []
     monkeypatch.setattr(torch, "compile", lambda model, mode=None: modes.append(mode) or model)

@@ -18,9 +18,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from mutexmatch.algorithms import StepSpec
 from mutexmatch.config import ConfigError
 
-__all__ = ["check_cuda_graphs", "compiled_forward", "compile_report"]
+__all__ = ["check_cuda_graphs", "check_separate_forwards", "compiled_forward", "compile_report"]
 
 
 def check_cuda_graphs(cuda_graphs: bool, device: torch.device) -> None:
@@ -57,3 +58,13 @@ def compile_report() -> dict[str, Any]:
     return {"graph_breaks": sum(breaks.values()), "break_reasons": {k[:200]: v for k, v in breaks.items()},
             "graphs": int(counters["stats"].get("unique_graphs", 0)),
             "recompiles": None if per_frame is None else sum(max(0, n - 1) for n in per_frame.values())}
+
+
+def check_separate_forwards(cuda_graphs: bool, algorithm: str, step: StepSpec) -> None:
+    """ConfigError for ``train.cuda_graphs`` with an algorithm that runs its own forwards (StepSpec forward
+    'separate'): the graphed forward starts a new graph generation at every call, which would let a step's second
+    forward overwrite its first one's outputs, and several forwards per step were never run with CUDA graphs."""
+    if cuda_graphs and step.forward == "separate":
+        raise ConfigError(f"train.cuda_graphs=true: algorithm {algorithm!r} runs several forwards per step "
+                          "(its StepSpec forward is 'separate'), which CUDA graphs do not support here; set "
+                          "train.cuda_graphs=false (train.compile=true still compiles its forwards)")

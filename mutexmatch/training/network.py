@@ -1,0 +1,50 @@
+"""The network a run trains: the backbone with the algorithm's heads, set up by the algorithm, on the training
+device, its EMA, and the forwards a step runs it through.
+
+The weights are drawn here, the backbone's and then its heads' (the algorithm draws nothing), so the same seed
+gives the same network whatever else the run does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from mutexmatch.algorithms import Algorithm
+from mutexmatch.config import RunConfig
+from mutexmatch.models import build_model
+from mutexmatch.training.compiled import compiled_forward
+from mutexmatch.training.ema import ModelEMA
+from mutexmatch.training.extended_step import features_forward, teacher_forward
+
+__all__ = ["Network", "build_network"]
+
+
+@dataclass
+class Network:
+    model: nn.Module
+    ema: ModelEMA
+    forward: Callable          # the model, or its compiled forward (train.compile, train.cuda_graphs)
+    features: Callable         # StepInputs.forward: fp32 features under autocast, BatchNorm updated or not
+    teacher: Callable          # StepInputs.teacher: the EMA model's logits, no gradient, no statistics touched
+
+
+def build_network(cfg: RunConfig, alg_cls: type[Algorithm], num_classes: int, in_channels: int, image_size: int,
+                  device: torch.device, autocast: Callable[[], AbstractContextManager]) -> Network:
+    """The network (with the algorithm's extra heads, after its :meth:`~Algorithm.setup_model`) on ``device``,
+    its EMA and the (optionally compiled) forward."""
+    model = build_model(cfg.model.backbone, num_classes=num_classes, in_channels=in_channels, image_size=image_size,
+                        with_tnc=alg_cls.uses_tnc)
+    params = alg_cls.Params.parse(alg_cls.params_from(cfg.algorithm), alg_cls.name, num_classes)
+    model.add_heads(alg_cls.heads(params, model.feat_dim, num_classes))
+    alg_cls.setup_model(params, model, cfg.train.ema)
+    memory_format = torch.channels_last if cfg.model.channels_last else torch.contiguous_format
+    model.to(device, memory_format=memory_format)
+    ema = ModelEMA(model, cfg.train.ema)
+    forward = compiled_forward(model, cfg.train, device)
+    return Network(model, ema, forward, features_forward(forward, model, autocast),
+                   teacher_forward(ema.module, autocast))
