@@ -167,7 +167,7 @@ part digits 120 digits
 
 cost() {  # every setup at the full batch (B = 64, mu = 7): the expensive ones measured, not scaled
   rm -rf /tmp/cost
-  $PY -c "from mutexmatch.fakedata import FakeSize as F, write_fake_root as w; w('/tmp/cost/data', sizes={
+  $PY -c "from mutexmatch.data.fake import FakeSize as F, write_fake_root as w; w('/tmp/cost/data', sizes={
     'cifar10': F(400, 1000), 'cifar100': F(100, 100), 'svhn': F(25, 2603), 'stl10': F(500, 800, 20),
     'miniimagenet': F(10, 100), 'tinyimagenet': F(25, 50)})" || return 1
   $PY experiments/estimate_cost.py experiments/table1_cifar_svhn.yaml experiments/table_cnn13_wrn.yaml \

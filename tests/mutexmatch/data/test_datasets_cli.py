@@ -47,18 +47,18 @@ def _assert_one_line_error(rc, err, *parts):
         assert p in lines[0], (p, lines[0])
 
 
-FAKE_SIZES = {"cifar10": FakeSize(3, 2), "cifar100": FakeSize(1, 1), "stl10": FakeSize(1, 1, 3)}
+SMALL = {"cifar10": FakeSize(3, 2), "cifar100": FakeSize(1, 1), "stl10": FakeSize(1, 1, 3)}
 
 
 @pytest.fixture(scope="module")
 def fake_files(tmp_path_factory):
-    return write_fake_root(tmp_path_factory.mktemp("data"), list(FAKE_SIZES), sizes=FAKE_SIZES, seed=5)
+    return write_fake_root(tmp_path_factory.mktemp("data"), list(SMALL), sizes=SMALL, seed=5)
 
 
 @pytest.fixture
 def fake_root(fake_files, monkeypatch):
     """The generated datasets, their md5s published as torchvision's (check and export verify them)."""
-    for name in FAKE_SIZES:
+    for name in SMALL:
         _accept_generated_md5s(monkeypatch, name, dataset_dir(name, fake_files))
     return fake_files
 
