@@ -14,7 +14,7 @@ from mutexmatch.config import load_config
 from mutexmatch.training import Trainer
 
 STEPS = 500
-CONFIG = Path(__file__).resolve().parents[2] / "experiments" / "runs" / "digits.yaml"
+CONFIG = Path(__file__).resolve().parents[3] / "experiments" / "runs" / "digits.yaml"
 
 
 def _final_acc(tmp_path, name: str, *sets: str) -> float:

@@ -99,7 +99,7 @@ def test_the_dropped_metrics_line_is_one_warning_line_for_the_user(tmp_path):
     assert main(STEPS + ["--set", f"output_dir={out}", "--stop-at", "4"]) == 0
     with open(out / "metrics.jsonl", "a") as f:
         f.write('{"step": 6, "tr')
-    repo = Path(__file__).resolve().parents[2]
+    repo = Path(__file__).resolve().parents[3]
     proc = subprocess.run([sys.executable, "-m", "mutexmatch.train", "--resume", str(out)], capture_output=True,
                           text=True, env={**os.environ, "PYTHONPATH": str(repo)}, timeout=300)
     assert proc.returncode == 0, proc.stderr
