@@ -1,7 +1,7 @@
-"""train.compile and train.cuda_graphs (mutexmatch/compiled.py, issue 24): CUDA graphs refused on the CPU before any
-work; compiling reports its graphs, graph breaks and recompiles; a bf16 compiled step trains like the eager one;
-on CUDA, under train.deterministic, a step replayed from CUDA graphs equals the compiled step bitwise (a device
-check: benchmarks/device_check.sh runs the ``cuda`` tests)."""
+"""train.compile and train.cuda_graphs (mutexmatch/training/compiled.py, issue 24): CUDA graphs refused on the CPU
+before any work; compiling reports its graphs, graph breaks and recompiles; a bf16 compiled step trains like the
+eager one; on CUDA, under train.deterministic, a step replayed from CUDA graphs equals the compiled step bitwise (a
+device check: benchmarks/device_check.sh runs the ``cuda`` tests)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""mutexmatch.diagnostics: the step accumulator sums the algorithm's declared loss terms by name."""
+"""mutexmatch.training.diagnostics: the step accumulator sums the algorithm's declared loss terms by name."""
 from __future__ import annotations
 
 import math

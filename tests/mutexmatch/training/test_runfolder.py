@@ -9,8 +9,8 @@ import os
 import pytest
 
 from mutexmatch.training.checkpoint import latest_checkpoint, save_checkpoint
-from mutexmatch.training.runfolder import (RunFolder, RunFolderLocked, checkpoint_name, checkpoint_pair, checkpoint_step,
-                                  checksum_path)
+from mutexmatch.training.runfolder import (RunFolder, RunFolderLocked, checkpoint_name, checkpoint_pair,
+                                           checkpoint_step, checksum_path)
 
 
 def test_checkpoint_names_and_their_checksum_pair(tmp_path):
