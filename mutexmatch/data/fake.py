@@ -99,8 +99,8 @@ def write_fake_root(root: str | Path, names: Sequence[str] = FAKE_DATASETS, *,
     """Write every dataset in ``names`` below ``root`` (created if needed) and return ``root`` as an absolute path.
 
     ``sizes`` overrides the datasets' ``fake_size``. With ``decode`` (default) each dataset is loaded once through
-    :func:`mutexmatch.data.load.load_dataset` with torchvision's md5 check bypassed, so the real readers parse the
-    generated files and leave the caches that later loads use.
+    :func:`mutexmatch.data.load.load_dataset` (with its extra split too, where one was written) with torchvision's
+    md5 check bypassed, so the real readers parse the generated files and leave the caches that later loads use.
     """
     root = Path(root).expanduser().resolve()
     root.mkdir(parents=True, exist_ok=True)
@@ -116,4 +116,6 @@ def write_fake_root(root: str | Path, names: Sequence[str] = FAKE_DATASETS, *,
         with generated_checksums_accepted():
             for name in names:
                 load_dataset(name, root)
+                if DATASETS[name].extra_split and (sizes.get(name) or DATASETS[name].fake_size).unlabeled:
+                    load_dataset(name, root, svhn_extra=True)  # the extra split's cache too
     return root

@@ -73,7 +73,8 @@ class DatasetInfo:
 
 @dataclass(frozen=True)
 class FakeSize:
-    """Images per class in the train and test splits (STL-10 also has an unlabeled split)."""
+    """Images per class in the train and test splits, and the images of the dataset's further split where it has
+    one (STL-10's unlabeled split, SVHN's extra split)."""
 
     train_per_class: int
     test_per_class: int

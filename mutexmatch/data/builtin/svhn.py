@@ -36,7 +36,7 @@ class Svhn(TorchvisionDataset):
     tv_class = SVHN
     folder = "svhn"
     published_images = {"train": 73_257, "test": 26_032, "extra": 531_131}
-    fake_size = FakeSize(25, 2)  # 250 labels, the most experiments/*.yaml use
+    fake_size = FakeSize(100, 2, 20)  # 1,000 labels (usb_classic_cv.yaml), the most experiments/*.yaml use
     extra_split = "extra"
     listing_order = 3
 
@@ -66,13 +66,18 @@ class Svhn(TorchvisionDataset):
             SVHN(str(ddir), split=split, download=True)
 
     def write_fake(self, root: Path, size: FakeSize, rng: np.random.Generator) -> Path:
-        """``{split}_32x32.mat``: X (32, 32, 3, N) = (H, W, C, N), y (N, 1) in 1..10, where 10 means digit 0."""
+        """``{split}_32x32.mat``: X (32, 32, 3, N) = (H, W, C, N), y (N, 1) in 1..10, where 10 means digit 0; the
+        ``extra`` split (``size.unlabeled`` images, labeled like the others) only when asked for."""
         import scipy.io
 
         folder = root / self.folder
         folder.mkdir(parents=True, exist_ok=True)
-        for split, per_class in (("train", size.train_per_class), ("test", size.test_per_class)):
-            digits = balanced_labels(rng, 10, per_class)
+        extra_per_class = -(-size.unlabeled // 10)
+        for split, per_class in (("train", size.train_per_class), ("test", size.test_per_class),
+                                 ("extra", extra_per_class)):
+            if not per_class:
+                continue
+            digits = balanced_labels(rng, 10, per_class)[:size.unlabeled if split == "extra" else None]
             y = np.where(digits == 0, 10, digits).astype(np.uint8)[:, None]
             scipy.io.savemat(folder / f"{split}_32x32.mat", {"X": pixels(rng, (32, 32, 3, len(y))), "y": y})
         return folder

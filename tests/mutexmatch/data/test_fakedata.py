@@ -17,7 +17,7 @@ torch.set_num_threads(1)
 
 
 def _small(name: str) -> FakeSize:
-    """Two train and one test image per class (and four unlabeled where the dataset has such a split)."""
+    """Two train and one test image per class (and four images of a further split where the dataset has one)."""
     return FakeSize(2, 1, 4 if DATASETS[name].fake_size.unlabeled else 0)
 
 
@@ -102,3 +102,12 @@ def test_bad_arguments_name_the_problem(tmp_path):
         write_fake_dataset("cifar10", tmp_path, FakeSize(0, 1))
     with pytest.raises(ValueError, match=r"unknown dataset\(s\) \['imagenet'\]"):
         write_fake_root(tmp_path, ["imagenet"])
+
+
+@pytest.mark.parametrize("name", [n for n in FAKE_DATASETS if DATASETS[n].extra_split])
+def test_the_extra_split_is_generated_and_cached_too(root, name):
+    """A smoke run with ``data.svhn_extra`` (usb_classic_cv.yaml) reads the extra split's cache, which the
+    generation left: no md5 bypass is active here."""
+    size = _small(name)
+    bundle = load_dataset(name, root, svhn_extra=True)
+    assert len(bundle.train) == size.train_per_class * DATASETS[name].info.num_classes + size.unlabeled
