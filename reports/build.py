@@ -46,8 +46,9 @@ from reports.runs import (MetricCache, RunSource, open_run_source, read_settings
                           select_trials, split_by_settings)
 from reports.search import SearchOutput, with_refit_trials, write_searches
 from reports.specfile import load_spec
-from reports.tables import (PROTOCOL_TEXT, TableData, build_table_data, caption, render_folds_latex,
-                            render_folds_markdown, render_latex, render_markdown)
+from reports.tables import (PROTOCOL_TEXT, TableData, build_table_data, caption, render_folds_markdown,
+                            render_markdown)
+from reports.tables_latex import render_folds_latex, render_latex
 
 __all__ = ["FORMATS", "DEFAULT_FORMATS", "BuildResult", "build_report", "load_spec", "main"]
 

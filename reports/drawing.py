@@ -13,7 +13,8 @@ import pandas as pd
 from orchestration import contract as C
 from orchestration.contract.layout import (TUNED_ROW, CurvesFigure, HeatmapFigure, ReportLayout, SensitivityFigure,
                                           cell_id, metric_name, param_name, sensitivity_param, sensitivity_x)
-from reports.runs import MetricCache, sum_class_counts
+from reports.class_counts import sum_class_counts
+from reports.runs import MetricCache
 from reports.tables import PROTOCOL_TEXT
 
 __all__ = ["DrawnFigure", "all_cells", "cells_matching", "cell_title", "curve_cells", "level_labels",

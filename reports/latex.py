@@ -20,7 +20,7 @@ import subprocess
 from pathlib import Path
 from typing import Sequence
 
-from reports.tables import latex_escape
+from reports.tables_latex import latex_escape
 
 __all__ = ["MAX_RUNS", "PACKAGES", "TEX_INSTALL", "latex_document", "pdflatex", "compile_pdf"]
 

@@ -43,7 +43,7 @@ from orchestration.contract.fileio import atomic_write
 from reports.drawing import level_labels
 from orchestration.contract.layout import ReportLayout, metric_name, param_name
 from reports.runs import RunSource, select_trials, split_by_settings
-from reports.tables import latex_escape
+from reports.tables_latex import latex_escape
 
 __all__ = ["MIN_IMPORTANCE_TRIALS", "STATES", "SearchInfo", "StudyTrials", "SearchOutput", "with_refit_trials",
            "read_studies", "importances", "render_markdown", "render_latex", "write_searches"]

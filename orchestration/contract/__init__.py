@@ -15,23 +15,24 @@ here (``from orchestration import contract as C``; ``C.ROLE``):
 - :mod:`~orchestration.contract.store_access`: how every command opens that store (checks, HTTP bounds, errors)
 
 and, not re-exported here because they need pydantic: :mod:`~orchestration.contract.layout` (the report-layout
-schema: the ``tables:``/``figures:`` sections the sweep validates at launch and the report builds from) with
-:mod:`~orchestration.contract.published` (quoted paper values); :mod:`~orchestration.contract.fileio` gives the
-report the project's one YAML reader and atomic write. The layout itself is described in ``orchestration/README.md``
-(MLflow layout).
+schema: the ``tables:``/``figures:`` sections the sweep validates at launch and the report builds from; its models
+in ``layout_models``, its table checks in ``layout_checks``) with :mod:`~orchestration.contract.published` (quoted
+paper values); :mod:`~orchestration.contract.fileio` gives the report the project's one YAML reader and atomic
+write. The layout itself is described in ``orchestration/README.md`` (MLflow layout).
 
 Who imports it: every module of ``orchestration`` that writes or reads the layout, ``reports`` (its only import
 from ``orchestration``: a report never pulls in Ray or the trainer), benchmarks and tests. ``mutexmatch`` never
 does (the trainer knows nothing of MLflow).
 
-What it imports: the standard library, and (the one arrow out, so that a fact the trainer owns stays in one place)
-the trainer's leaf modules that themselves import only the standard library: :mod:`mutexmatch.metrics` (the
-metric names a run logs), here at import; and, in the modules named, :mod:`mutexmatch.yamlfile` (how a YAML and a
-``--set`` value are read: ``settings``, ``fileio``; PyYAML), :mod:`mutexmatch.dotted` and :mod:`mutexmatch.checks`
-(dotted keys and the one-line error style: ``layout``), :mod:`mutexmatch.atomic` (``fileio``). The trainer may
-import nothing above it, so their one copy lives there; the contract is the one door through which ``reports``
-reaches them. ``import orchestration.contract`` loads the standard library and :mod:`mutexmatch.metrics` only
-(``orchestration/__init__.py`` imports nothing).
+What it imports: the standard library, pydantic (the layout schema) and, so that a fact the trainer owns stays in
+one place, the trainer's leaf modules that themselves import only the standard library (:data:`TRAINER_MODULES`):
+:mod:`mutexmatch.metrics` (the metric names a run logs), here at import; and, in the modules named,
+:mod:`mutexmatch.yamlfile` (how a YAML and a ``--set`` value are read: ``settings``, ``fileio``; PyYAML),
+:mod:`mutexmatch.dotted` and :mod:`mutexmatch.checks` (dotted keys and the one-line error style: ``layout``,
+``layout_checks``), :mod:`mutexmatch.atomic` (``fileio``). The trainer may import nothing above it, so their one
+copy lives there; the contract is the one door through which ``reports`` reaches them. ``import
+orchestration.contract`` loads the standard library and :mod:`mutexmatch.metrics` only (``orchestration/__init__.py``
+imports nothing); no module of it imports mlflow, ray or torch.
 """
 
 from orchestration.contract.artifacts import *  # noqa: F401,F403

@@ -15,7 +15,8 @@ from reports.drawing import all_cells
 from reports.latex import TEX_INSTALL, compile_pdf, latex_document
 from orchestration.contract.layout import cell_id, validate_report
 from reports.specfile import load_spec
-from reports.tables import build_table_data, render_folds_latex, render_latex
+from reports.tables import build_table_data
+from reports.tables_latex import render_folds_latex, render_latex
 
 REPO = Path(__file__).resolve().parents[2]
 

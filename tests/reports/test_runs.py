@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from reports.runs import (ApiRunSource, SqliteRunSource, load_class_counts, open_run_source, resolve_tracking_uri,
-                          select_trials, sum_class_counts, summarise)
+from reports.class_counts import load_class_counts, sum_class_counts
+from reports.runs import ApiRunSource, SqliteRunSource, open_run_source, resolve_tracking_uri, select_trials, summarise
 
 AXES = ["method", "setting", "k"]
 

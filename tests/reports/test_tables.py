@@ -10,8 +10,9 @@ import pytest
 
 from orchestration.contract.layout import validate_report
 from reports.stats import CellStats
-from reports.tables import (build_table_data, format_delta, format_mean_std, format_p, latex_escape,
-                            render_folds_latex, render_folds_markdown, render_latex, render_markdown)
+from reports.tables import (build_table_data, format_delta, format_mean_std, format_p, render_folds_markdown,
+                            render_markdown)
+from reports.tables_latex import latex_escape, render_folds_latex, render_latex
 from reports.latex import TEX_INSTALL
 from orchestration.contract.layout import PublishedValue
 
