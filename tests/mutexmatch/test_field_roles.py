@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from mutexmatch import config as C
+from mutexmatch.config import identity
 from mutexmatch.training.command import _load_run_dir
 from mutexmatch.training.runfolder import RUN_MARKER
 
@@ -20,7 +21,7 @@ RESUMABLE = {"train.device", "train.progress", "train.num_threads", "train.cuda_
 
 def test_derived_lists_name_the_fields_the_hand_written_lists_named():
     assert set(C.fields_with_role(C.NO_RESULT)) == HASH_EXCLUDED
-    assert C._HASH_EXCLUDE == {tuple(p.split(".")) for p in HASH_EXCLUDED}
+    assert identity._HASH_EXCLUDE == {tuple(p.split(".")) for p in HASH_EXCLUDED}
     assert list(C.owned_fields()) == OWNED   # the order orchestration lists its errors in
     assert set(C.fields_with_role(C.RESUMABLE)) == RESUMABLE
     # Before, train.keep_freed_memory and train.deterministic were left out of the hash yet searchable.

@@ -1,61 +1,17 @@
-"""One typed schema for a training run, loaded from YAML and validated once.
-
-A run is described by :class:`RunConfig` (sections ``data``, ``model``, ``algorithm``, ``optim``, ``train`` and
-``output_dir``). Every field is documented below and in ``docs/config.md`` (generated from this module by
-``python -m mutexmatch.config --doc``). Unknown keys are rejected and every value is range-checked; a bad value
-raises :class:`ConfigError` with one line per problem naming the field, the value and what is allowed, e.g.
-``algorithm.tau=1.5: must be in (0, 1]`` — before any data is touched.
-
-Command-line overrides use dotted paths: ``--set algorithm.tau=0.9 --set train.iterations=2000``; the value is
-parsed as YAML (``mutexmatch.yamlfile.read_set_value``) so ``true``, ``0.5`` and ``[1, 2]`` get their natural types.
-"""
+"""The run schema: its sections and fields (each documented and range-checked where it is declared), the field roles,
+and :func:`parse_config`, which validates a mapping once and raises :class:`ConfigError` naming every bad field."""
 
 from __future__ import annotations
 
-import copy
-import hashlib
-import json
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Mapping, Sequence
 
-import yaml
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator,
                       model_validator)
 
-from mutexmatch.params import resolve_k
 from mutexmatch.checks import at_least, validation_error_lines, within
-from mutexmatch.yamlfile import YamlFileError, read_set_value, read_yaml_mapping
 
-__all__ = [
-    "ConfigError",
-    "DataConfig",
-    "ModelConfig",
-    "AlgorithmConfig",
-    "OptimConfig",
-    "TrainConfig",
-    "RunConfig",
-    "load_config",
-    "read_config_file",
-    "SEED_MAX",
-    "TRAIN_COMMAND",
-    "SWEEP_COMMAND",
-    "parse_config",
-    "search_value",
-    "apply_overrides",
-    "resolve_k",
-    "config_hash",
-    "config_hashes",
-    "legacy_config_hash",
-    "LEGACY_ALGORITHM_SECTION",
-    "NO_RESULT",
-    "RESUMABLE",
-    "OWNED",
-    "roles",
-    "fields_with_role",
-    "owned_fields",
-    "unsearchable_fields",
-]
 
 # The largest train.seed: the run seeds numpy's legacy RNG with it (the `official` split rule does too), which takes
 # 32-bit seeds only. A sweep's fold k trains with train.seed + k, so orchestration checks that sum against it.
@@ -377,18 +333,6 @@ def _check_algorithm(alg: AlgorithmConfig, num_classes: int) -> list[str]:
     return []
 
 
-def _backbone_table() -> list[str]:
-    from mutexmatch.models import backbones_markdown
-
-    return backbones_markdown()
-
-
-def _algorithm_table() -> list[str]:
-    from mutexmatch.algorithms import algorithms_markdown
-
-    return algorithms_markdown()
-
-
 def has_validation(d: DataConfig) -> bool:
     """Whether a run of ``d`` evaluates on validation images (val_per_class, or an image folder's val/)."""
     return d.val_per_class > 0 or (d.dataset == "imagefolder" and (Path(d.root) / "val").is_dir())
@@ -447,188 +391,3 @@ def search_value(raw: Mapping[str, Any], path: str, sampled: Any) -> Any:
     if section != "algorithm" or algorithm not in ALGORITHMS:  # an unknown name is the config check's to name
         return sampled
     return ALGORITHMS[algorithm].Params.search_value(name, sampled)
-
-
-def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
-    """Apply ``a.b=value`` overrides to a raw config mapping (values read by :func:`mutexmatch.yamlfile
-    .read_set_value`); a key given twice is refused, as a key repeated in a YAML file is."""
-    out = copy.deepcopy(raw)
-    seen: dict[str, str] = {}
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--set {item!r}: expected KEY=VALUE with a dotted key such as algorithm.tau=0.9")
-        if key.strip() in seen:
-            raise ConfigError(f"--set {item!r}: {key.strip()} is already set by --set {seen[key.strip()]!r}; give "
-                              "each key once")
-        seen[key.strip()] = item
-        parts = key.strip().split(".")
-        node = out
-        for p in parts[:-1]:
-            nxt = node.setdefault(p, {})
-            if not isinstance(nxt, dict):
-                raise ConfigError(f"--set {item!r}: {p} is not a section")
-            node = nxt
-        node[parts[-1]] = _override_value(item, value)
-    return _switch_algorithm(raw, out, [k for k in seen if k.startswith("algorithm.")])
-
-
-def _switch_algorithm(raw: dict[str, Any], out: dict[str, Any], set_keys: list[str]) -> dict[str, Any]:
-    """A ``--set algorithm.name=X`` that changes the file's algorithm keeps only the file's parameters X takes
-    (``experiments/runs/digits.yaml`` is a MutexMatch run whose ``k`` FixMatch has no use for); a parameter given by
-    ``--set`` itself is always checked, so ``--set algorithm.name=fixmatch --set algorithm.k=3`` is still refused."""
-    from mutexmatch.algorithms import ALGORITHMS
-
-    before, after = raw.get("algorithm"), out.get("algorithm")
-    if ("algorithm.name" not in set_keys or not isinstance(before, dict) or not isinstance(after, dict)
-            or before.get("name") == after.get("name") or after.get("name") not in ALGORITHMS):
-        return out
-    takes = ALGORITHMS[after["name"]].Params.model_fields
-    given = {k.split(".", 1)[1] for k in set_keys}
-    out["algorithm"] = {k: v for k, v in after.items() if k == "name" or k in given or k in takes}
-    return out
-
-
-def _override_value(item: str, value: str) -> Any:
-    """An override's value as YAML reads a scalar (``true``, ``0.5``, ``[1, 2]``); empty is null."""
-    try:
-        return read_set_value(item, value)
-    except YamlFileError as e:
-        raise ConfigError(str(e)) from None
-
-
-def read_config_file(path: str | Path, what: str = "--config") -> dict[str, Any]:
-    """The raw mapping of a run config YAML (``--config``, or a run folder's ``config.yaml`` on ``--resume``); raise
-    :class:`ConfigError` with one line naming the file for anything that is not a YAML mapping with unique keys, and
-    for a sweep YAML (naming the sweep command)."""
-    try:
-        raw = read_yaml_mapping(path, what, expected=f"a mapping of sections ({', '.join(RunConfig.model_fields)})")
-    except YamlFileError as e:
-        raise ConfigError(str(e)) from None
-    if SWEEP_ONLY_KEY in raw:
-        raise ConfigError(f"{what} {str(path)!r}: is a sweep YAML (it has `{SWEEP_ONLY_KEY}:`), not a run config; "
-                          f"run it with `{SWEEP_COMMAND} {path}`")
-    return raw
-
-
-def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> RunConfig:
-    """Load a YAML run config (or the defaults when ``path`` is None), apply overrides, validate once."""
-    raw = {} if path is None else read_config_file(path)
-    return parse_config(apply_overrides(raw, overrides))
-
-
-def _field_extras() -> dict[str, dict[str, Any]]:
-    """Dotted path → ``json_schema_extra`` of every RunConfig field; top-level fields first, then each section's
-    in schema order (the order error messages list them in)."""
-    top, nested = {}, {}
-    for name, field in RunConfig.model_fields.items():
-        ann = field.annotation
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
-            nested.update({f"{name}.{sub}": f.json_schema_extra or {} for sub, f in ann.model_fields.items()})
-        else:
-            top[name] = field.json_schema_extra or {}
-    return {path: extra for path, extra in {**top, **nested}.items() if isinstance(extra, dict)}
-
-
-def fields_with_role(role: str) -> tuple[str, ...]:
-    """Dotted paths of the fields declared with ``role`` (:data:`NO_RESULT`, :data:`RESUMABLE`, :data:`OWNED`)."""
-    return tuple(path for path, extra in _field_extras().items() if role in extra.get("roles", ()))
-
-
-def owned_fields() -> dict[str, str]:
-    """Dotted path → how orchestration sets it, for every :data:`OWNED` field."""
-    return {path: extra["owned_by"] for path, extra in _field_extras().items() if OWNED in extra.get("roles", ())}
-
-
-def unsearchable_fields() -> set[str]:
-    """Fields a hyper-parameter search may not vary: those that do not change results (searching them would only
-    re-run the same trial; e.g. ``train.keep_freed_memory``) and those orchestration sets per trial."""
-    return set(fields_with_role(NO_RESULT)) | set(owned_fields())
-
-
-_HASH_EXCLUDE = {tuple(path.split(".")) for path in fields_with_role(NO_RESULT)}
-
-
-def _hash(d: dict[str, Any]) -> str:
-    for path in _HASH_EXCLUDE:
-        node = d
-        for p in path[:-1]:
-            node = node[p]
-        node.pop(path[-1], None)
-    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def config_hash(cfg: RunConfig) -> str:
-    """Short sha256 over the fields that change results (paths, device and display options excluded): the current
-    rule, under which new runs are tagged. Whether a stored run or checkpoint IS this config: :func:`config_hashes`."""
-    return _hash(cfg.to_dict())
-
-
-def legacy_config_hash(cfg: RunConfig) -> str | None:
-    """The hash the code before issue 22 gave this config (its algorithm section held every built-in algorithm's
-    parameters, :data:`LEGACY_ALGORITHM_SECTION`, the chosen one's values over their defaults), or None where that
-    section cannot express it (a parameter outside it not at its default)."""
-    from mutexmatch.algorithms import ALGORITHMS
-
-    from mutexmatch.params import DistAlignParams
-
-    section = {f: v for f, v in cfg.to_dict()["algorithm"].items() if f != "name"}
-    fields = ALGORITHMS[cfg.algorithm.name].Params.model_fields
-    new = [f for f in DistAlignParams.model_fields if f not in LEGACY_ALGORITHM_SECTION]   # issue 22's own fields
-    if any(f in section and section[f] != fields[f].default for f in new):
-        return None
-    # that code appended a parameter only a newly registered algorithm declared to the section
-    legacy = {**LEGACY_ALGORITHM_SECTION, **{f: v for f, v in section.items() if f not in new}}
-    return _hash({**cfg.to_dict(), "algorithm": {"name": cfg.algorithm.name, **legacy}})
-
-
-def config_hashes(cfg: RunConfig) -> tuple[str, ...]:
-    """Every config hash that identifies ``cfg``: the current rule's (:func:`config_hash`) first, then the legacy
-    rule's (:func:`legacy_config_hash`, where it can express ``cfg``). THE rule for "was this stored run or
-    checkpoint made with this config?": the sweep's skip (``orchestration.plan.GridTrial.hashes``, used by launch,
-    refit, status and summary), the expected runs the report reads, a search study's identity (its oldest hash,
-    so a study keeps its name across hash rules) and the trainer's resume check all call it, so a store written
-    before a hash-rule change re-runs nothing finished and resumes what was in flight."""
-    legacy = legacy_config_hash(cfg)
-    current = config_hash(cfg)
-    return (current,) if legacy is None or legacy == current else (current, legacy)
-
-
-def _role_note(field: Any) -> str:
-    """The roles of a field as a sentence for the docs (empty for a field without any)."""
-    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
-    roles_ = extra.get("roles", ())
-    notes = ["does not change results (left out of the config hash; not searchable)"] if NO_RESULT in roles_ else []
-    notes += ["may change on `--resume`"] if RESUMABLE in roles_ else []
-    notes += [f"owned by a sweep: {extra['owned_by']}; a value in its YAML is refused"] if OWNED in roles_ else []
-    return f" *Role: {'; '.join(notes)}.*" if notes else ""
-
-
-def config_markdown() -> str:
-    """Reference documentation of every field, generated from the schema."""
-    lines = ["# Run configuration reference", "", "Generated by `python -m mutexmatch.config --doc`.", ""]
-    for name, field in RunConfig.model_fields.items():
-        ann = field.annotation
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
-            lines += [f"## `{name}` — {field.description}", "", (ann.__doc__ or "").strip().splitlines()[0], "",
-                      "| field | default | description |", "| --- | --- | --- |"]
-            for sub, f in ann.model_fields.items():
-                default = f.default_factory() if f.default_factory else f.default
-                lines.append(f"| `{name}.{sub}` | `{default!r}` | {f.description}{_role_note(f)} |")
-            if name == "model":
-                lines += ["", *_backbone_table()]
-            if name == "algorithm":
-                lines += ["", *_algorithm_table()]
-            lines.append("")
-        else:
-            lines += [f"## `{name}`", "", f"{field.description} Default `{field.default!r}`.{_role_note(field)}", ""]
-    return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    import sys
-
-    if "--doc" in sys.argv:
-        print(config_markdown())
-    else:
-        print(yaml.safe_dump(RunConfig.model_construct().model_dump(mode="json"), sort_keys=False))
