@@ -22,6 +22,7 @@ from typing import Any
 from orchestration import tracking
 from orchestration.launch import SweepOptions, SweepOutcome, reusable, select
 from orchestration.plan import SweepPlan
+from orchestration.store import Store
 from orchestration.status import format_duration, format_hours
 
 __all__ = ["dry_run", "committed_costs", "CommittedCosts", "Estimate", "missing_data_warning"]
@@ -215,13 +216,14 @@ def _skipped(plan: SweepPlan, opts: SweepOptions, uri: str, exp_name: str) -> tu
     try:
         client = tracking.MlflowClient(uri)
         exp = client.get_experiment_by_name(exp_name)
+        store = Store(client, exp.experiment_id if exp is not None else "")  # no experiment: store-wide reuse only
         if exp is not None:
-            grid, phases, done = select(plan, client, exp.experiment_id, opts.force)
+            grid, phases, done = select(plan, store, force=opts.force)
             skipped = {t.key for t in plan.grid if t.key not in grid}
             skipped |= {f"search:{s.key}" for s in plan.searches if s.phase not in phases}
             skipped |= {r.key for r in plan.refits if r.key in done}
         if not opts.no_reuse:
-            return skipped, reusable(plan, client, [t.key for t in plan.grid if t.key not in skipped])
+            return skipped, reusable(plan, store, [t.key for t in plan.grid if t.key not in skipped])
     except Exception as e:  # noqa: BLE001 - the plan is still worth printing
         print(f"[dry-run] could not read MLflow at {uri}: {e}")
     return skipped, {}

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from orchestration import contract as C
 from orchestration import tracking
+from orchestration.tracking import ParentInfo
 from orchestration.plan import REFIT_PHASE, GridTrial, SweepPlan, expected_runs
 from orchestration.refit import best_by_cell, pending_refits, refit_trials
 from orchestration.spec import NAME_RULE, is_name
@@ -23,9 +24,9 @@ from orchestration.contract.filters import NEWEST_FIRST
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
-__all__ = ["SweepError", "SweepOptions", "SweepOutcome", "check_options", "resolve_storage", "command_line", "select",
-           "reusable", "link_reusable",
-           "save_launch_plan", "load_launch_plan", "record_expected_runs"]
+__all__ = ["SweepError", "SweepOptions", "Launch", "SweepOutcome", "check_options", "resolve_storage",
+           "command_line", "select", "reusable", "link_reusable", "save_launch_plan", "load_launch_plan",
+           "record_expected_runs", "record_without_launch"]
 
 
 class SweepError(RuntimeError):
@@ -55,6 +56,41 @@ class SweepOptions:
     gpus: int | None = None           # --dry-run: wall-clock days on this many GPUs
     no_reuse: bool = False            # --no-reuse: train a config even if another sweep of the store finished it
 
+
+@dataclass
+class Launch:
+    """One launch of a sweep YAML, as each of its steps sees it: the options and the plan, where it writes (the
+    MLflow store and experiment, Tune's storage, the Optuna studies) and, once it has them, the open store, its
+    parent run, the code's commit and what each trial requests of Ray. The sweep builds it; the selection, the
+    phases and the end of the launch take it whole (nothing of it is pickled: a trial gets a
+    :class:`orchestration.trainable.TrialContext`)."""
+
+    opts: SweepOptions
+    plan: SweepPlan
+    uri: str                          # the MLflow tracking URI (contract.resolve_tracking_uri)
+    storage: str                      # Tune's storage (resolve_storage)
+    exp_name: str
+    project: Path
+    store: Store | None = None        # once the experiment exists
+    parent: ParentInfo | None = None  # once the parent run is open
+    commit: str = ""
+    request: dict[str, float] = field(default_factory=dict)   # per trial, as checked against the cluster
+
+    @property
+    def spec_path(self) -> Path:
+        return Path(self.opts.spec_path)
+
+    @property
+    def optuna_storage(self) -> str:
+        """The Optuna RDB URL of the search studies (contract.optuna_storage_url)."""
+        search = self.plan.spec.search
+        return C.optuna_storage_url(search.storage if search else None, self.uri, self.project)
+
+    @property
+    def exp_root(self) -> str:
+        """Tune's folder of this launch: one experiment per phase below it."""
+        assert self.parent is not None, "the parent run opens before any phase"
+        return f"{self.storage.rstrip('/')}/{self.exp_name}/{self.parent.launch_id}"
 
 @dataclass
 class SweepOutcome:
@@ -194,11 +230,11 @@ def link_reusable(plan: SweepPlan, store: Store, grid_keys: list[str]) -> tuple[
     return [k for k in grid_keys if k not in found], [reused_label(k, r) for k, r in found.items()]
 
 
-def save_launch_plan(client: Any, run_id: str, data: dict[str, Any]) -> None:
+def save_launch_plan(client: MlflowClient, run_id: str, data: dict[str, Any]) -> None:
     client.log_text(run_id, json.dumps(data, indent=2), C.LAUNCH_PLAN_ARTIFACT)
 
 
-def record_expected_runs(client: Any, run_id: str, plan: SweepPlan, refits: Iterable[GridTrial] = ()) -> None:
+def record_expected_runs(client: MlflowClient, run_id: str, plan: SweepPlan, refits: Iterable[GridTrial] = ()) -> None:
     """File on parent run ``run_id`` the runs ``plan`` counts (:func:`orchestration.plan.expected_runs`, refit trials
     ``refits`` included) under the plan's settings digest, where ``reports.build`` finds them: the report cannot
     compute config hashes (it never imports the trainer), so the sweep that can writes them down. A smoke launch
@@ -221,7 +257,7 @@ def record_without_launch(store: Store, plan: SweepPlan) -> bool:
     return False
 
 
-def load_launch_plan(client: Any, run_id: str) -> dict[str, Any]:
+def load_launch_plan(client: MlflowClient, run_id: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         path = client.download_artifacts(run_id, C.LAUNCH_PLAN_ARTIFACT, tmp)
         return json.loads(Path(path).read_text())

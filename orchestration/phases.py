@@ -9,15 +9,28 @@ from pathlib import Path
 from typing import Any, Callable
 
 from orchestration import contract as C
-from orchestration import interrupts, tracking
-from orchestration.launch import SweepOptions, record_expected_runs
+from orchestration import interrupts
+from orchestration.launch import Launch, record_expected_runs
 from orchestration.plan import REFIT_PHASE, SearchStudy, SweepPlan
 from orchestration.refit import best_by_cell, pending_refits, refit_trials
 from orchestration.search import fail_stale_trials, search_config
 from orchestration.contract.filters import status_is, tag_equals
 from orchestration.store import Store
 
-__all__ = ["PhaseResult", "LaunchContext", "PhasesOutcome", "run_phase", "reconcile_phase", "run_phases"]
+__all__ = ["Phase", "PhaseResult", "PhasesOutcome", "run_phase", "reconcile_phase", "run_phases"]
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One Tune phase of a launch: its name (``grid``, ``smoke``, a study's ``search…``, ``refit``), what Tune
+    samples (``param_space``; a search's come from its searcher in ``tune_kwargs``), how many trials it expects,
+    and whether its scheduler stops trials early (ASHA)."""
+
+    name: str
+    param_space: dict | None
+    tune_kwargs: dict[str, Any]
+    expected: int
+    early_stopping: bool = False
 
 
 @dataclass
@@ -26,13 +39,15 @@ class PhaseResult:
     errors: int
 
 
-def run_phase(name: str, trainable: Any, *, param_space: dict | None, tune_kwargs: dict[str, Any], expected: int,
-               early_stopping: bool, exp_root: str, opts: SweepOptions, store: Store,
-               parent_run_id: str) -> PhaseResult:
+def run_phase(launch: Launch, phase: Phase, trainable: Any) -> PhaseResult:
+    """``phase`` run (or, with ``--resume``, restored) by Tune, then every MLflow run of it given its final
+    status."""
     from ray import tune
 
     from orchestration.progress import ProgressPrinter
 
+    opts, store, parent_run_id, name = launch.opts, launch.store, launch.parent.run_id, phase.name
+    exp_root = launch.exp_root
     path = f"{exp_root}/{name}"
     restored = opts.resume and tune.Tuner.can_restore(path)
     if restored:
@@ -43,8 +58,8 @@ def run_phase(name: str, trainable: Any, *, param_space: dict | None, tune_kwarg
             name=name, storage_path=exp_root, verbose=opts.verbose,
             failure_config=tune.FailureConfig(max_failures=opts.max_failures),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=2), callbacks=[ProgressPrinter()])
-        tuner = tune.Tuner(trainable, param_space=param_space, run_config=run_config,
-                           tune_config=tune.TuneConfig(reuse_actors=opts.reuse_actors, **tune_kwargs))
+        tuner = tune.Tuner(trainable, param_space=phase.param_space, run_config=run_config,
+                           tune_config=tune.TuneConfig(reuse_actors=opts.reuse_actors, **phase.tune_kwargs))
     interrupts.IN_FIT.set()
     try:
         results = tuner.fit()
@@ -52,11 +67,11 @@ def run_phase(name: str, trainable: Any, *, param_space: dict | None, tune_kwarg
         interrupts.IN_FIT.clear()
     # After an interrupt Tune returns normally; trials it stopped may even count as terminated, so the signal
     # handler's flag is what tells an interrupted phase from a finished one (the counts cover in-process callers).
-    interrupted = (interrupts.INTERRUPTED.is_set() or len(results) < expected
+    interrupted = (interrupts.INTERRUPTED.is_set() or len(results) < phase.expected
                    or results.num_terminated + results.num_errors < len(results))
     if restored:
         _delete_forgotten_runs(name, results, store, parent_run_id)
-    reconcile_phase(results, interrupted, store, parent_run_id, early_stopping=early_stopping)
+    reconcile_phase(results, interrupted, store, parent_run_id, early_stopping=phase.early_stopping)
     return PhaseResult(interrupted, results.num_errors)
 
 
@@ -120,38 +135,19 @@ def _trial_ids(results: Any, candidates: set[str]) -> set[str]:
     return ids
 
 
-@dataclass
-class LaunchContext:
-    """What every phase of one launch shares: where trials log and store, and what each one requests."""
+def _run(launch: Launch, phase: Phase, **trials: Any) -> PhaseResult:
+    """One Tune phase whose trials are ``trials`` (``grid=`` keyed trials or ``study=``)."""
+    from ray import tune
 
-    plan: SweepPlan
-    opts: SweepOptions
-    store: Store
-    parent: tracking.ParentInfo
-    commit: str
-    storage: str
-    exp_name: str
-    uri: str
-    request: dict[str, float]
-    optuna_storage: str       # Optuna RDB URL of the search studies
+    from orchestration.trainable import TrialContext, run_trial
 
-    def run(self, name: str, *, param_space: dict | None, tune_kwargs: dict[str, Any], expected: int,
-            early_stopping: bool, **trials: Any) -> PhaseResult:
-        """One Tune phase whose trials are ``trials`` (``grid=`` keyed trials or ``study=``)."""
-        from ray import tune
-
-        from orchestration.trainable import TrialContext, run_trial
-
-        ctx = TrialContext(tracking_uri=self.uri, experiment_id=self.store.experiment_id,
-                           parent_run_id=self.parent.run_id, launch_id=self.parent.launch_id,
-                           git_commit=self.commit, device="cuda" if self.request["gpu"] > 0 else "cpu",
-                           num_threads=max(1, round(self.request["cpu"])), source=str(self.opts.spec_path),
-                           **_colors(self.plan), **trials)
-        trainable = tune.with_resources(tune.with_parameters(run_trial, ctx=ctx), self.request)
-        exp_root = f"{self.storage.rstrip('/')}/{self.exp_name}/{self.parent.launch_id}"
-        return run_phase(name, trainable, param_space=param_space, tune_kwargs=tune_kwargs, expected=expected,
-                         early_stopping=early_stopping, exp_root=exp_root, opts=self.opts, store=self.store,
-                         parent_run_id=self.parent.run_id)
+    ctx = TrialContext(tracking_uri=launch.uri, experiment_id=launch.store.experiment_id,
+                       parent_run_id=launch.parent.run_id, launch_id=launch.parent.launch_id,
+                       git_commit=launch.commit, device="cuda" if launch.request["gpu"] > 0 else "cpu",
+                       num_threads=max(1, round(launch.request["cpu"])), source=str(launch.opts.spec_path),
+                       **_colors(launch.plan), **trials)
+    trainable = tune.with_resources(tune.with_parameters(run_trial, ctx=ctx), launch.request)
+    return run_phase(launch, phase, trainable)
 
 
 def _colors(plan: SweepPlan) -> dict[str, Any]:
@@ -167,7 +163,7 @@ class PhasesOutcome:
     refit_keys: list[str] = field(default_factory=list)   # the refit trials this launch ran
 
 
-def run_phases(launch: LaunchContext, grid_keys: list[str], phases: list[str]) -> PhasesOutcome:
+def run_phases(launch: Launch, grid_keys: list[str], phases: list[str]) -> PhasesOutcome:
     """The grid phase, the search phases, then the refit phase, in order; stops at an interrupted phase."""
     from ray import tune
 
@@ -178,10 +174,8 @@ def run_phases(launch: LaunchContext, grid_keys: list[str], phases: list[str]) -
         by_key = {t.key: t for t in plan.grid}
         todo = _not_finished_here(launch, grid_keys)
         if todo:
-            steps.append(lambda: launch.run(
-                "smoke" if plan.smoke else "grid", param_space={"trial": tune.grid_search(todo)},
-                tune_kwargs=concurrency, expected=len(todo), early_stopping=False,
-                grid={k: by_key[k] for k in grid_keys}))
+            grid = Phase("smoke" if plan.smoke else "grid", {"trial": tune.grid_search(todo)}, concurrency, len(todo))
+            steps.append(lambda: _run(launch, grid, grid={k: by_key[k] for k in grid_keys}))
     steps += [lambda study=study: _run_search(launch, study) for study in plan.searches if study.phase in phases]
     if REFIT_PHASE in phases:
         steps.append(lambda: _run_refit(launch, concurrency, out))
@@ -196,7 +190,7 @@ def run_phases(launch: LaunchContext, grid_keys: list[str], phases: list[str]) -
     return out
 
 
-def _not_finished_here(launch: LaunchContext, keys: list[str]) -> list[str]:
+def _not_finished_here(launch: Launch, keys: list[str]) -> list[str]:
     """``keys`` less those with a FINISHED run under this launch's parent. A fresh launch has none; a resumed one
     whose Tune storage was lost would otherwise train its finished trials again — MLflow says they finished, and
     it is trusted. (A restored phase keeps its own trial list; this only shapes a phase started afresh.)"""
@@ -210,19 +204,19 @@ def _not_finished_here(launch: LaunchContext, keys: list[str]) -> list[str]:
     return [k for k in keys if k not in done]
 
 
-def _run_search(launch: LaunchContext, study: SearchStudy) -> PhaseResult:
+def _run_search(launch: Launch, study: SearchStudy) -> PhaseResult:
     """One search study as a Tune phase; a relaunch runs only the trials its durable study still misses."""
     finished = len(launch.store.finished_search_runs(study.search_hash))
     config = search_config(study, storage=launch.optuna_storage, finished=finished,
                            name=C.study_name(launch.plan.spec.name, study.key, study.search_hash))
-    res = launch.run(study.phase, param_space=None, tune_kwargs=config, expected=config["num_samples"],
-                     early_stopping=study.search.scheduler.type == "asha", study=study)
+    phase = Phase(study.phase, None, config, config["num_samples"], study.search.scheduler.type == "asha")
+    res = _run(launch, phase, study=study)
     if not res.interrupted:
         fail_stale_trials(launch.optuna_storage, C.study_name(launch.plan.spec.name, study.key, study.search_hash))
     return res
 
 
-def _run_refit(launch: LaunchContext, concurrency: dict[str, Any], out: PhasesOutcome) -> PhaseResult | None:
+def _run_refit(launch: Launch, concurrency: dict[str, Any], out: PhasesOutcome) -> PhaseResult | None:
     """The refit phase: the best parameters known now (the searches are done) set on every refit slot; trials
     FINISHED with the same parameters are skipped (every trial stays known to the trainable, so a restored phase
     finds the ones it ran)."""
@@ -243,5 +237,4 @@ def _run_refit(launch: LaunchContext, concurrency: dict[str, Any], out: PhasesOu
     for cell, found in best.items():
         print(f"[sweep] refit {cell} with the search's best ({metric}={found.value:.4g}, run {found.run_id}): "
               + ", ".join(f"{k}={v}" for k, v in found.params.items()), flush=True)
-    return launch.run(REFIT_PHASE, param_space={"trial": tune.grid_search(todo)}, tune_kwargs=concurrency,
-                      expected=len(todo), early_stopping=False, grid=trials)
+    return _run(launch, Phase(REFIT_PHASE, {"trial": tune.grid_search(todo)}, concurrency, len(todo)), grid=trials)

@@ -55,11 +55,11 @@ from orchestration import mlflow_ui  # noqa: E402
 from orchestration import orphans  # noqa: E402
 from orchestration.interrupts import handle_interrupts  # noqa: E402
 from orchestration.launchlock import LaunchRunning, launch_lock  # noqa: E402
-from orchestration.launch import (SweepError, SweepOptions, SweepOutcome, check_options, command_line,  # noqa: E402
-                                  link_reusable, load_launch_plan, record_expected_runs, record_without_launch,
-                                  resolve_storage, save_launch_plan, select)
+from orchestration.launch import (Launch, SweepError, SweepOptions, SweepOutcome, check_options,  # noqa: E402
+                                  command_line, link_reusable, load_launch_plan, record_expected_runs,
+                                  record_without_launch, resolve_storage, save_launch_plan, select)
 from orchestration.overrides import load_sweep, plan_sweep  # noqa: E402
-from orchestration.phases import LaunchContext, run_phases  # noqa: E402
+from orchestration.phases import run_phases  # noqa: E402
 from orchestration.plan import SweepPlan  # noqa: E402
 from orchestration.search import log_best  # noqa: E402
 from orchestration.spec import SpecError  # noqa: E402
@@ -69,18 +69,6 @@ from orchestration.summary import format_statuses, grid_summary, trial_statuses 
 
 __all__ = ["SweepOptions", "SweepOutcome", "SweepError", "run_sweep", "main", "resolve_storage",
            "check_resources"]
-
-
-@dataclass
-class _Launch:
-    """Where a launch writes: the plan, the MLflow store and experiment, Tune's storage."""
-    opts: SweepOptions
-    spec_path: Path
-    plan: SweepPlan
-    uri: str
-    storage: str
-    exp_name: str
-    project: Path
 
 
 @dataclass
@@ -103,13 +91,13 @@ def run_sweep(opts: SweepOptions) -> SweepOutcome:
         return _run_locked(launch, name_launch)
 
 
-def _run_locked(launch: _Launch, name_launch: Callable[[str], None]) -> SweepOutcome:
+def _run_locked(launch: Launch, name_launch: Callable[[str], None]) -> SweepOutcome:
     opts = launch.opts
     client = tracking.MlflowClient(launch.uri)
     with C.bounded_http(launch.uri, "--tracking-uri"):  # a dead server: one line within ~20 s, not 4 min of silence
         experiment_id = tracking.ensure_experiment(client, launch.exp_name, launch.uri,
                                                    mlflow_ui.experiment_tags(launch.plan.spec.axes))
-    store = Store(client, experiment_id)
+    store = launch.store = Store(client, experiment_id)
     resume_cmd = command_line(opts, launch.uri, launch.storage, resume=True)
     for dead in store.kill_dead_launches():
         print(f"[sweep] launch {dead.data.tags.get(C.LAUNCH_ID)} was interrupted (its driver is "
@@ -119,23 +107,29 @@ def _run_locked(launch: _Launch, name_launch: Callable[[str], None]) -> SweepOut
         if ended:
             print(f"[sweep] ended {len(ended)} Ray process(es) that launch left running (pids "
                   f"{', '.join(map(str, ended))})", flush=True)
-    _refuse_live_launches(launch, store)
-    chosen = _choose(launch, store)
+    _refuse_live_launches(launch)
+    chosen = _choose(launch)
     if isinstance(chosen, SweepOutcome):
         return chosen
     # Ray and the resource check come before the parent run: a sweep the cluster cannot run leaves no trace.
-    started_ray, request = _start_ray(opts, launch.plan)
-    commit = tracking.git_commit(Path(__file__).resolve().parent.parent)  # the code that runs, not the cwd
-    parent = _open_parent(launch, store, chosen, commit)
+    started_ray, launch.request = _start_ray(opts, launch.plan)
+    launch.commit = _code_commit()
+    launch.parent = _open_parent(launch, chosen)
     try:
-        return _run_launch(launch, store, chosen, parent, commit, started_ray, request, resume_cmd, name_launch)
+        return _run_launch(launch, chosen, started_ray, resume_cmd, name_launch)
     except KeyboardInterrupt:  # a second Ctrl+C: during Ray's shutdown, the final statuses, the summary
-        _abort(store, parent, resume_cmd)
+        _abort(launch, resume_cmd)
         raise interrupts.LaunchAborted from None
 
 
-def _abort(store: Store, parent: tracking.ParentInfo, resume_cmd: str) -> None:
+def _code_commit() -> str:
+    return tracking.git_commit(Path(__file__).resolve().parent.parent)  # the code that runs, not the cwd
+
+
+def _abort(launch: Launch, resume_cmd: str) -> None:
     """The launch's unfinished runs ended KILLED (not left RUNNING) and the resume command printed."""
+    store, parent = launch.store, launch.parent
+
     def end() -> None:
         store.end_open_children(parent.run_id, "KILLED")
         store.end_run(parent.run_id, "KILLED")
@@ -145,11 +139,11 @@ def _abort(store: Store, parent: tracking.ParentInfo, resume_cmd: str) -> None:
           f"To resume this launch (finished trials are not re-run):\n  {resume_cmd}", flush=True)
 
 
-def _run_launch(launch: _Launch, store: Store, chosen: _Selection, parent: tracking.ParentInfo, commit: str,
-                started_ray: bool, request: dict[str, float], resume_cmd: str,
+def _run_launch(launch: Launch, chosen: _Selection, started_ray: bool, resume_cmd: str,
                 name_launch: Callable[[str], None]) -> SweepOutcome:
     """The launch once its parent run is open: the phases, then the final statuses and the summary."""
-    opts, client, experiment_id = launch.opts, store.client, store.experiment_id
+    opts, store, parent = launch.opts, launch.store, launch.parent
+    client, experiment_id = store.client, store.experiment_id
     name_launch(parent.launch_id)
     if started_ray:  # what a SIGKILLed driver would leave running, for the next launch to end
         client.set_tag(parent.run_id, C.RAY_PROCESSES, orphans.describe_children()[:5000])
@@ -160,10 +154,7 @@ def _run_launch(launch: _Launch, store: Store, chosen: _Selection, parent: track
     interrupts.STOP_HOOKS[:] = [lambda: _stop_signal(launch.uri, experiment_id, parent, resume_cmd)]
     interrupted, errors = False, 0
     try:
-        ran = run_phases(LaunchContext(
-            launch.plan, opts, store, parent, commit, launch.storage, launch.exp_name, launch.uri,
-            request, C.optuna_storage_url(launch.plan.spec.search.storage if launch.plan.spec.search else None,
-                                          launch.uri, launch.project)), chosen.grid_keys, chosen.phases)
+        ran = run_phases(launch, chosen.grid_keys, chosen.phases)
         interrupted, errors = ran.interrupted, ran.errors
         chosen.grid_keys = chosen.grid_keys + ran.refit_keys
     except KeyboardInterrupt:
@@ -179,15 +170,15 @@ def _run_launch(launch: _Launch, store: Store, chosen: _Selection, parent: track
             import ray
 
             ray.shutdown()
-    outcome = _finish(launch, store, parent, chosen, interrupted, errors, resume_cmd)
+    outcome = _finish(launch, chosen, interrupted, errors, resume_cmd)
     reporter.refresh()  # the final statuses (interrupted runs are KILLED only now)
     return outcome
 
 
-def _refuse_live_launches(launch: _Launch, store: Store) -> None:
+def _refuse_live_launches(launch: Launch) -> None:
     """A launch of this experiment whose driver is alive on this host (a tracking server: the lock file cannot see
     it) is refused in one line; one RUNNING on another host gets a warning, as its driver cannot be checked."""
-    here, elsewhere = store.live_launches()
+    here, elsewhere = launch.store.live_launches()
     if here:
         t = here[0].data.tags
         raise LaunchRunning(f"experiment {launch.exp_name!r} in {launch.uri}: launch {t.get(C.LAUNCH_ID)} (driver "
@@ -212,7 +203,7 @@ def _stop_signal(uri: str, experiment_id: str, parent: tracking.ParentInfo, resu
     store.end_run(parent.run_id, "KILLED")
 
 
-def _prepare(opts: SweepOptions) -> _Launch:
+def _prepare(opts: SweepOptions) -> Launch:
     check_options(opts)
     project = Path(opts.project_dir or Path.cwd()).resolve()
     # a dry run plans without the datasets (it says which are missing); a launch needs them
@@ -222,7 +213,7 @@ def _prepare(opts: SweepOptions) -> _Launch:
     uri, storage = tracking.resolve_tracking_uri(opts.tracking_uri, project), resolve_storage(opts.storage, project)
     if not opts.dry_run:
         check_job_paths(uri, storage)   # under `ray job submit`: no store inside the job's temporary folder
-    return _Launch(opts, Path(opts.spec_path), plan, uri, storage, opts.experiment_name or loaded.spec.name, project)
+    return Launch(opts, plan, uri, storage, opts.experiment_name or loaded.spec.name, project)
 
 
 def _check_report_layouts(spec: Any) -> None:
@@ -237,9 +228,9 @@ def _check_report_layouts(spec: Any) -> None:
     validate_report(spec.model_dump(mode="json"), terms=declared_terms())  # train/<term> of a registered algorithm
 
 
-def _choose(launch: _Launch, store: Store) -> _Selection | SweepOutcome:
+def _choose(launch: Launch) -> _Selection | SweepOutcome:
     """The trials this launch runs: those of the launch being resumed, else every one not FINISHED already."""
-    plan, opts = launch.plan, launch.opts
+    plan, opts, store = launch.plan, launch.opts, launch.store
     if opts.resume:
         found = store.resumable_parent(spec_hash=plan.spec_hash, storage=launch.storage, smoke=plan.smoke)
         if found is None:
@@ -259,8 +250,8 @@ def _choose(launch: _Launch, store: Store) -> _Selection | SweepOutcome:
         return _Selection(grid_keys, phases, skipped)
     out = SweepOutcome(status="nothing-to-do", experiment_id=store.experiment_id, skipped=skipped)
     if not record_without_launch(store, plan):  # all reused: a finished launch records them
-        commit = tracking.git_commit(Path(__file__).resolve().parent.parent)
-        parent = _open_parent(launch, store, _Selection([], [], skipped), commit)
+        launch.commit = _code_commit()
+        parent = launch.parent = _open_parent(launch, _Selection([], [], skipped))
         store.end_run(parent.run_id, "FINISHED")
         out.parent_run_id, out.launch_id = parent.run_id, parent.launch_id
     out.summary = grid_summary(store, plan)
@@ -289,8 +280,9 @@ def _start_ray(opts: SweepOptions, plan: SweepPlan) -> tuple[bool, dict[str, flo
     return started_ray, request
 
 
-def _open_parent(launch: _Launch, store: Store, chosen: _Selection, commit: str) -> tracking.ParentInfo:
+def _open_parent(launch: Launch, chosen: _Selection) -> tracking.ParentInfo:
     """The launch's parent run: the resumed one set RUNNING again, or a new one with the launch plan saved."""
+    store = launch.store
     client = store.client
     if chosen.resumed is not None:
         found = chosen.resumed
@@ -302,7 +294,7 @@ def _open_parent(launch: _Launch, store: Store, chosen: _Selection, commit: str)
     launch_id = f"{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
     parent = tracking.create_parent_run(
         store, launch_id=launch_id, spec_path=launch.spec_path.resolve(),
-        spec_text=launch.spec_path.read_text(), spec_hash=launch.plan.spec_hash, commit=commit,
+        spec_text=launch.spec_path.read_text(), spec_hash=launch.plan.spec_hash, commit=launch.commit,
         storage=launch.storage, smoke=launch.plan.smoke,
         command=command_line(launch.opts, launch.uri, launch.storage, resume=False))
     save_launch_plan(client, parent.run_id, {"grid": chosen.grid_keys, "phases": chosen.phases,
@@ -314,10 +306,9 @@ def _open_parent(launch: _Launch, store: Store, chosen: _Selection, commit: str)
     return parent
 
 
-def _finish(launch: _Launch, store: Store, parent: tracking.ParentInfo, chosen: _Selection, interrupted: bool,
-            errors: int, resume_cmd: str) -> SweepOutcome:
+def _finish(launch: Launch, chosen: _Selection, interrupted: bool, errors: int, resume_cmd: str) -> SweepOutcome:
     """Final statuses, the best search parameters, the parent run ended, and the summary printed."""
-    plan = launch.plan
+    plan, store, parent = launch.plan, launch.store, launch.parent
     if interrupted:
         store.end_open_children(parent.run_id, "KILLED")
     st = trial_statuses(store, parent.run_id, plan, chosen.grid_keys, chosen.phases, chosen.skipped)
