@@ -44,7 +44,6 @@ from orchestration import contract as C  # the layout's names only: standard lib
 
 __all__ = [
     "MEDIAN_WINDOW",
-    "TRIAL_FILTER",
     "RunSource",
     "ApiRunSource",
     "SqliteRunSource",
@@ -59,7 +58,6 @@ __all__ = [
 ]
 
 MEDIAN_WINDOW = 20
-TRIAL_FILTER = C.trials_filter("{kind}")
 _PAGE = 10_000
 _CHUNK = 900                      # run ids per SQL `IN (…)`: below SQLite's historic 999-parameter limit
 # get_metric_history is one query per (run, key); threads overlap the round trips to a tracking server.
@@ -221,7 +219,7 @@ class ApiRunSource(RunSource):
         records = []
         token = None
         while True:
-            page = self.client.search_runs([experiment_id], TRIAL_FILTER.format(kind=kind), ViewType.ACTIVE_ONLY,
+            page = self.client.search_runs([experiment_id], C.trials_filter(kind), ViewType.ACTIVE_ONLY,
                                            max_results=_PAGE, page_token=token)
             self._keys.update({r.info.run_id: set(r.data.metrics) for r in page})
             records += [_trial_record(r.info.run_id, r.info.run_name, r.info.status, r.info.start_time,
@@ -383,8 +381,7 @@ def read_settings(source: RunSource, experiment_id: str, digest: str, overrides:
     """The expected runs every launch of these settings recorded (their union: a hash-rule change or a refit
     recorded later adds to it). ``ValueError`` when the experiment's launches recorded other settings only, naming
     the ``--set`` each launch was run with."""
-    flt = f"tags.`{C.ROLE}` = '{C.ROLE_SWEEP}'"
-    parents = source.client.search_runs([experiment_id], flt, max_results=_PAGE)
+    parents = source.client.search_runs([experiment_id], C.sweeps_filter(), max_results=_PAGE)
     mine = [p for p in parents if p.data.tags.get(C.SETTINGS_TAG + digest) == "true"]
     if not mine:
         recorded = [p for p in parents if any(k.startswith(C.SETTINGS_TAG) for k in p.data.tags)]
