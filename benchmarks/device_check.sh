@@ -87,7 +87,7 @@ export -f step
 part step 190 step
 
 profile() {
-  $PY -m pytest -q -p no:cacheprovider -rs -m cuda tests/mutexmatch/test_compiled.py || return 1
+  $PY -m pytest -q -p no:cacheprovider -rs -m cuda tests/mutexmatch/training/test_compiled.py || return 1
   $PY -m pytest -q -p no:cacheprovider -rs tests/mutexmatch/test_augment.py tests/mutexmatch/test_prefetch.py \
     -k cuda || return 1
   $PY benchmarks/profile_step.py --device $DEV --precision bf16 $PROF \

@@ -30,8 +30,8 @@ Writing a new method (one module ``mutexmatch/algorithms/<name>.py``, nothing el
   alignment, :mod:`mutexmatch.algorithms.alignment`), ``confidence_mask`` (thresholds, on each unlabeled batch; the
   step index is ``inp.step``), ``after_step(step)`` (after the optimiser and EMA updates);
 - state in ``state_dict`` / ``load_state_dict`` (saved in checkpoints, restored bit for bit on resume); no host
-  synchronisation in a step (``tests/mutexmatch/test_sync_free.py`` runs every registered algorithm on the meta
-  device).
+  synchronisation in a step (``tests/mutexmatch/training/test_sync_free.py`` runs every registered algorithm on the
+  meta device).
 
 The step is declared too (:class:`StepSpec`, the class attribute ``step``). The default is the released code's: one
 forward of the concatenation [labeled weak | unlabeled weak | unlabeled strong] (BatchNorm over all rows) whose
