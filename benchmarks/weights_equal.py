@@ -2,7 +2,7 @@
 this tree and with a git revision, then compares every tensor of the final weights (model and EMA) with
 ``torch.equal``.
 
-    python benchmarks/weights_equal.py --ref d7546ce^ [--steps 1000] [--algorithms fixmatch,mutexmatch]
+    python benchmarks/weights_equal.py --ref d7546ce^ [--steps 1000] [--algorithms fixmatch,mutexmatch | --zoo]
                                        [--out benchmarks/results/weights_equal.json]
 
 Each run is ``python -m mutexmatch.train`` (the public CLI of each tree, started with ``PYTHONPATH`` at that tree)
@@ -10,7 +10,8 @@ with the settings of ``experiments/quickstart.yaml``'s base and fold 0, on one t
 command; the revision is checked out with ``git worktree add`` into a temporary folder and removed afterwards. The
 default ``--ref`` is the commit before ``mutexmatch/algorithms.py`` became a package (issue 22). Prints one line per
 algorithm ("equal" or the first differing tensor) and writes the result with :func:`record.header`; exits 1 when
-any differs.
+any differs. ``--zoo`` compares every method row of ``experiments/zoo_digits.yaml`` (its algorithm settings, on the
+same quickstart base the zoo uses) instead of the two default algorithms.
 """
 
 from __future__ import annotations
@@ -40,8 +41,19 @@ ALGORITHMS = {"fixmatch": ["algorithm.name=fixmatch"],
               "mutexmatch": ["algorithm.name=mutexmatch", "algorithm.form=paper"]}
 
 
-def _train(tree: Path, algorithm: str, steps: int, out: Path, data: Path) -> Path:
-    cmd = [sys.executable, "-m", "mutexmatch.train", *[a for s in [*QUICKSTART_FOLD0, *ALGORITHMS[algorithm],
+ZOO = ROOT / "experiments" / "zoo_digits.yaml"
+
+
+def zoo_algorithms() -> dict[str, list[str]]:
+    """Every method row of the zoo YAML as ``--set`` items: ``{"dash": ["algorithm.name=dash", ...]}``."""
+    import yaml
+
+    methods = yaml.safe_load(ZOO.read_text())["axes"]["method"]
+    return {m: [f"algorithm.{k}={v}" for k, v in row["algorithm"].items()] for m, row in methods.items()}
+
+
+def _train(tree: Path, settings: list[str], steps: int, out: Path, data: Path) -> Path:
+    cmd = [sys.executable, "-m", "mutexmatch.train", *[a for s in [*QUICKSTART_FOLD0, *settings,
            f"train.iterations={steps}", f"data.root={data}", f"output_dir={out}"] for a in ("--set", s)]]
     env = {**os.environ, "PYTHONPATH": str(tree)}
     subprocess.run(cmd, cwd=tree, env=env, check=True, stdout=subprocess.DEVNULL)
@@ -64,17 +76,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ref", default="d7546ce^", help="git revision to compare with (default: before issue 22)")
     p.add_argument("--steps", type=int, default=1000, help="training steps (quickstart: 1000)")
     p.add_argument("--algorithms", default=",".join(ALGORITHMS))
+    p.add_argument("--zoo", action="store_true", help=f"every method of {ZOO.name} (replaces --algorithms)")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
+    known = {**ALGORITHMS, **zoo_algorithms()}
+    names = list(zoo_algorithms()) if args.zoo else args.algorithms.split(",")
+    if unknown := [n for n in names if n not in known]:
+        p.error(f"--algorithms: unknown {unknown}; known: {', '.join(known)}")
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         ref_tree = tmp / "ref"
         subprocess.run(["git", "worktree", "add", "-q", "--detach", str(ref_tree), args.ref], cwd=ROOT, check=True)
         try:
-            for name in args.algorithms.split(","):
-                new = _train(ROOT, name, args.steps, tmp / f"new-{name}", tmp / "data")
-                old = _train(ref_tree, name, args.steps, tmp / f"old-{name}", tmp / "data")
+            for name in names:
+                new = _train(ROOT, known[name], args.steps, tmp / f"new-{name}", tmp / "data")
+                old = _train(ref_tree, known[name], args.steps, tmp / f"old-{name}", tmp / "data")
                 diff = _first_difference(torch.load(new, weights_only=True), torch.load(old, weights_only=True))
                 rows[name] = "equal" if diff is None else f"differs at {diff}"
                 print(f"{name}: {args.steps} steps, final weights vs {args.ref}: {rows[name]}", flush=True)
