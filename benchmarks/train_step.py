@@ -7,7 +7,7 @@
 Ours: `mutexmatch.train.Trainer.train_step` with its defaults — uint8 images on the device, batched weak+strong
 augmentation there, channels-last model, one forward over [labeled | weak | strong], and on CPU
 ``train.keep_freed_memory`` (glibc keeps freed activation blocks instead of page-faulting them back every step,
-:mod:`mutexmatch.allocator`); also measured with ``train.compile`` (torch.compile of the model, which fuses
+:mod:`mutexmatch.training.allocator`); also measured with ``train.compile`` (torch.compile of the model, which fuses
 BatchNorm + LeakyReLU), with ``keep_freed_memory`` off, with ``train.deterministic`` (deterministic kernels,
 what a bit-exact CUDA resume needs), with each batch made when the step needs it instead of ahead on a side stream
 (``ours+on_demand``) and with foreach instead of fused SGD (``ours+sgd_foreach``; both differ from ours on CUDA

@@ -1,6 +1,6 @@
 """Warnings as the user of a command line reads them: one ``warning: ...`` line on stderr.
 
-Python's own form (``.../mutexmatch/runfolder.py:181: RuntimeWarning: ...`` and then the source line) is written for
+Python's own form (``.../mutexmatch/training/runfolder.py:181: RuntimeWarning: ...`` and then the source line) is written for
 the developer of the code that warns. A user of ``python -m mutexmatch.train`` or ``python -m mutexmatch.datasets``
 wants what happened and what was done about it, which is what our messages say. A library's warning keeps its
 category and the place it points at on the same line: that is what one searches for to learn what it means.

@@ -1,10 +1,10 @@
 """The Ray Tune function trainable: one trial = one :class:`mutexmatch.train.Trainer` run, watched through the
-trainer's callback seam (:class:`mutexmatch.callbacks.Callback`), its MLflow bookkeeping in
+trainer's callback seam (:class:`mutexmatch.training.callbacks.Callback`), its MLflow bookkeeping in
 :class:`orchestration.tracking.TrialRun`.
 
 At every evaluation the callback logs the metrics and the class-count matrices to the trial's MLflow run and calls
 ``tune.report(metrics, checkpoint=...)``; when the trainer wrote a checkpoint for that step, a snapshot of the run
-folder (:meth:`mutexmatch.runfolder.RunFolder.snapshot`: the checkpoint, its checksum and the run files) is handed
+folder (:meth:`mutexmatch.training.runfolder.RunFolder.snapshot`: the checkpoint, its checksum and the run files) is handed
 to Tune as a ``tune.Checkpoint``, which Tune persists to the sweep storage. A restarted trial — after its worker
 died, its node was removed, or the driver was restarted with ``--resume`` — gets that checkpoint back from
 ``tune.get_checkpoint()``; the trainable restores the run folder from it and starts ``Trainer(..., resume="auto")``,

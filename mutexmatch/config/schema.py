@@ -207,19 +207,19 @@ class TrainConfig(_Section):
         "keeps the accuracy of fp32 is not measured yet (issue 13).")
     compile: bool = Field(False, description="Wrap the model in torch.compile (its forward and, through "
                           "AOTAutograd, its backward; any precision). Graph breaks and recompiles: "
-                          "mutexmatch.compiled.compile_report.")
+                          "mutexmatch.training.compiled.compile_report.")
     cuda_graphs: bool = Field(False, description="CUDA only: compile the model with CUDA graphs "
                               "(torch.compile mode reduce-overhead: the backbone's forward and backward replayed "
                               "from a captured graph, inputs copied into static buffers; heads, losses, SGD and EMA "
                               "stay eager). Refused on the CPU. With train.deterministic a graphed step equals the "
-                              "compiled step bitwise (tests/mutexmatch/test_compiled.py, a device check).",
+                              "compiled step bitwise (tests/mutexmatch/training/test_compiled.py, a device check).",
                               json_schema_extra=roles(NO_RESULT, RESUMABLE))
     num_threads: Annotated[int, AfterValidator(within(0, MAX_THREADS))] = Field(
         0, description=f"torch CPU threads; 0 keeps torch's default (at most {MAX_THREADS}).",
                                    json_schema_extra=roles(NO_RESULT, RESUMABLE))
     keep_freed_memory: bool = Field(True, description="CPU runs on glibc: keep freed host memory in the process "
                                     "instead of returning each ~100 MB activation block to the kernel and "
-                                    "page-faulting it back the next step (mutexmatch/allocator.py; ~20% of a "
+                                    "page-faulting it back the next step (mutexmatch/training/allocator.py; ~20% of a "
                                     "WRN-28-2 CPU step). Process-wide; no effect on CUDA runs or on results.",
                                     json_schema_extra=roles(NO_RESULT))
     deterministic: bool = Field(False, description="Bit-reproducible CUDA runs: torch.use_deterministic_algorithms "

@@ -44,7 +44,7 @@ class FakeNet(nn.Module):
 
 def batch(model: FakeNet, algo: type[Algorithm] | Algorithm, seed: int = 1, scale: float = 4.0) -> StepInputs:
     """The step inputs of the algorithm's declared step (its views; features of their concatenation, or the views
-    with the forward functions), made as the trainer makes them (mutexmatch.extended_step.step_inputs); the default
+    with the forward functions), made as the trainer makes them (mutexmatch.training.extended_step.step_inputs); the default
     step's inputs are [lb | weak | strong] rows of random "images"."""
     gen = torch.Generator().manual_seed(seed)
     u = U if algo.uses_unlabeled else 0

@@ -1,7 +1,7 @@
 """A store written before issue 22 relaunched after it (issue 22, migration): its runs carry the hashes of the code
 before each algorithm owned its config section (``mutexmatch.config.legacy_config_hash``, which
 tests/experiments/test_config_hash_pins.py proves equal to that code's, pinned), and a relaunch re-runs nothing
-FINISHED — grid, search or refit; the resume check of an in-flight trial is tests/mutexmatch/test_train.py's."""
+FINISHED — grid, search or refit; the resume check of an in-flight trial is tests/mutexmatch/training/test_train.py's."""
 from __future__ import annotations
 
 import uuid

@@ -341,7 +341,7 @@ def _usb_step(alg: Any, v: Views, seed: int) -> tuple[Tensor, dict[str, float], 
 def _our_step(adapter: Any, alg: Algorithm, model: nn.Module, v: Views, step: int, seed: int) -> StepOutput:
     """Ours: the adapter's ``our_step``, else the step the algorithm declares (its StepSpec: views fed from
     :data:`VIEW_SOURCE`, one concatenated forward or its own forwards with BatchNorm control), built by the
-    trainer's own :func:`mutexmatch.extended_step.step_inputs`."""
+    trainer's own :func:`mutexmatch.training.extended_step.step_inputs`."""
     torch.manual_seed(seed)
     np.random.seed(seed)
     if hasattr(adapter, "our_step"):
@@ -357,7 +357,7 @@ def _our_step(adapter: Any, alg: Algorithm, model: nn.Module, v: Views, step: in
 def separate_step(alg: Algorithm, model: nn.Module, v: Views, step: int, images: dict[str, Tensor],
                   teacher: nn.Module | None = None) -> StepOutput:
     """Our step for an algorithm with separate forwards (StepSpec forward 'separate'), built as the trainer builds
-    it (:func:`mutexmatch.extended_step.step_inputs`): ``images`` by our view name, forwards through ``model``
+    it (:func:`mutexmatch.training.extended_step.step_inputs`): ``images`` by our view name, forwards through ``model``
     (BatchNorm statistics kept where the algorithm asks), ``teacher`` the EMA model (Mean Teacher)."""
     x = torch.cat([images[n] for n in alg.step.views])
     inp = step_inputs(alg.step, x, num_lb=len(v.y_lb), num_ulb=len(v.idx_ulb), features=features_forward(model, model),
