@@ -1,0 +1,16 @@
+"""The trainer: MutexMatch and the other semi-supervised algorithms, trained from a validated config.
+
+No Ray and no MLflow here (``orchestration`` drives the trainer through :mod:`mutexmatch.training`'s callbacks).
+
+- :mod:`mutexmatch.config`: the run schema, its files and ``--set``, the config hashes, the generated reference
+- :mod:`mutexmatch.data`: datasets (one module each under ``data/builtin/``), splits, sampler, augmentation, prefetch
+- :mod:`mutexmatch.models`: backbones (one module each, ``@register_backbone``) and the MutexMatch network
+- :mod:`mutexmatch.algorithms`: one module per algorithm (``@register_algorithm``) and its parameter model
+- :mod:`mutexmatch.training`: the loop and its helpers, one job per module; its ``__init__`` is the public surface
+- leaf modules the rest builds on: :mod:`~mutexmatch.losses` (Algorithm 1's losses), :mod:`~mutexmatch.selection`,
+  :mod:`~mutexmatch.params`, :mod:`~mutexmatch.metrics` (metric names), :mod:`~mutexmatch.checks`,
+  :mod:`~mutexmatch.dotted`, :mod:`~mutexmatch.atomic`, :mod:`~mutexmatch.checksum`, :mod:`~mutexmatch.yamlfile`,
+  :mod:`~mutexmatch.cliwarnings`
+- the command lines, thin faces: ``python -m mutexmatch.train`` (:mod:`mutexmatch.train`), ``mutexmatch.datasets``,
+  ``mutexmatch.fakedata``, ``mutexmatch.config``
+"""

@@ -160,3 +160,12 @@ def test_modules_and_functions_stay_small(module: str) -> None:
     long = [f"{n.name} ({n.end_lineno - n.lineno + 1} lines, line {n.lineno})" for n in ast.walk(ast.parse(text))
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > MAX_FUNCTION_LINES]
     assert not long, f"{path.relative_to(REPO)}: functions over {MAX_FUNCTION_LINES} lines: {long}"
+
+
+def test_the_contract_row_names_the_trainer_modules_the_contract_declares() -> None:
+    """The contract's reach into the trainer is written twice on purpose (the table a person reads, the tuple the
+    report tests load-check): they must agree."""
+    from orchestration.contract import TRAINER_MODULES
+
+    row = [m for m in allowed_table()["orchestration.contract"] if m.startswith("mutexmatch")]
+    assert sorted(row) == sorted(TRAINER_MODULES)
