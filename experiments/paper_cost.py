@@ -24,9 +24,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from orchestration.dryrun import _Estimator, _rows, plan_hours  # noqa: E402
-from orchestration.overrides import load_sweep, plan_sweep  # noqa: E402
-from orchestration.status import format_hours  # noqa: E402
+from orchestration.launch.dryrun import _Estimator, _rows, plan_hours  # noqa: E402
+from orchestration.spec.overrides import load_sweep, plan_sweep  # noqa: E402
+from orchestration.launch.summary import format_hours  # noqa: E402
 
 # Launch order: the tables first, then the ablations (a trial an ablation shares with a table is reused there).
 PAPER_YAMLS = ("table1_cifar_svhn.yaml", "table_cnn13_wrn.yaml", "table2_stl_mini_tiny.yaml",

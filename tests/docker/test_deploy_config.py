@@ -352,7 +352,7 @@ def test_dockerignore_keeps_local_state_secrets_and_git_out():
     for secret in ("docker/.env", ".env", "experiments/.env"):
         assert _docker_excludes(secret), secret
     # ...while the allow-listed sources stay (so the exclusions above are not the matcher dropping everything)
-    assert not _docker_excludes("orchestration/spec.py") and not _docker_excludes("experiments")
+    assert not _docker_excludes("orchestration/spec/sweepfile.py") and not _docker_excludes("experiments")
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -13,13 +13,13 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from orchestration import contract as C
-from orchestration.best import best_by_cell, best_of_study
-from orchestration.launch import select
-from orchestration.plan import build_plan
-from orchestration.refit import refit_trials
-from orchestration.search import log_best
-from orchestration.spec import parse_spec, with_sampled
-from orchestration.store import Store
+from orchestration.launch.best import best_by_cell, best_of_study
+from orchestration.launch.launch import select
+from orchestration.spec.plan import build_plan
+from orchestration.launch.refit import refit_trials
+from orchestration.launch.search import log_best
+from orchestration.spec.sweepfile import parse_spec, with_sampled
+from orchestration.store.store import Store
 
 O = C.SearchOutcome
 

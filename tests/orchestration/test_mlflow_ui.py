@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from orchestration import mlflow_ui
+from orchestration.store import mlflow_ui
 
 
 def test_the_printed_link_opens_the_runs_view():

@@ -16,11 +16,11 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric, Param
 
 from orchestration import contract as C
-from orchestration.launch import record_expected_runs, record_without_launch
-from orchestration.overrides import load_sweep, plan_sweep
+from orchestration.launch.launch import record_expected_runs, record_without_launch
+from orchestration.spec.overrides import load_sweep, plan_sweep
 from orchestration.status import collect, format_status
-from orchestration.store import Store
-from orchestration.summary import grid_summary
+from orchestration.store.store import Store
+from orchestration.launch.summary import grid_summary
 from reports.build import build_report, main
 
 REPO = Path(__file__).resolve().parents[2]

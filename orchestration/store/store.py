@@ -17,7 +17,7 @@ from typing import Iterable, Iterator
 from orchestration import contract as C
 from orchestration.contract.filters import (NEWEST_FIRST, OLDEST_FIRST, all_of, children_filter, status_is,
                                             status_is_not, sweeps_filter, tag_equals, trials_filter)
-from orchestration.env import apply_closed_network_env
+from orchestration.runtime.env import apply_closed_network_env
 
 apply_closed_network_env()
 

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
 from orchestration import contract as C
-from orchestration import tracking
-from orchestration.tracking import ParentInfo
-from orchestration.plan import REFIT_PHASE, GridTrial, SweepPlan, expected_runs
-from orchestration.refit import best_by_cell, pending_refits, refit_trials
-from orchestration.spec import NAME_RULE, is_name
-from orchestration.store import Store, as_store
+from orchestration.trial import tracking
+from orchestration.trial.tracking import ParentInfo
+from orchestration.spec.plan import REFIT_PHASE, GridTrial, SweepPlan, expected_runs
+from orchestration.launch.refit import best_by_cell, pending_refits, refit_trials
+from orchestration.spec.models import NAME_RULE, is_name
+from orchestration.store.store import Store, as_store
 from orchestration.contract.filters import NEWEST_FIRST
 
 if TYPE_CHECKING:

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from orchestration import contract as C
-from orchestration.plan import SearchStudy, SweepPlan
-from orchestration.spec import sampled_config_values
-from orchestration.store import Store, as_store
+from orchestration.spec.plan import SearchStudy, SweepPlan
+from orchestration.spec.sweepfile import sampled_config_values
+from orchestration.store.store import Store, as_store
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient

@@ -36,9 +36,9 @@ from mutexmatch.dotted import flatten_dotted
 from mutexmatch.training import checkpoint_pair
 
 from orchestration import contract as C
-from orchestration import mlflow_ui
-from orchestration.env import apply_closed_network_env
-from orchestration.store import Store, end_run
+from orchestration.store import mlflow_ui
+from orchestration.runtime.env import apply_closed_network_env
+from orchestration.store.store import Store, end_run
 
 apply_closed_network_env()
 
