@@ -5,9 +5,9 @@ GPU measurements (``benchmarks/results/``), then with reuse counted (issue 24).
     python experiments/paper_cost.py --write    # rewrites them in README.md and experiments/README.md
 
 Each YAML's "alone" hours are exactly what ``python -m orchestration.sweep experiments/<yaml> --dry-run`` prints
-without a GPU (the same estimator, ``orchestration.dryrun``). The YAMLs are launched in :data:`PAPER_YAMLS`'s order
-into one store, so a grid trial whose config hash an earlier YAML already trains is reused, not trained again
-(``orchestration.launch.reusable``): its hours leave the total. The README and experiments/README.md hold the
+without a GPU (the same estimator, ``orchestration.launch.dryrun``). The YAMLs are launched in :data:`PAPER_YAMLS`'s
+order into one store, so a grid trial whose config hash an earlier YAML already trains is reused, not trained again
+(``orchestration.launch.launch.reusable``): its hours leave the total. The README and experiments/README.md hold the
 tables between ``<!-- paper-cost:... -->`` markers; ``tests/experiments/test_paper_cost.py`` fails when they are
 stale.
 """

@@ -48,7 +48,7 @@ DEFAULT_EXPERIMENT = "single-runs"
 
 
 class MlflowRunCallback(Callback):
-    """Trainer events → the run's :class:`orchestration.tracking.TrialRun` (the sweep trials' bookkeeping)."""
+    """Trainer events → the run's :class:`orchestration.trial.tracking.TrialRun` (the sweep trials' bookkeeping)."""
 
     def __init__(self, trial_run: tracking.TrialRun):
         self.trial_run = trial_run

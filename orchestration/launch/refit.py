@@ -2,9 +2,10 @@
 validation split) — tune, then evaluate.
 
 Each searched cell takes the best FINISHED search trial over its studies (one per search fold), by the search's
-validation metric and mode (:func:`orchestration.best.best_by_cell`); its parameters are set on every refit slot of the cell (``plan.refits``), giving trials of
-kind ``refit`` under the cell id plus ``tuned=true``. Their config hash covers the parameters, so a relaunch skips a
-refit trial only when the same parameters already FINISHED, and a search that finds better ones trains again.
+validation metric and mode (:func:`orchestration.launch.best.best_by_cell`); its parameters are set on every refit slot
+of the cell (``plan.refits``), giving trials of kind ``refit`` under the cell id plus ``tuned=true``. Their config hash
+covers the parameters, so a relaunch skips a refit trial only when the same parameters already FINISHED, and a search
+that finds better ones trains again.
 """
 
 from __future__ import annotations

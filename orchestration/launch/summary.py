@@ -29,8 +29,8 @@ def refit_expected(store: Store, plan: SweepPlan) -> dict[str, Any]:
 
 def _newest_matching(store: Store, kind: str, trials: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """Trial key → the newest FINISHED run of ``kind`` whose config hash is one of that trial's
-    (:attr:`orchestration.plan.GridTrial.hashes`), and the labels of FINISHED runs of other settings (their cell and
-    fold not in ``trials`` or another config hash): those enter no table."""
+    (:attr:`orchestration.spec.plan.GridTrial.hashes`), and the labels of FINISHED runs of other settings (their cell
+    and fold not in ``trials`` or another config hash): those enter no table."""
     found: dict[str, Any] = {}
     other: list[str] = []
     for run in store.finished_trials(kind, order_by=NEWEST_FIRST):

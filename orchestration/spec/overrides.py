@@ -93,7 +93,7 @@ def load_sweep(path: str | Path, project_dir: str | Path, overrides: Sequence[st
 
 
 def plan_sweep(loaded: LoadedSweep, project_dir: str | Path, **kwargs: Any) -> SweepPlan:
-    """:func:`orchestration.plan.build_plan` of ``loaded``; with data folders missing, the trial configs are built
+    """:func:`orchestration.spec.plan.build_plan` of ``loaded``; with data folders missing, the trial configs are built
     with ``data.download: true`` (left out of the config hash, like ``data.root``), so hashes, iteration counts and
     the spec hash are those of the real launch while no config check looks for the data."""
     spec = loaded.spec

@@ -115,7 +115,7 @@ class SweepPlan:
     grid: list[GridTrial] = field(default_factory=list)
     searches: list[SearchStudy] = field(default_factory=list)
     refits: list[RefitSlot] = field(default_factory=list)
-    settings_digest: str = ""         # of the amended sweep YAML (orchestration.overrides.load_sweep sets it)
+    settings_digest: str = ""         # of the amended sweep YAML (orchestration.spec.overrides.load_sweep sets it)
 
     @property
     def num_trials(self) -> int:
@@ -142,7 +142,7 @@ def _budget(raw: dict[str, Any]) -> tuple[tuple[str, ...], int, int]:
 
 def build_plan(spec: SweepSpec, project_dir: str | Path, *, smoke: bool = False, n_trials: int | None = None,
                max_concurrent: int | None = None) -> SweepPlan:
-    """Expand ``spec`` (already validated by :func:`orchestration.spec.load_spec`) into trials.
+    """Expand ``spec`` (already validated by :func:`orchestration.spec.sweepfile.load_spec`) into trials.
 
     ``smoke``: every cell on ``folds[0]`` with the smoke overrides, no search. ``n_trials``/``max_concurrent``
     override the search section's values (``--n-trials``, ``--max-concurrent``).

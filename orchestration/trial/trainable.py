@@ -1,6 +1,6 @@
 """The Ray Tune function trainable: one trial = one :class:`mutexmatch.train.Trainer` run, watched through the
 trainer's callback seam (:class:`mutexmatch.training.callbacks.Callback`), its MLflow bookkeeping in
-:class:`orchestration.tracking.TrialRun`.
+:class:`orchestration.trial.tracking.TrialRun`.
 
 At every evaluation the callback logs the metrics and the class-count matrices to the trial's MLflow run and calls
 ``tune.report(metrics, checkpoint=...)``; when the trainer wrote a checkpoint for that step, a snapshot of the run

@@ -1,7 +1,8 @@
 """The best search trial, computed in one place (issue 22 item 7): the rule (``contract.best_trial``) and its reading
-of the MLflow search runs (``orchestration.best``), which the refit, the sweep's ``best.*`` and a relaunch's check of
-the finished refits all use; and the typed values a search run carries (``mutexmatch.sampled``), converted to config
-values by the chosen algorithm's parameter model (a float ``k`` is a fraction of C) exactly as the trial trained."""
+of the MLflow search runs (``orchestration.launch.best``), which the refit, the sweep's ``best.*`` and a relaunch's
+check of the finished refits all use; and the typed values a search run carries (``mutexmatch.sampled``), converted to
+config values by the chosen algorithm's parameter model (a float ``k`` is a fraction of C) exactly as the trial
+trained."""
 
 from __future__ import annotations
 

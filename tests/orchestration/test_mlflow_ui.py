@@ -1,4 +1,5 @@
-"""What the MLflow UI shows of a sweep (orchestration.mlflow_ui): the printed link and the experiment's runs view."""
+"""What the MLflow UI shows of a sweep (orchestration.store.mlflow_ui): the printed link and the experiment's runs
+view."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ full sweep, must not replace fold 0 in the rebuilt table; the report, the sweep'
 runs whose config hash the YAML (with the same ``--set``) gives, and name the others in one line.
 
 The store is what the sweep leaves: the real plans of experiments/quickstart.yaml (their config hashes come from
-``orchestration.overrides.plan_sweep``) recorded on each launch's parent run by the sweep's own
+``orchestration.spec.overrides.plan_sweep``) recorded on each launch's parent run by the sweep's own
 ``record_expected_runs``, and one FINISHED run per planned trial; no Ray, no training."""
 
 from __future__ import annotations
