@@ -601,9 +601,8 @@ def test_a_deleted_experiment_is_said_the_same_way_by_report_status_and_sweep(is
     from mlflow.tracking import MlflowClient
 
     from orchestration import contract
-
-
     from orchestration.trial import tracking
+
     t = isolated
     _make_store(t)
     (t / "s.yaml").write_text(REPORT_YAML)

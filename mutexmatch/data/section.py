@@ -3,6 +3,7 @@
 :mod:`mutexmatch.config` calls :func:`data_section_facts` from its cross-field validation: the class count and
 image side the rest of the config is checked against (the algorithm's class-dependent bounds, the backbone's
 smallest image), and one error line per problem, naming the field, the value and what is allowed.
+:func:`missing_data_root` is the one problem a plan may set aside, so it is also a typed fact of its own.
 """
 
 from __future__ import annotations
@@ -35,10 +36,20 @@ def data_section_facts(d: "DataConfig") -> tuple[int, int, list[str]]:
     if d.normalization == "released" and (dataset is None or dataset.info.released_mean is None):
         errors.append(f"data.normalization='released': the released code has no {d.dataset} dataset; use "
                       "`correct`")
-    if (dataset is None or dataset.needs_files) and not d.download and not Path(d.root).is_dir():
-        errors.append(f"data.root={d.root!r}: folder does not exist (create it with the dataset inside, or set "
+    if (root := missing_data_root(d)) is not None:
+        errors.append(f"data.root={root!r}: folder does not exist (create it with the dataset inside, or set "
                       "`data.download: true`)")
     return num_classes, image_size, errors + _per_class_errors(d, num_classes)
+
+
+def missing_data_root(d: "DataConfig") -> str | None:
+    """``d.root`` when the run must read its dataset from there and it is not a folder (nor ``data.download`` set to
+    fetch it); else None. One rule, read by this module's error line and, as a fact rather than that line's text, by
+    a sweep that plans without its data (``orchestration.spec.overrides.load_sweep(need_data=False)``)."""
+    dataset = DATASETS.get(d.dataset)
+    if (dataset is None or dataset.needs_files) and not d.download and not Path(d.root).is_dir():
+        return d.root
+    return None
 
 
 def _declared_rule_errors(d: "DataConfig") -> list[str]:

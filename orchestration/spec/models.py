@@ -33,7 +33,13 @@ _UNSEARCHABLE = unsearchable_fields()
 
 
 class SpecError(ConfigError):
-    """A problem in a sweep YAML; one ``field=value: what is allowed`` line per problem."""
+    """A problem in a sweep YAML; one ``field=value: what is allowed`` line per problem. ``missing_roots`` (sorted) is
+    set only when every problem is a data folder that is not there: a plan without the data reads that fact here,
+    never from the wording of the lines."""
+
+    def __init__(self, message: str, missing_roots: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.missing_roots = tuple(sorted(missing_roots))
 
 
 class _Strict(BaseModel):

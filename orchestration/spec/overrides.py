@@ -27,8 +27,6 @@ from orchestration.spec.sweepfile import deep_merge, parse_spec, read_spec_file,
 __all__ = ["LoadedSweep", "parse_override", "apply_overrides", "load_sweep", "plan_sweep"]
 
 OPTION = C.SET_OPTION
-# mutexmatch.config's message for a data folder that is not there (the only problem a plan can ignore)
-_MISSING_ROOT = re.compile(r"data\.root='([^']*)': folder does not exist")
 
 
 @dataclass
@@ -83,11 +81,10 @@ def load_sweep(path: str | Path, project_dir: str | Path, overrides: Sequence[st
     try:
         return LoadedSweep(parse_spec(raw, project_dir), tuple(overrides), settings_digest=digest)
     except SpecError as e:
-        lines = str(e).splitlines()
-        missing = sorted({m.group(1) for line in lines if (m := _MISSING_ROOT.search(line))})
-        other = [line for line in lines if not _MISSING_ROOT.search(line)]
-        if need_data or other or not missing:
-            raise SpecError("\n".join(_blame(lines, overrides))) from None
+        # A typed fact, not the lines' wording (issue 29): set only when the data folders are the only problem.
+        missing = list(e.missing_roots)
+        if need_data or not missing:
+            raise SpecError("\n".join(_blame(str(e).splitlines(), overrides))) from None
     # The schema passed (parse_spec validates it before the trial configs), so only the data folders are missing.
     return LoadedSweep(SweepSpec.model_validate(raw), tuple(overrides), missing, digest)
 

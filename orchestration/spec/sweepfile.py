@@ -29,8 +29,8 @@ from typing import Any, Mapping
 
 from pydantic import BaseModel, ValidationError
 
-from mutexmatch.config import (SEED_MAX, SWEEP_ONLY_KEY, TRAIN_COMMAND, ConfigError, RunConfig, has_validation,
-                               parse_config, search_value)
+from mutexmatch.config import (SEED_MAX, SWEEP_ONLY_KEY, TRAIN_COMMAND, ConfigError, DataConfig, RunConfig,
+                               has_validation, parse_config, search_value)
 from mutexmatch.yamlfile import YamlFileError, read_yaml_mapping
 from mutexmatch.checks import validation_error_lines
 from mutexmatch.dotted import deep_merge, flatten_dotted, set_dotted  # noqa: F401  (deep_merge, set_dotted re-exported)
@@ -156,10 +156,36 @@ def _owned_errors(where: str, raw: Any) -> list[str]:
 _MISSING = object()
 
 
-def _config_errors(prefix: str, raw: dict[str, Any]) -> list[str]:
+@dataclass
+class _DataFolders:
+    """The data folders the failing trial configs name that are not there, and whether anything else is wrong: kept
+    as facts while the lines are written, so ``load_sweep(need_data=False)`` never parses the lines (issue 29)."""
+    missing: set[str]
+    other: bool = False
+
+    def note(self, raw: dict[str, Any]) -> None:
+        """Record why the trial config ``raw`` failed: its missing data folder, and whether it fails without it."""
+        from mutexmatch.data.section import missing_data_root  # lazy: the dataset registry's torch start-up cost
+
+        try:
+            root = missing_data_root(DataConfig.model_validate(raw.get("data")))
+        except ValidationError:  # a bad data section is a problem of its own
+            root = None
+        if root is None:
+            self.other = True
+            return
+        self.missing.add(root)
+        # data.download switches off exactly the missing-folder check (the rule above), so what still fails with it
+        # is another problem; an image folder, which download cannot fetch, keeps failing and so stays an error.
+        self.other |= bool(_config_errors("", deep_merge(raw, {"data": {"download": True}})))
+
+
+def _config_errors(prefix: str, raw: dict[str, Any], folders: _DataFolders | None = None) -> list[str]:
     try:
         parse_config(raw)
     except ConfigError as e:
+        if folders is not None:
+            folders.note(raw)
         return [f"{prefix}: {line}" for line in str(e).splitlines()]
     return []
 
@@ -211,21 +237,23 @@ def validate_spec(spec: SweepSpec, project_dir: Path) -> None:
     if errors:  # every later fold's config would repeat it as a bare "train.seed=... must be <=" line
         raise SpecError("\n".join(errors))
 
+    folders = _DataFolders(set())
     for cell in cells:
         by_problem: dict[str, list[int]] = {}
         for fold in spec.folds:
-            for line in _config_errors("", trial_config(spec, cell, fold, project_dir=project_dir)):
+            for line in _config_errors("", trial_config(spec, cell, fold, project_dir=project_dir), folders):
                 by_problem.setdefault(line, []).append(fold)
         for line, folds in by_problem.items():
             where = "all folds" if len(folds) == len(spec.folds) > 1 else f"fold {','.join(map(str, folds))}"
             errors.append(f"cell {cell.id} {where}{line}")
         if not by_problem:  # a smoke problem is only news when the grid config itself is fine
             errors += _config_errors(f"smoke cell {cell.id} fold {spec.folds[0]}",
-                                     trial_config(spec, cell, spec.folds[0], project_dir=project_dir, smoke=True))
+                                     trial_config(spec, cell, spec.folds[0], project_dir=project_dir, smoke=True),
+                                     folders)
     if spec.search is not None:
-        errors += _search_errors(spec, project_dir)
+        errors += _search_errors(spec, project_dir, folders)
     if errors:
-        raise SpecError("\n".join(dict.fromkeys(errors)))
+        raise SpecError("\n".join(dict.fromkeys(errors)), () if folders.other else tuple(folders.missing))
 
 
 def _overlap_errors(spec: SweepSpec) -> list[str]:
@@ -295,7 +323,7 @@ def _partial_cell_errors(field: str, partials: list[dict[str, str]], spec: Sweep
     return errors
 
 
-def _search_errors(spec: SweepSpec, project_dir: Path) -> list[str]:
+def _search_errors(spec: SweepSpec, project_dir: Path, folders: _DataFolders) -> list[str]:
     search = spec.search
     assert search is not None
     errors = []
@@ -303,14 +331,15 @@ def _search_errors(spec: SweepSpec, project_dir: Path) -> list[str]:
         if search.refit.enabled:
             for fold in search.refit.folds or spec.folds:
                 errors += _config_errors(f"refit cell {cell.id} fold {fold}",
-                                         trial_config(spec, cell, fold, project_dir=project_dir, refit=True))
+                                         trial_config(spec, cell, fold, project_dir=project_dir, refit=True), folders)
         for fold in search.folds or spec.folds[:1]:
             where = f"search cell {cell.id} fold {fold}"
             raw = trial_config(spec, cell, fold, project_dir=project_dir, search=True)
-            base_errors = _config_errors(where, raw)
+            base_errors = _config_errors(where, raw, folders)
             errors += base_errors
             if base_errors:
                 continue
+            before = len(errors)
             cfg = parse_config(raw)
             if not has_validation(cfg.data):
                 errors.append(f"{where}: data.val_per_class=0: search.metric={search.metric!r} needs a validation "
@@ -320,15 +349,17 @@ def _search_errors(spec: SweepSpec, project_dir: Path) -> list[str]:
             if search.scheduler.type == "asha" and search.scheduler.grace_period > evals:
                 errors.append(f"search.scheduler.grace_period={search.scheduler.grace_period}: must be <= the "
                               f"{evals} evaluations of a search trial (train.iterations / train.eval_interval)")
+            folders.other |= len(errors) > before  # the search's own problems, none of them a data folder
             for path, p in search.space.items():
                 for bound, value in _bound_values(p):
                     try:  # what the value stands for is the parameter's own type's to say
                         converted = search_value(raw, path, value)
                     except ValueError as e:
                         errors.append(f"search.space.{path}.{bound}={value!r}: {e}")
+                        folders.other = True
                         continue
                     errors += _config_errors(f"{where}: search.space.{path}.{bound}={value!r}",
-                                             set_dotted(raw, path, converted))
+                                             set_dotted(raw, path, converted), folders)
     return errors
 
 

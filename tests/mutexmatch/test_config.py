@@ -159,7 +159,7 @@ MALFORMED = [
      "download: true"),
     ({"data": {"split_rule": "random"}}, "data.split_rule='random'", "official"),
     ({"data": {"val_per_class": -2}}, "data.val_per_class=-2", ">= 0"),
-    ({"data": {"svhn_extra": True}}, "data.svhn_extra=True", "only valid for dataset svhn"),
+    ({"data": {"svhn_extra": True}}, "data.svhn_extra=True", "svhn, not digits"),
     ({"data": {"image_size": 4}}, "data.image_size=4", "[8, 512]"),
     ({"data": {"dataset": "stl10", "num_labels": 40, "download": True}}, "data.num_labels=40", "1000 or 5000"),
     ({"model": {"backbone": "vit_b16"}}, "model.backbone='vit_b16'", "registered"),

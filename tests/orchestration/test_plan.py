@@ -147,3 +147,36 @@ def test_planning_without_data_reports_the_missing_folder_and_keeps_hashes(tmp_p
     raw["base"]["algorithm"] = {"tau": 2}  # any other problem is still an error
     with pytest.raises(SpecError, match="algorithm.tau=2"):
         load_sweep(_write(tmp_path, raw), tmp_path, need_data=False)
+
+
+def test_planning_without_data_reads_a_typed_fact_not_the_message_wording(tmp_path, monkeypatch):
+    """Issue 29: the missing folders come from ``missing_data_root``, so rewording the error line changes nothing."""
+    import mutexmatch.data.section as section
+    from orchestration.spec.overrides import load_sweep
+
+    facts = section.data_section_facts
+
+    def reworded(d):
+        num_classes, image_size, errors = facts(d)
+        return num_classes, image_size, [e.replace("folder does not exist", "no such directory") for e in errors]
+
+    monkeypatch.setattr(section, "data_section_facts", reworded)
+    raw = copy.deepcopy(SPEC)
+    raw["base"]["data"].update(dataset="cifar10", num_labels=40)
+    loaded = load_sweep(_write(tmp_path, raw), tmp_path, need_data=False)
+    assert loaded.missing_roots == [str(tmp_path / "data")]
+
+
+def test_a_missing_folder_with_another_problem_carries_no_roots(tmp_path):
+    from orchestration.spec.models import SpecError
+
+    raw = copy.deepcopy(SPEC)
+    raw["base"]["data"].update(dataset="cifar10", num_labels=40)
+    with pytest.raises(SpecError) as only_folder:
+        parse_spec(raw, tmp_path)
+    assert only_folder.value.missing_roots == (str(tmp_path / "data"),)
+    raw["base"]["data"]["num_labels"] = 41  # a line of the same data check, beside the folder's
+    with pytest.raises(SpecError) as both:
+        parse_spec(raw, tmp_path)
+    assert "folder does not exist" in str(both.value) and "num_labels=41" in str(both.value)
+    assert both.value.missing_roots == ()
