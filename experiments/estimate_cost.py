@@ -33,9 +33,9 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from orchestration.cost import measure_cost
-from orchestration.plan import build_plan
-from orchestration.spec import deep_merge, load_spec
+from orchestration.launch.cost import measure_cost
+from orchestration.spec.plan import build_plan
+from orchestration.spec.sweepfile import deep_merge, load_spec
 
 
 def _setup(raw: dict[str, Any]) -> tuple[str, str, str]:

@@ -5,9 +5,9 @@ GPU measurements (``benchmarks/results/``), then with reuse counted (issue 24).
     python experiments/paper_cost.py --write    # rewrites them in README.md and experiments/README.md
 
 Each YAML's "alone" hours are exactly what ``python -m orchestration.sweep experiments/<yaml> --dry-run`` prints
-without a GPU (the same estimator, ``orchestration.dryrun``). The YAMLs are launched in :data:`PAPER_YAMLS`'s order
-into one store, so a grid trial whose config hash an earlier YAML already trains is reused, not trained again
-(``orchestration.launch.reusable``): its hours leave the total. The README and experiments/README.md hold the
+without a GPU (the same estimator, ``orchestration.launch.dryrun``). The YAMLs are launched in :data:`PAPER_YAMLS`'s
+order into one store, so a grid trial whose config hash an earlier YAML already trains is reused, not trained again
+(``orchestration.launch.launch.reusable``): its hours leave the total. The README and experiments/README.md hold the
 tables between ``<!-- paper-cost:... -->`` markers; ``tests/experiments/test_paper_cost.py`` fails when they are
 stale.
 """
@@ -24,9 +24,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from orchestration.dryrun import _Estimator, _rows, plan_hours  # noqa: E402
-from orchestration.overrides import load_sweep, plan_sweep  # noqa: E402
-from orchestration.status import format_hours  # noqa: E402
+from orchestration.launch.dryrun import _Estimator, _rows, plan_hours  # noqa: E402
+from orchestration.spec.overrides import load_sweep, plan_sweep  # noqa: E402
+from orchestration.launch.summary import format_hours  # noqa: E402
 
 # Launch order: the tables first, then the ablations (a trial an ablation shares with a table is reused there).
 PAPER_YAMLS = ("table1_cifar_svhn.yaml", "table_cnn13_wrn.yaml", "table2_stl_mini_tiny.yaml",

@@ -1,40 +1,8 @@
-"""One line per trial event on the driver's console, instead of Tune's full status tables (``--tune-verbose``
-brings those back). The callback holds no state, so it works unchanged when ``Tuner.restore`` unpickles it."""
+"""Face of :mod:`orchestration.launch.progress` at its path before issue 29, kept for pickles of older launches.
 
-from __future__ import annotations
+Tune pickles each phase's ``RunConfig`` into the phase's ``tuner.pkl``, with the sweep's console callback by module
+path: a launch started before the move names ``orchestration.progress.ProgressPrinter`` there, and ``--resume``
+unpickles it with this code. New code imports :mod:`orchestration.launch.progress`.
+"""
 
-from typing import Any
-
-from ray import tune
-
-from orchestration.contract import TEST_ACC, TEST_BEST_ACC, VAL_BEST_ACC
-
-__all__ = ["ProgressPrinter", "trial_label"]
-
-_SHOWN = (TEST_ACC, TEST_BEST_ACC, VAL_BEST_ACC)
-
-
-def trial_label(trial: Any) -> str:
-    """The grid key (``<cell id>/fold<k>``) or the sampled search parameters of a Tune trial."""
-    cfg = trial.config or {}
-    if "trial" in cfg:
-        return str(cfg["trial"])
-    return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(cfg.items()))
-
-
-class ProgressPrinter(tune.Callback):
-    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        print(f"[trial {trial.trial_id}] started: {trial_label(trial)}", flush=True)
-
-    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        r = trial.last_result or {}
-        shown = ", ".join(f"{k}={r[k]:.4f}" for k in _SHOWN if isinstance(r.get(k), float))
-        print(f"[trial {trial.trial_id}] done at step {r.get('step', '?')}: {trial_label(trial)}"
-              + (f" — {shown}" if shown else ""), flush=True)
-
-    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        print(f"[trial {trial.trial_id}] FAILED: {trial_label(trial)} (error file: {trial.error_file})", flush=True)
-
-    def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        print(f"[trial {trial.trial_id}] failed, restarting from its last checkpoint: {trial_label(trial)}",
-              flush=True)
+from orchestration.launch.progress import ProgressPrinter, trial_label  # noqa: F401

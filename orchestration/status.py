@@ -25,16 +25,16 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from mutexmatch.training import format_duration
-from orchestration.env import apply_closed_network_env
+from orchestration.runtime.env import apply_closed_network_env
 
 apply_closed_network_env()
 
 from orchestration import contract as C  # noqa: E402
-from orchestration import tracking  # noqa: E402
-from orchestration.plan import SweepPlan  # noqa: E402
-from orchestration.summary import refit_expected  # noqa: E402
+from orchestration.trial import tracking  # noqa: E402
+from orchestration.spec.plan import SweepPlan  # noqa: E402
+from orchestration.launch.summary import format_hours, refit_expected  # noqa: E402
 from orchestration.contract.filters import tag_equals  # noqa: E402
-from orchestration.store import Store  # noqa: E402
+from orchestration.store.store import Store  # noqa: E402
 
 __all__ = ["TrialState", "SweepStatus", "collect", "format_status", "status_metrics", "StatusReporter", "main",
            "format_duration", "format_hours"]
@@ -246,11 +246,6 @@ def _pct(v: float | None) -> str:
     return "—" if v is None else f"{C.percent(v):.2f}"
 
 
-def format_hours(h: float) -> str:
-    """Accelerator-hours with the digits that matter: ``2,464``, ``12.3``, ``0.00213`` (never a bare 0.0)."""
-    return f"{h:,.0f}" if h >= 100 else f"{h:.1f}" if h >= 1 else f"{h:.3g}"
-
-
 def _row(t: TrialState) -> tuple[str, ...]:
     step = "" if t.step is None else f"{t.step}/{t.total}"
     if t.state == "RUNNING" and not t.count:
@@ -348,8 +343,8 @@ def _show(store: Store | None, plan: SweepPlan, clear: bool) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from orchestration.overrides import load_sweep, plan_sweep
-    from orchestration.spec import SpecError
+    from orchestration.spec.overrides import load_sweep, plan_sweep
+    from orchestration.spec.models import SpecError
 
     args = _parser().parse_args(argv)
     for bad, message in ((args.watch is not None and args.watch <= 0, f"--watch={args.watch}: must be > 0 seconds"),

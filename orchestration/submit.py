@@ -54,7 +54,7 @@ def submit_command(argv: Sequence[str], commit: str) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from orchestration.tracking import git_commit  # imports MLflow: not needed for the usage error
+    from orchestration.trial.tracking import git_commit  # imports MLflow: not needed for the usage error
 
     argv = list(sys.argv[1:] if argv is None else argv)
     commit = os.environ.get(COMMIT_ENV) or git_commit(REPO)

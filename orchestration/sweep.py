@@ -37,35 +37,35 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from orchestration.jobs import check_job_paths, require_packages
+from orchestration.runtime.jobs import check_job_paths, require_packages
 
 if __name__ == "__main__":
     require_packages()  # before the imports below: one line, not a traceback (a Ray head's Python without them)
 
-from orchestration.env import apply_closed_network_env  # noqa: E402
+from orchestration.runtime.env import apply_closed_network_env  # noqa: E402
 
 apply_closed_network_env()
 
 from orchestration import contract as C  # noqa: E402
-from orchestration import tracking  # noqa: E402
-from orchestration.cluster import check_resources, init_ray  # noqa: E402
-from orchestration.dryrun import dry_run  # noqa: E402
-from orchestration import interrupts  # noqa: E402
-from orchestration import mlflow_ui  # noqa: E402
-from orchestration import orphans  # noqa: E402
-from orchestration.interrupts import handle_interrupts  # noqa: E402
-from orchestration.launchlock import LaunchRunning, launch_lock  # noqa: E402
-from orchestration.launch import (Launch, SweepError, SweepOptions, SweepOutcome, check_options,  # noqa: E402
-                                  command_line, link_reusable, load_launch_plan, record_expected_runs,
-                                  record_without_launch, resolve_storage, save_launch_plan, select)
-from orchestration.overrides import load_sweep, plan_sweep  # noqa: E402
-from orchestration.phases import run_phases  # noqa: E402
-from orchestration.plan import SweepPlan  # noqa: E402
-from orchestration.search import log_best  # noqa: E402
-from orchestration.spec import SpecError  # noqa: E402
+from orchestration.trial import tracking  # noqa: E402
+from orchestration.launch.cluster import check_resources, init_ray  # noqa: E402
+from orchestration.launch.dryrun import dry_run  # noqa: E402
+from orchestration.launch import interrupts  # noqa: E402
+from orchestration.store import mlflow_ui  # noqa: E402
+from orchestration.launch import orphans  # noqa: E402
+from orchestration.launch.interrupts import handle_interrupts  # noqa: E402
+from orchestration.launch.launchlock import LaunchRunning, launch_lock  # noqa: E402
+from orchestration.launch.launch import (Launch, SweepError, SweepOptions, SweepOutcome, check_options,  # noqa: E402
+                                         command_line, link_reusable, load_launch_plan, record_expected_runs,
+                                         record_without_launch, resolve_storage, save_launch_plan, select)
+from orchestration.spec.overrides import load_sweep, plan_sweep  # noqa: E402
+from orchestration.launch.phases import run_phases  # noqa: E402
+from orchestration.spec.plan import SweepPlan  # noqa: E402
+from orchestration.launch.search import log_best  # noqa: E402
+from orchestration.spec.models import SpecError  # noqa: E402
 from orchestration.status import StatusReporter  # noqa: E402
-from orchestration.store import Store  # noqa: E402
-from orchestration.summary import format_statuses, grid_summary, trial_statuses  # noqa: E402
+from orchestration.store.store import Store  # noqa: E402
+from orchestration.launch.summary import format_statuses, grid_summary, trial_statuses  # noqa: E402
 
 __all__ = ["SweepOptions", "SweepOutcome", "SweepError", "run_sweep", "main", "resolve_storage",
            "check_resources"]

@@ -28,7 +28,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Sequence
 
-from orchestration.env import apply_closed_network_env
+from orchestration.runtime.env import apply_closed_network_env
 
 apply_closed_network_env()
 
@@ -38,9 +38,9 @@ from mutexmatch.training import INTERRUPTED  # noqa: E402
 from mutexmatch.training import main as train_main  # noqa: E402
 
 from orchestration import contract as C  # noqa: E402
-from orchestration import mlflow_ui  # noqa: E402
-from orchestration import tracking  # noqa: E402
-from orchestration.store import Store, end_run  # noqa: E402
+from orchestration.store import mlflow_ui  # noqa: E402
+from orchestration.trial import tracking  # noqa: E402
+from orchestration.store.store import Store, end_run  # noqa: E402
 
 __all__ = ["DEFAULT_EXPERIMENT", "MlflowRunCallback", "main"]
 
@@ -48,7 +48,7 @@ DEFAULT_EXPERIMENT = "single-runs"
 
 
 class MlflowRunCallback(Callback):
-    """Trainer events → the run's :class:`orchestration.tracking.TrialRun` (the sweep trials' bookkeeping)."""
+    """Trainer events → the run's :class:`orchestration.trial.tracking.TrialRun` (the sweep trials' bookkeeping)."""
 
     def __init__(self, trial_run: tracking.TrialRun):
         self.trial_run = trial_run

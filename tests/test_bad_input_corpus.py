@@ -600,7 +600,8 @@ def test_a_deleted_experiment_is_said_the_same_way_by_report_status_and_sweep(is
     # status and report called it missing. One rule now (contract.deleted_experiment), said by each.
     from mlflow.tracking import MlflowClient
 
-    from orchestration import contract, tracking
+    from orchestration import contract
+    from orchestration.trial import tracking
 
     t = isolated
     _make_store(t)

@@ -80,7 +80,7 @@ def legacy_config_hash(cfg: RunConfig) -> str | None:
 def config_hashes(cfg: RunConfig) -> tuple[str, ...]:
     """Every config hash that identifies ``cfg``: the current rule's (:func:`config_hash`) first, then the legacy
     rule's (:func:`legacy_config_hash`, where it can express ``cfg``). THE rule for "was this stored run or
-    checkpoint made with this config?": the sweep's skip (``orchestration.plan.GridTrial.hashes``, used by launch,
+    checkpoint made with this config?": the sweep's skip (``orchestration.spec.plan.GridTrial.hashes``, used by launch,
     refit, status and summary), the expected runs the report reads, a search study's identity (its oldest hash,
     so a study keeps its name across hash rules) and the trainer's resume check all call it, so a store written
     before a hash-rule change re-runs nothing finished and resumes what was in flight."""

@@ -45,7 +45,7 @@ def data_section_facts(d: "DataConfig") -> tuple[int, int, list[str]]:
 def missing_data_root(d: "DataConfig") -> str | None:
     """``d.root`` when the run must read its dataset from there and it is not a folder (nor ``data.download`` set to
     fetch it); else None. One rule, read by this module's error line and, as a fact rather than that line's text, by
-    a sweep that plans without its data (``orchestration.overrides.load_sweep(need_data=False)``)."""
+    a sweep that plans without its data (``orchestration.spec.overrides.load_sweep(need_data=False)``)."""
     dataset = DATASETS.get(d.dataset)
     if (dataset is None or dataset.needs_files) and not d.download and not Path(d.root).is_dir():
         return d.root

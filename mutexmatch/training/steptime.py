@@ -5,7 +5,7 @@ A throwaway :class:`mutexmatch.training.Trainer` of the same config (its own tem
 in memory) runs ``warmup`` steps, then ``steps`` timed ones free-running (one device synchronisation at the end);
 one evaluation is timed on a slice of the test set and scaled to a whole evaluation. The run itself is built
 afterwards and seeded afresh, so measuring changes none of its numbers. The sweep's ``--dry-run``
-(``orchestration.cost``) measures with the same function.
+(``orchestration.launch.cost``) measures with the same function.
 
 The trainer, torch and the datasets are imported where a measurement needs them, so that :class:`StepCost` and
 :func:`format_duration` stay importable without them (``orchestration.status`` reads only those).

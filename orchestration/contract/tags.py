@@ -93,7 +93,7 @@ def parent_display_tags(description: str, overrides: Iterable[str]) -> dict[str,
 
 
 # Tags the sweep sets on its experiment (MLflow UI: model training, not GenAI; the shared runs view,
-# orchestration.mlflow_ui) and the input tag of a trial's dataset.
+# orchestration.store.mlflow_ui) and the input tag of a trial's dataset.
 EXPERIMENT_KIND, EXPERIMENT_KIND_ML = "mlflow.experimentKind", "custom_model_development"
 SHARED_VIEW_TAG = "mlflow.sharedViewState."  # + a key: the view's JSON, opened by ?viewStateShareKey=<key>
 DATASET_CONTEXT = "mlflow.data.context"  # MLflow's own input tag: what the dataset was used for

@@ -249,8 +249,8 @@ def _artifact_files(url: str, run_id: str, path: str = "") -> list[str]:
 
 def test_quickstart_smoke_via_ray_job_submit_logs_runs_metrics_and_proxied_artifacts(servers):
     from orchestration.contract import trial_run_name
-    from orchestration.plan import build_plan
-    from orchestration.spec import load_spec
+    from orchestration.spec.plan import build_plan
+    from orchestration.spec.sweepfile import load_spec
 
     url = servers["mlflow_url"]
     spec = load_spec(REPO / QUICKSTART, REPO)

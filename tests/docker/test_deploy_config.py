@@ -352,7 +352,7 @@ def test_dockerignore_keeps_local_state_secrets_and_git_out():
     for secret in ("docker/.env", ".env", "experiments/.env"):
         assert _docker_excludes(secret), secret
     # ...while the allow-listed sources stay (so the exclusions above are not the matcher dropping everything)
-    assert not _docker_excludes("orchestration/spec.py") and not _docker_excludes("experiments")
+    assert not _docker_excludes("orchestration/spec/sweepfile.py") and not _docker_excludes("experiments")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -593,7 +593,7 @@ def test_working_dir_upload_skips_local_state(tmp_path):
         shutil.copy(REPO / name, tmp_path / name)
     # .git too: its history only grows, and a job upload is capped at 512 MiB.
     kept_out = (*LOCAL_STATE, ".git")
-    lock = ".mlflow.db.quickstart.launch.lock"  # orchestration/launchlock.py, beside the default store
+    lock = ".mlflow.db.quickstart.launch.lock"  # orchestration/launch/launchlock.py, beside the default store
     planted = {"mutexmatch/train.py", "orchestration/sweep.py", "experiments/quickstart.yaml", "mlflow.db", lock,
                *(f"{d}/x.bin" for d in kept_out if d != "mlflow.db")}
     for rel in planted:

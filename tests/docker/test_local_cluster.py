@@ -145,7 +145,7 @@ def test_2_ports_on_loopback_only_and_the_job_api_needs_the_token(stack):
 
 
 def planned_trials(overrides: list[str], smoke: bool) -> int:
-    from orchestration.overrides import load_sweep, plan_sweep
+    from orchestration.spec.overrides import load_sweep, plan_sweep
 
     return plan_sweep(load_sweep(REPO / QUICKSTART, REPO, overrides, need_data=False), REPO, smoke=smoke).num_trials
 

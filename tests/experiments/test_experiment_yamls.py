@@ -12,10 +12,10 @@ import yaml
 
 from mutexmatch.algorithms import ALGORITHMS, declared_terms
 from mutexmatch.config import load_config, parse_config
-from orchestration.plan import build_plan
-from orchestration.spec import Cell, expand_cells, load_spec, trial_config
+from orchestration.spec.plan import build_plan
+from orchestration.spec.sweepfile import Cell, expand_cells, load_spec, trial_config
 from orchestration.contract.layout import (CurvesFigure, HeatmapFigure, SensitivityFigure, parse_published,
-                                          sensitivity_x, validate_report)
+                                           sensitivity_x, validate_report)
 from orchestration.contract.published import EMPTY
 
 REPO = Path(__file__).resolve().parents[2]

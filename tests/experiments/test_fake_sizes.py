@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from mutexmatch.data.builtin import DATASETS
-from orchestration.plan import build_plan
-from orchestration.spec import load_spec
+from orchestration.spec.plan import build_plan
+from orchestration.spec.sweepfile import load_spec
 
 SPECS = sorted((Path(__file__).resolve().parents[2] / "experiments").glob("*.yaml"))
 

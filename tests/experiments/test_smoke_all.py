@@ -23,7 +23,7 @@ import pytest
 from mlflow import MlflowClient
 
 from mutexmatch.data.fake import write_fake_root
-from orchestration.spec import expand_cells, load_spec
+from orchestration.spec.sweepfile import expand_cells, load_spec
 
 REPO = Path(__file__).resolve().parents[2]
 SPECS = sorted((REPO / "experiments").glob("*.yaml"))

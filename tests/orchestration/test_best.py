@@ -1,7 +1,8 @@
 """The best search trial, computed in one place (issue 22 item 7): the rule (``contract.best_trial``) and its reading
-of the MLflow search runs (``orchestration.best``), which the refit, the sweep's ``best.*`` and a relaunch's check of
-the finished refits all use; and the typed values a search run carries (``mutexmatch.sampled``), converted to config
-values by the chosen algorithm's parameter model (a float ``k`` is a fraction of C) exactly as the trial trained."""
+of the MLflow search runs (``orchestration.launch.best``), which the refit, the sweep's ``best.*`` and a relaunch's
+check of the finished refits all use; and the typed values a search run carries (``mutexmatch.sampled``), converted to
+config values by the chosen algorithm's parameter model (a float ``k`` is a fraction of C) exactly as the trial
+trained."""
 
 from __future__ import annotations
 
@@ -13,13 +14,13 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from orchestration import contract as C
-from orchestration.best import best_by_cell, best_of_study
-from orchestration.launch import select
-from orchestration.plan import build_plan
-from orchestration.refit import refit_trials
-from orchestration.search import log_best
-from orchestration.spec import parse_spec, with_sampled
-from orchestration.store import Store
+from orchestration.launch.best import best_by_cell, best_of_study
+from orchestration.launch.launch import select
+from orchestration.spec.plan import build_plan
+from orchestration.launch.refit import refit_trials
+from orchestration.launch.search import log_best
+from orchestration.spec.sweepfile import parse_spec, with_sampled
+from orchestration.store.store import Store
 
 O = C.SearchOutcome
 

@@ -345,11 +345,11 @@ def test_a_restarted_trial_continues_its_run_outside_the_synced_trial_folder(tmp
     checkpoint; the restarted attempt resumes from step 4, logs every evaluation once, ends with the weights of an
     uninterrupted run, and nothing is ever written into the trial folder Ray syncs; a third call finds the run
     FINISHED and does not train."""
-    from orchestration import tracking
+    from orchestration.trial import tracking
     from orchestration.contract import LAST_STEP
-    from orchestration.plan import GridTrial
-    from orchestration.spec import Cell
-    from orchestration.trainable import TrialContext, run_trial
+    from orchestration.spec.plan import GridTrial
+    from orchestration.spec.sweepfile import Cell
+    from orchestration.trial.trainable import TrialContext, run_trial
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
@@ -408,7 +408,7 @@ def test_scratch_folders_of_dead_attempts_are_deleted_but_not_a_running_ones(tmp
     import time
 
     from mutexmatch.training import RunFolder
-    from orchestration import trainable
+    from orchestration.trial import trainable
 
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr(tempfile, "tempdir", None)  # read $TMPDIR again
@@ -431,7 +431,7 @@ def test_scratch_folders_of_dead_attempts_are_deleted_but_not_a_running_ones(tmp
 # ------------------------------------------------------------------------------------------------ two launches at once
 HOLDER = """
 import sys, time
-from orchestration.launchlock import launch_lock
+from orchestration.launch.launchlock import launch_lock
 with launch_lock(sys.argv[1], sys.argv[2], "python -m orchestration.sweep first.yaml") as name_launch:
     name_launch("20261126-190000-abcd")
     print("held", flush=True)
@@ -484,7 +484,7 @@ def test_a_second_launch_while_a_live_driver_holds_a_running_parent_is_refused(t
     import socket
 
     from orchestration import contract as C
-    from orchestration import tracking
+    from orchestration.trial import tracking
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
@@ -503,7 +503,7 @@ def test_a_second_ctrl_c_after_the_parent_opened_kills_the_runs_and_prints_the_r
     # Issue 26: a second Ctrl+C (here: during the final statuses) printed "interrupted before the sweep started",
     # no resume command, and left the parent RUNNING.
     from orchestration import sweep
-    from orchestration.store import Store
+    from orchestration.store.store import Store
 
     def first_ctrl_c(ctx, grid_keys, phases):
         trial = ctx.store.client.create_run(ctx.store.experiment_id, tags={"mlflow.parentRunId": ctx.parent.run_id,
@@ -553,8 +553,10 @@ def test_the_next_launch_ends_the_ray_processes_a_killed_driver_left(tmp_path, d
     import time
 
     from orchestration import contract as C
-    from orchestration import orphans, sweep, tracking
-    from orchestration.launch import SweepError
+    from orchestration import sweep
+    from orchestration.launch import orphans
+    from orchestration.trial import tracking
+    from orchestration.launch.launch import SweepError
 
     driver = subprocess.Popen([sys.executable, "-c", FAKE_DRIVER], stdout=subprocess.PIPE, text=True)
     child = int(driver.stdout.readline())

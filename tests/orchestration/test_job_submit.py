@@ -18,9 +18,9 @@ import re
 import pytest
 from mlflow import MlflowClient
 
-from orchestration.jobs import JOB_CONFIG_ENV, check_job_paths, require_packages
+from orchestration.runtime.jobs import JOB_CONFIG_ENV, check_job_paths, require_packages
 from orchestration.submit import COMMIT_ENV, submit_command
-from orchestration.tracking import git_commit
+from orchestration.trial.tracking import git_commit
 
 REPO = Path(__file__).resolve().parents[2]
 RAY = str(Path(sys.executable).with_name("ray"))

@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from orchestration.launch import Launch, SweepOptions
-from orchestration.tracking import ParentInfo
+from orchestration.launch.launch import Launch, SweepOptions
+from orchestration.trial.tracking import ParentInfo
 
 
 def test_a_launch_knows_where_its_phases_and_studies_live(tmp_path):

@@ -1,8 +1,9 @@
-"""What the MLflow UI shows of a sweep (orchestration.mlflow_ui): the printed link and the experiment's runs view."""
+"""What the MLflow UI shows of a sweep (orchestration.store.mlflow_ui): the printed link and the experiment's runs
+view."""
 
 from __future__ import annotations
 
-from orchestration import mlflow_ui
+from orchestration.store import mlflow_ui
 
 
 def test_the_printed_link_opens_the_runs_view():

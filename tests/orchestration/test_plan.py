@@ -7,8 +7,8 @@ import copy
 import pytest
 import yaml
 
-from orchestration.plan import build_plan
-from orchestration.spec import parse_spec
+from orchestration.spec.plan import build_plan
+from orchestration.spec.sweepfile import parse_spec
 
 SPEC = yaml.safe_load("""
 name: plan
@@ -90,7 +90,7 @@ def _write(tmp_path, raw, name="sweep.yaml"):
 
 
 def test_set_gives_exactly_the_trials_of_the_same_yaml_edit(tmp_path):
-    from orchestration.overrides import load_sweep, plan_sweep
+    from orchestration.spec.overrides import load_sweep, plan_sweep
 
     (tmp_path / "mnt").mkdir()
     original = _write(tmp_path, SPEC)
@@ -120,8 +120,8 @@ def test_set_gives_exactly_the_trials_of_the_same_yaml_edit(tmp_path):
     ("base.train.iterations=[1", "--set 'base.train.iterations=[1': the value is not valid YAML"),
 ])
 def test_set_errors_name_the_override(tmp_path, item, message):
-    from orchestration.overrides import load_sweep
-    from orchestration.spec import SpecError
+    from orchestration.spec.overrides import load_sweep
+    from orchestration.spec.models import SpecError
 
     with pytest.raises(SpecError) as err:
         load_sweep(_write(tmp_path, SPEC), tmp_path, [item])
@@ -129,8 +129,8 @@ def test_set_errors_name_the_override(tmp_path, item, message):
 
 
 def test_planning_without_data_reports_the_missing_folder_and_keeps_hashes(tmp_path):
-    from orchestration.overrides import load_sweep, plan_sweep
-    from orchestration.spec import SpecError
+    from orchestration.spec.overrides import load_sweep, plan_sweep
+    from orchestration.spec.models import SpecError
 
     raw = copy.deepcopy(SPEC)
     raw["base"]["data"].update(dataset="cifar10", num_labels=40)
@@ -152,7 +152,7 @@ def test_planning_without_data_reports_the_missing_folder_and_keeps_hashes(tmp_p
 def test_planning_without_data_reads_a_typed_fact_not_the_message_wording(tmp_path, monkeypatch):
     """Issue 29: the missing folders come from ``missing_data_root``, so rewording the error line changes nothing."""
     import mutexmatch.data.section as section
-    from orchestration.overrides import load_sweep
+    from orchestration.spec.overrides import load_sweep
 
     facts = section.data_section_facts
 
@@ -168,7 +168,7 @@ def test_planning_without_data_reads_a_typed_fact_not_the_message_wording(tmp_pa
 
 
 def test_a_missing_folder_with_another_problem_carries_no_roots(tmp_path):
-    from orchestration.spec import SpecError
+    from orchestration.spec.models import SpecError
 
     raw = copy.deepcopy(SPEC)
     raw["base"]["data"].update(dataset="cifar10", num_labels=40)

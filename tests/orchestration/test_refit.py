@@ -15,10 +15,10 @@ import yaml
 from mlflow import MlflowClient
 
 from orchestration import contract as C
-from orchestration.plan import build_plan
-from orchestration.best import legacy_config_value as config_value
-from orchestration.search import search_config
-from orchestration.spec import parse_spec, trial_config
+from orchestration.spec.plan import build_plan
+from orchestration.launch.best import legacy_config_value as config_value
+from orchestration.launch.search import search_config
+from orchestration.spec.sweepfile import parse_spec, trial_config
 
 SPEC = """
 name: {name}

@@ -14,13 +14,13 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric
 
 from orchestration import contract as C
-from orchestration import tracking
-from orchestration.launch import (SweepOptions, command_line, link_reusable, record_expected_runs, reusable,
-                                  select)
-from orchestration.overrides import load_sweep, plan_sweep
+from orchestration.trial import tracking
+from orchestration.launch.launch import (SweepOptions, command_line, link_reusable, record_expected_runs, reusable,
+                                         select)
+from orchestration.spec.overrides import load_sweep, plan_sweep
 from orchestration.status import collect, format_status
-from orchestration.store import Store
-from orchestration.summary import grid_summary
+from orchestration.store.store import Store
+from orchestration.launch.summary import grid_summary
 from reports.build import build_report
 
 YAML = """
@@ -143,7 +143,7 @@ def test_no_reuse_and_dry_run(store, capsys):
     tmp, uri, client, _, (_, plan_b, yaml_b), _, _ = store
     assert "--no-reuse" in command_line(SweepOptions(spec_path=yaml_b, no_reuse=True), uri, str(tmp / "ray"),
                                         resume=False)
-    from orchestration.dryrun import dry_run
+    from orchestration.launch.dryrun import dry_run
 
     # a third experiment of B's YAML: all four trials are in the store already (two in A, two in B)
     out = dry_run(plan_b, SweepOptions(spec_path=yaml_b), uri, str(tmp / "ray"), "sweep_b_again")

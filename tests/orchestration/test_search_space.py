@@ -10,8 +10,9 @@ from pydantic import Field
 
 from mutexmatch.algorithms import ALGORITHMS, FixMatch, register_algorithm
 from mutexmatch.params import FixMatchParams, SearchValue
-from orchestration.plan import build_plan
-from orchestration.spec import SpecError, parse_spec, with_sampled
+from orchestration.spec.plan import build_plan
+from orchestration.spec.models import SpecError
+from orchestration.spec.sweepfile import parse_spec, with_sampled
 
 
 class _SharpenParams(FixMatchParams):

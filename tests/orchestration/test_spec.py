@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestration.spec import (SpecError, expand_cells, load_spec, parse_spec, search_cells, spec_hash,
-                                trial_config)
+from orchestration.spec.models import SpecError
+from orchestration.spec.sweepfile import expand_cells, load_spec, parse_spec, search_cells, spec_hash, trial_config
 
 REPO = Path(__file__).resolve().parents[2]
 

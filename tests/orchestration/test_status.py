@@ -13,9 +13,10 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric
 
 from orchestration import contract as C
-from orchestration import status, tracking
-from orchestration.overrides import load_sweep, plan_sweep
-from orchestration.store import Store
+from orchestration import status
+from orchestration.trial import tracking
+from orchestration.spec.overrides import load_sweep, plan_sweep
+from orchestration.store.store import Store
 
 SPEC = """
 name: status_test

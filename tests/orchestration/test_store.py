@@ -11,9 +11,9 @@ import pytest
 from mlflow import MlflowClient
 
 from orchestration import contract as C
-from orchestration import tracking
+from orchestration.trial import tracking
 from orchestration.contract import filters as F
-from orchestration.store import Store, as_store
+from orchestration.store.store import Store, as_store
 
 
 @pytest.fixture(scope="module")

@@ -281,7 +281,7 @@ def test_parent_run_shows_description_status_and_progress_metrics(tiny, tmp_path
 
 
 def test_set_overrides_enter_the_resume_command(tmp_path):
-    from orchestration.launch import SweepOptions, command_line
+    from orchestration.launch.launch import SweepOptions, command_line
 
     opts = SweepOptions(spec_path=Path("x.yaml"), overrides=("base.data.root=/mnt/data sets", "resources.gpu=1"))
     cmd = command_line(opts, "sqlite:////a/mlflow.db", "/a/rr", resume=True)

@@ -12,10 +12,11 @@ from mlflow import MlflowClient
 from mutexmatch.training import EvalEvent, StartEvent
 from mutexmatch.training import RunFolder
 from orchestration import contract as C
-from orchestration import mlflow_ui, tracking
-from orchestration.store import Store
+from orchestration.store import mlflow_ui
+from orchestration.trial import tracking
+from orchestration.store.store import Store
 from orchestration.sweep import check_resources, resolve_storage
-from orchestration.spec import Resources
+from orchestration.spec.models import Resources
 
 
 def test_tracking_uri_is_absolute_for_sqlite_and_refuses_the_file_store(tmp_path):

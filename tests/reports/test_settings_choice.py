@@ -3,7 +3,7 @@ full sweep, must not replace fold 0 in the rebuilt table; the report, the sweep'
 runs whose config hash the YAML (with the same ``--set``) gives, and name the others in one line.
 
 The store is what the sweep leaves: the real plans of experiments/quickstart.yaml (their config hashes come from
-``orchestration.overrides.plan_sweep``) recorded on each launch's parent run by the sweep's own
+``orchestration.spec.overrides.plan_sweep``) recorded on each launch's parent run by the sweep's own
 ``record_expected_runs``, and one FINISHED run per planned trial; no Ray, no training."""
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric, Param
 
 from orchestration import contract as C
-from orchestration.launch import record_expected_runs, record_without_launch
-from orchestration.overrides import load_sweep, plan_sweep
+from orchestration.launch.launch import record_expected_runs, record_without_launch
+from orchestration.spec.overrides import load_sweep, plan_sweep
 from orchestration.status import collect, format_status
-from orchestration.store import Store
-from orchestration.summary import grid_summary
+from orchestration.store.store import Store
+from orchestration.launch.summary import grid_summary
 from reports.build import build_report, main
 
 REPO = Path(__file__).resolve().parents[2]

@@ -80,7 +80,8 @@ CHECK = f"""
 import json
 from mutexmatch.algorithms import ALGORITHMS
 from mutexmatch.config import parse_config
-from orchestration.spec import SpecError, load_spec
+from orchestration.spec.models import SpecError
+from orchestration.spec.sweepfile import load_spec
 cls = ALGORITHMS["{NAME}"]
 cfg = parse_config({{"algorithm": {{"name": "{NAME}", "margin": 0.2}}}})
 try:

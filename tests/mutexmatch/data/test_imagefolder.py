@@ -270,7 +270,7 @@ def test_train_cli_on_a_generated_folder_and_a_corrupt_file(tmp_path) -> None:
 
 def test_the_documented_five_fold_sweep_over_an_image_folder_is_valid(tmp_path) -> None:
     """The YAML of docs/datasets.md's "A five-fold sweep over your folder" is a valid sweep and report layout."""
-    from orchestration.spec import expand_cells, load_spec, validate_spec
+    from orchestration.spec.sweepfile import expand_cells, load_spec, validate_spec
     from orchestration.contract.layout import validate_report
 
     doc = (REPO / "docs" / "datasets.md").read_text()

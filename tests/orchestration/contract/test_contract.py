@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from orchestration import contract as C
-from orchestration import tracking
+from orchestration.trial import tracking
 from reports.runs import resolve_tracking_uri as report_uri
 
 REPO = Path(__file__).resolve().parents[3]

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
 from orchestration import contract as C
-from orchestration import tracking
-from orchestration.tracking import ParentInfo
-from orchestration.plan import REFIT_PHASE, GridTrial, SweepPlan, expected_runs
-from orchestration.refit import best_by_cell, pending_refits, refit_trials
-from orchestration.spec import NAME_RULE, is_name
-from orchestration.store import Store, as_store
+from orchestration.trial import tracking
+from orchestration.trial.tracking import ParentInfo
+from orchestration.spec.plan import REFIT_PHASE, GridTrial, SweepPlan, expected_runs
+from orchestration.launch.refit import best_by_cell, pending_refits, refit_trials
+from orchestration.spec.models import NAME_RULE, is_name
+from orchestration.store.store import Store, as_store
 from orchestration.contract.filters import NEWEST_FIRST
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ class SweepOptions:
     reuse_actors: bool = True
     verbose: int = 0
     handle_signals: bool = False      # the CLI: Ctrl+C and SIGTERM end the launch gracefully (see _on_interrupt)
-    overrides: tuple[str, ...] = ()   # --set key=value on the sweep YAML (orchestration.overrides)
+    overrides: tuple[str, ...] = ()   # --set key=value on the sweep YAML (orchestration.spec.overrides)
     per_trial: bool = False           # --dry-run: one row per trial instead of one per cell
     gpus: int | None = None           # --dry-run: wall-clock days on this many GPUs
     no_reuse: bool = False            # --no-reuse: train a config even if another sweep of the store finished it
@@ -63,7 +63,7 @@ class Launch:
     MLflow store and experiment, Tune's storage, the Optuna studies) and, once it has them, the open store, its
     parent run, the code's commit and what each trial requests of Ray. The sweep builds it; the selection, the
     phases and the end of the launch take it whole (nothing of it is pickled: a trial gets a
-    :class:`orchestration.trainable.TrialContext`)."""
+    :class:`orchestration.trial.trainable.TrialContext`)."""
 
     opts: SweepOptions
     plan: SweepPlan
@@ -172,7 +172,7 @@ def select(plan: SweepPlan, store: Store | MlflowClient, experiment_id: str | No
            force: bool = False) -> tuple[list[str], list[str], list[str]]:
     """Grid keys and phases to run (search phases, then ``refit``), and what is skipped as already FINISHED with
     the same config. Refit trials are known only once every search is done; until then the refit phase is kept.
-    (``experiment_id``: only with a client for ``store``, see :func:`orchestration.store.as_store`.)"""
+    (``experiment_id``: only with a client for ``store``, see :func:`orchestration.store.store.as_store`.)"""
     store = as_store(store, experiment_id)
     refit = [REFIT_PHASE] if plan.refits else []
     if force or plan.smoke:  # smoke runs check the machinery: they always run
@@ -235,8 +235,8 @@ def save_launch_plan(client: MlflowClient, run_id: str, data: dict[str, Any]) ->
 
 
 def record_expected_runs(client: MlflowClient, run_id: str, plan: SweepPlan, refits: Iterable[GridTrial] = ()) -> None:
-    """File on parent run ``run_id`` the runs ``plan`` counts (:func:`orchestration.plan.expected_runs`, refit trials
-    ``refits`` included) under the plan's settings digest, where ``reports.build`` finds them: the report cannot
+    """File on parent run ``run_id`` the runs ``plan`` counts (:func:`orchestration.spec.plan.expected_runs`, refit
+    trials ``refits`` included) under the plan's settings digest, where ``reports.build`` finds them: the report cannot
     compute config hashes (it never imports the trainer), so the sweep that can writes them down. A smoke launch
     records nothing (the report reads grid runs)."""
     if plan.smoke or not plan.settings_digest:

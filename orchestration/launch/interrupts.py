@@ -1,7 +1,7 @@
 """Ctrl+C and SIGTERM during a sweep: the first one stops Tune gracefully and marks the launch interrupted.
 
 The flags are process-wide because the signal handler cannot reach the phase that is running; the phase runner
-(:mod:`orchestration.phases`) reads :data:`INTERRUPTED` to tell an interrupted phase from a finished one.
+(:mod:`orchestration.launch.phases`) reads :data:`INTERRUPTED` to tell an interrupted phase from a finished one.
 """
 
 from __future__ import annotations

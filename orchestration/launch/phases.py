@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from orchestration import contract as C
-from orchestration import interrupts
-from orchestration.launch import Launch, record_expected_runs
-from orchestration.plan import REFIT_PHASE, SearchStudy, SweepPlan
-from orchestration.refit import best_by_cell, pending_refits, refit_trials
-from orchestration.search import fail_stale_trials, search_config
+from orchestration.launch import interrupts
+from orchestration.launch.launch import Launch, record_expected_runs
+from orchestration.spec.plan import REFIT_PHASE, SearchStudy, SweepPlan
+from orchestration.launch.refit import best_by_cell, pending_refits, refit_trials
+from orchestration.launch.search import fail_stale_trials, search_config
 from orchestration.contract.filters import status_is, tag_equals
-from orchestration.store import Store
+from orchestration.store.store import Store
 
 __all__ = ["Phase", "PhaseResult", "PhasesOutcome", "run_phase", "reconcile_phase", "run_phases"]
 
@@ -44,7 +44,7 @@ def run_phase(launch: Launch, phase: Phase, trainable: Any) -> PhaseResult:
     status."""
     from ray import tune
 
-    from orchestration.progress import ProgressPrinter
+    from orchestration.launch.progress import ProgressPrinter
 
     opts, store, parent_run_id, name = launch.opts, launch.store, launch.parent.run_id, phase.name
     exp_root = launch.exp_root
@@ -139,7 +139,7 @@ def _run(launch: Launch, phase: Phase, **trials: Any) -> PhaseResult:
     """One Tune phase whose trials are ``trials`` (``grid=`` keyed trials or ``study=``)."""
     from ray import tune
 
-    from orchestration.trainable import TrialContext, run_trial
+    from orchestration.trial.trainable import TrialContext, run_trial
 
     ctx = TrialContext(tracking_uri=launch.uri, experiment_id=launch.store.experiment_id,
                        parent_run_id=launch.parent.run_id, launch_id=launch.parent.launch_id,

@@ -17,8 +17,8 @@ from typing import Any
 from mutexmatch.config import parse_config
 from mutexmatch.training import StepCost, measure_cost
 
-from orchestration.plan import SweepPlan
-from orchestration.spec import deep_merge
+from orchestration.spec.plan import SweepPlan
+from orchestration.spec.sweepfile import deep_merge
 
 __all__ = ["StepCost", "measure_cost", "estimate_plan"]
 

@@ -5,9 +5,9 @@ The rule itself (which trial is best, ties, failed and ASHA-stopped trials) is :
 
 Values are typed: a search run carries the values Tune's searcher sampled (tag ``mutexmatch.sampled``, JSON), and
 the config values they stand for are the chosen algorithm's parameter model's to say
-(:func:`orchestration.spec.sampled_config_values`), exactly as the trial trained them. A run logged before that tag
-has only its MLflow params (``str`` of each config value); they are read back by :func:`legacy_config_value`, the
-reading its refit was made with, so a stored refit keeps its config hash.
+(:func:`orchestration.spec.sweepfile.sampled_config_values`), exactly as the trial trained them. A run logged before
+that tag has only its MLflow params (``str`` of each config value); they are read back by :func:`legacy_config_value`,
+the reading its refit was made with, so a stored refit keeps its config hash.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from orchestration import contract as C
-from orchestration.plan import SearchStudy, SweepPlan
-from orchestration.spec import sampled_config_values
-from orchestration.store import Store, as_store
+from orchestration.spec.plan import SearchStudy, SweepPlan
+from orchestration.spec.sweepfile import sampled_config_values
+from orchestration.store.store import Store, as_store
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -82,7 +82,7 @@ def best_by_cell(plan: SweepPlan, store: Store | MlflowClient, experiment_id: st
                  ) -> dict[str, BestTrial]:
     """Searched cell id → its best FINISHED search trial over every study of the cell (search-fold order breaks
     ties, :func:`orchestration.contract.best_trial`); cells without one are missing. (``experiment_id``: only with
-    a client for ``store``, see :func:`orchestration.store.as_store`.)"""
+    a client for ``store``, see :func:`orchestration.store.store.as_store`.)"""
     store = as_store(store, experiment_id)
     by_cell: dict[str, list[tuple[SearchStudy, list[C.SearchOutcome]]]] = {}
     for study in plan.searches:

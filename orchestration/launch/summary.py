@@ -9,10 +9,11 @@ from typing import Any
 
 from orchestration import contract as C
 from orchestration.contract.filters import NEWEST_FIRST
-from orchestration.plan import SweepPlan
-from orchestration.store import Store
+from orchestration.spec.plan import SweepPlan
+from orchestration.store.store import Store
 
-__all__ = ["TrialStatus", "refit_expected", "grid_runs", "refit_runs", "grid_summary", "trial_statuses", "format_statuses"]
+__all__ = ["TrialStatus", "format_hours", "refit_expected", "grid_runs", "refit_runs", "grid_summary", "trial_statuses",
+           "format_statuses"]
 
 SUMMARY_METRICS = ((C.TEST_ACC, "final"), (C.TEST_BEST_ACC, "best"))
 
@@ -21,15 +22,15 @@ def refit_expected(store: Store, plan: SweepPlan) -> dict[str, Any]:
     """Refit key → the refit trial the searches' best parameters give now (none before a search has finished)."""
     if not plan.refits:
         return {}
-    from orchestration.refit import best_by_cell, refit_trials  # refit imports this module's package peers
+    from orchestration.launch.refit import best_by_cell, refit_trials  # refit imports this module's package peers
 
     return refit_trials(plan, best_by_cell(plan, store))[0]
 
 
 def _newest_matching(store: Store, kind: str, trials: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """Trial key → the newest FINISHED run of ``kind`` whose config hash is one of that trial's
-    (:attr:`orchestration.plan.GridTrial.hashes`), and the labels of FINISHED runs of other settings (their cell and
-    fold not in ``trials`` or another config hash): those enter no table."""
+    (:attr:`orchestration.spec.plan.GridTrial.hashes`), and the labels of FINISHED runs of other settings (their cell
+    and fold not in ``trials`` or another config hash): those enter no table."""
     found: dict[str, Any] = {}
     other: list[str] = []
     for run in store.finished_trials(kind, order_by=NEWEST_FIRST):
@@ -55,6 +56,11 @@ def refit_runs(store: Store, plan: SweepPlan) -> tuple[dict[str, Any], list[str]
     if not plan.refits or plan.smoke:
         return {}, []
     return _newest_matching(store, C.KIND_REFIT, refit_expected(store, plan))
+
+
+def format_hours(h: float) -> str:
+    """Accelerator-hours with the digits that matter: ``2,464``, ``12.3``, ``0.00213`` (never a bare 0.0)."""
+    return f"{h:,.0f}" if h >= 100 else f"{h:.1f}" if h >= 1 else f"{h:.3g}"
 
 
 def _mean_std(values: list[float]) -> str:

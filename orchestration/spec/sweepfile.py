@@ -32,27 +32,15 @@ from pydantic import BaseModel, ValidationError
 from mutexmatch.config import (SEED_MAX, SWEEP_ONLY_KEY, TRAIN_COMMAND, ConfigError, DataConfig, RunConfig,
                                has_validation, parse_config, search_value)
 from mutexmatch.yamlfile import YamlFileError, read_yaml_mapping
-from mutexmatch.checks import at_least, validation_error_lines  # noqa: F401  (re-exported)
+from mutexmatch.checks import validation_error_lines
 from mutexmatch.dotted import deep_merge, flatten_dotted, set_dotted  # noqa: F401  (deep_merge, set_dotted re-exported)
 
-from orchestration.contract import VALIDATION_METRICS, cell_id
-# The schema's models, importable here as before (a launch's pickled Tune state names orchestration.spec.*)
-from orchestration.spec_models import (_OWNED, _UNSEARCHABLE, NAME_RULE, SMOKE_DEFAULT, CategoricalParam,  # noqa: F401
-                                       FloatParam, IntParam, RefitSpec, Resources, SchedulerSpec, SearchSpec,
-                                       SpecError, SweepSpec, _searchable_paths, check_rdb_url, is_name)
+from orchestration.contract import cell_id
+from orchestration.spec.models import (_OWNED, _UNSEARCHABLE, SMOKE_DEFAULT, CategoricalParam, FloatParam, IntParam,
+                                       SearchSpec, SpecError, SweepSpec, _searchable_paths)
 
 __all__ = [
-    "SpecError",
-    "Resources",
-    "FloatParam",
-    "IntParam",
-    "CategoricalParam",
-    "SchedulerSpec",
-    "SearchSpec",
-    "SweepSpec",
     "Cell",
-    "SMOKE_DEFAULT",
-    "VALIDATION_METRICS",
     "load_spec",
     "read_spec_file",
     "parse_spec",

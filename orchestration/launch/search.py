@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from orchestration import contract as C
-from orchestration.best import best_of_study
-from orchestration.plan import SearchStudy, SweepPlan
-from orchestration.spec import CategoricalParam, FloatParam, IntParam
-from orchestration.store import Store
+from orchestration.launch.best import best_of_study
+from orchestration.spec.plan import SearchStudy, SweepPlan
+from orchestration.spec.models import CategoricalParam, FloatParam, IntParam
+from orchestration.store.store import Store
 
 __all__ = ["optuna_space", "search_config", "fail_stale_trials", "log_best"]
 

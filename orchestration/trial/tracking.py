@@ -36,9 +36,9 @@ from mutexmatch.dotted import flatten_dotted
 from mutexmatch.training import checkpoint_pair
 
 from orchestration import contract as C
-from orchestration import mlflow_ui
-from orchestration.env import apply_closed_network_env
-from orchestration.store import Store, end_run
+from orchestration.store import mlflow_ui
+from orchestration.runtime.env import apply_closed_network_env
+from orchestration.store.store import Store, end_run
 
 apply_closed_network_env()
 
@@ -74,7 +74,7 @@ def artifact_location(tracking_uri: str) -> str | None:
 
 def ensure_experiment(client: MlflowClient, name: str, tracking_uri: str, tags: Mapping[str, str] = {}) -> str:
     """The id of experiment ``name``, created (or restored from the trash) if needed, with ``tags`` set (the UI's
-    :func:`orchestration.mlflow_ui.experiment_tags`, refreshed at every launch). Called in the driver before any
+    :func:`orchestration.store.mlflow_ui.experiment_tags`, refreshed at every launch). Called in the driver before any
     trial starts, so trials never race on creating the SQLite schema or the experiment."""
     exp = client.get_experiment_by_name(name)
     if exp is None:
@@ -166,12 +166,13 @@ def log_params_and_tags(client: MlflowClient, run_id: str, params: Mapping[str, 
 
 
 class TrialRun:
-    """One Tune trial's MLflow run, across the trial's attempts: the bookkeeping of :func:`orchestration.trainable
+    """One Tune trial's MLflow run, across the trial's attempts: the bookkeeping of :func:`orchestration.trial.trainable
     .run_trial` (find or create the run, one attempt's params and tags, the trainer's events, how the attempt ended).
 
-    A restarted trial finds its run by the trial id (:meth:`orchestration.store.Store.trial_run`) and continues it; evaluations an earlier
-    attempt logged (up to the :data:`~orchestration.contract.LAST_STEP` tag, written in the request that logs their
-    metrics) are not logged twice. A run already FINISHED is :attr:`finished`: the trial must not train again."""
+    A restarted trial finds its run by the trial id (:meth:`orchestration.store.store.Store.trial_run`) and continues
+    it; evaluations an earlier attempt logged (up to the :data:`~orchestration.contract.LAST_STEP` tag, written in the
+    request that logs their metrics) are not logged twice. A run already FINISHED is :attr:`finished`: the trial must
+    not train again."""
 
     def __init__(self, client: MlflowClient, run: Run, attempt: int, last_logged_step: int):
         self.client = client

@@ -1,5 +1,5 @@
 """The sweep YAML's schema: names, resources, the search (parameters, scheduler, refit) and the sweep itself, as
-pydantic models (:mod:`orchestration.spec` re-exports them and holds cells, trial configs, validation and loading)."""
+pydantic models (cells, trial configs, validation and loading: :mod:`orchestration.spec.sweepfile`)."""
 
 from __future__ import annotations
 

@@ -6,8 +6,8 @@ dies, so a stale lock never blocks anyone. A second launch that finds it held is
 launch that holds it (written into the file). Taking the lock before the store is opened also keeps two launches
 from creating a fresh store's schema at once (MLflow's migrations would fail with a traceback).
 
-A tracking server has no file both drivers see; there :meth:`orchestration.store.Store.live_launches` (a RUNNING parent
-run whose driver is alive) is the check.
+A tracking server has no file both drivers see; there :meth:`orchestration.store.store.Store.live_launches` (a RUNNING
+parent run whose driver is alive) is the check.
 """
 
 from __future__ import annotations

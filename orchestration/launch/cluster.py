@@ -6,8 +6,8 @@ import logging
 import os
 from typing import Any
 
-from orchestration.launch import SweepError
-from orchestration.spec import Resources
+from orchestration.launch.launch import SweepError
+from orchestration.spec.models import Resources
 
 __all__ = ["check_resources", "init_ray"]
 

@@ -2,8 +2,8 @@
 
 Every MLflow search the orchestration makes is a method here, its filter built from the contract's tag names
 (:mod:`orchestration.contract.filters`); the rest of the package passes a :class:`Store` instead of a client and an
-experiment id. Writing a trial's run (:class:`orchestration.tracking.TrialRun`) and creating the launch's parent run
-stay in :mod:`orchestration.tracking`.
+experiment id. Writing a trial's run (:class:`orchestration.trial.tracking.TrialRun`) and creating the launch's parent
+run stay in :mod:`orchestration.trial.tracking`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Iterable, Iterator
 from orchestration import contract as C
 from orchestration.contract.filters import (NEWEST_FIRST, OLDEST_FIRST, all_of, children_filter, status_is,
                                             status_is_not, sweeps_filter, tag_equals, trials_filter)
-from orchestration.env import apply_closed_network_env
+from orchestration.runtime.env import apply_closed_network_env
 
 apply_closed_network_env()
 

@@ -19,15 +19,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestration import tracking
-from orchestration.launch import SweepOptions, SweepOutcome, reusable, select
-from orchestration.plan import SweepPlan
-from orchestration.store import Store
-from orchestration.status import format_duration, format_hours
+from mutexmatch.training import format_duration
+
+from orchestration.trial import tracking
+from orchestration.launch.launch import SweepOptions, SweepOutcome, reusable, select
+from orchestration.spec.plan import SweepPlan
+from orchestration.store.store import Store
+from orchestration.launch.summary import format_hours
 
 __all__ = ["dry_run", "committed_costs", "CommittedCosts", "Estimate", "missing_data_warning"]
 
-_REPO = Path(__file__).resolve().parent.parent
+_REPO = Path(__file__).resolve().parents[2]
 RESULTS_DIR = _REPO / "benchmarks" / "results"
 README_TABLE = _REPO / "experiments" / "README.md"
 _README_HEADING = "**Cost on a GPU (GPU-hours).**"
@@ -158,8 +160,8 @@ class _Estimator:
         return self._measured(raw, iterations, evaluations)
 
     def _measured(self, raw: dict[str, Any], iterations: int, evaluations: int) -> Estimate:
-        from orchestration.cost import _cost_key, measure_cost
-        from orchestration.spec import deep_merge
+        from orchestration.launch.cost import _cost_key, measure_cost
+        from orchestration.spec.sweepfile import deep_merge
 
         ck = _cost_key(deep_merge(raw, {"train": {"device": self.device}}))
         if ck not in self.measured:
@@ -178,7 +180,7 @@ class _Estimator:
         """``raw`` pointed at generated data of its dataset, and the factor from that evaluation to the real one."""
         from mutexmatch.data.builtin import DATASETS
         from mutexmatch.data.fake import FakeSize, write_fake_root
-        from orchestration.spec import deep_merge
+        from orchestration.spec.sweepfile import deep_merge
 
         name = raw["data"]["dataset"]
         dataset = DATASETS.get(name)

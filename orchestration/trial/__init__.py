@@ -1,0 +1,10 @@
+"""The trial: what runs in a Ray worker for one Tune trial, and the MLflow runs a sweep writes.
+
+- ``trainable.py``: the function trainable ``run_trial`` and its ``TrialContext``: one trainer run watched through
+  the trainer's callbacks, Tune checkpoints of its run folder, a restart continuing from the last one.
+- ``tracking.py``: the MLflow runs: the launch's parent run, a trial's run (``TrialRun``), the tracking URI, the
+  experiment, the code's commit.
+
+Nothing is imported here: a worker that unpickles ``run_trial`` imports only ``trainable.py``, which closes the
+network (:mod:`orchestration.runtime.env`) before MLflow or Ray is imported.
+"""

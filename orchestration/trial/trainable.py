@@ -1,0 +1,244 @@
+"""The Ray Tune function trainable: one trial = one :class:`mutexmatch.train.Trainer` run, watched through the
+trainer's callback seam (:class:`mutexmatch.training.callbacks.Callback`), its MLflow bookkeeping in
+:class:`orchestration.trial.tracking.TrialRun`.
+
+At every evaluation the callback logs the metrics and the class-count matrices to the trial's MLflow run and calls
+``tune.report(metrics, checkpoint=...)``; when the trainer wrote a checkpoint for that step, a snapshot of the run
+folder (:meth:`mutexmatch.training.runfolder.RunFolder.snapshot`: the checkpoint, its checksum and the run files) is handed
+to Tune as a ``tune.Checkpoint``, which Tune persists to the sweep storage. A restarted trial — after its worker
+died, its node was removed, or the driver was restarted with ``--resume`` — gets that checkpoint back from
+``tune.get_checkpoint()``; the trainable restores the run folder from it and starts ``Trainer(..., resume="auto")``,
+which continues bit-exactly (same data order, augmentations and weights as an uninterrupted run, on CPU). Tune's
+checkpoint is authoritative: local files of an earlier attempt are discarded, so the step Tune counts from and the
+step the trainer resumes at always agree (Tune may hand back an older checkpoint than the newest one written; the
+trainer is correct from any).
+
+The run folder and the snapshots live in a scratch folder of the worker (``$TMPDIR/mutexmatch_trials``), outside
+the trial folder that Ray copies to the storage: Ray copying files the trainer replaces at the same time was the
+"Saving experiment state failed" traceback of every sweep.
+
+MLflow: the trial finds its run by the ``mutexmatch.trial_id`` tag (Tune trial ids survive restarts and
+``Tuner.restore``) and continues it instead of creating a duplicate; evaluations already logged by an earlier
+attempt are not logged twice. A run that is already FINISHED (the trial completed after Tune's last experiment
+snapshot, before the driver was killed) is not trained again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from orchestration.runtime.env import apply_closed_network_env
+
+apply_closed_network_env()  # before mlflow/ray are imported in a worker process that only imports this module
+
+from mutexmatch.training import Callback, EvalEvent, RunSummary, StartEvent  # noqa: E402
+from mutexmatch.config import RunConfig, config_hash, parse_config  # noqa: E402
+from mutexmatch.training import RunFolder  # noqa: E402
+
+from orchestration import contract as C  # noqa: E402
+from orchestration.trial import tracking  # noqa: E402
+from orchestration.store.store import Store  # noqa: E402
+from orchestration.spec.plan import GridTrial, SearchStudy  # noqa: E402
+from orchestration.spec.sweepfile import deep_merge, with_sampled  # noqa: E402
+
+__all__ = ["TrialContext", "run_trial", "TrialCallback", "RUN_DIRNAME", "META_FILE", "SCRATCH_DIRNAME"]
+
+RUN_DIRNAME = "run"
+META_FILE = "orchestration.json"
+SCRATCH_DIRNAME = "mutexmatch_trials"  # under the worker's temporary folder: never synced by Ray
+STALE_AFTER_S = 24 * 3600  # a scratch folder untouched this long, with no trainer in it, is deleted by any trial
+
+
+@dataclass(frozen=True)
+class TrialContext:
+    """What every trial of one Tune phase needs, passed with ``tune.with_parameters``.
+
+    ``grid`` maps the ``trial`` key of Tune's grid ``param_space`` to its :class:`GridTrial`; ``study`` is set
+    instead for a search phase, whose trials receive the sampled parameters (dotted RunConfig paths) as config."""
+
+    tracking_uri: str
+    experiment_id: str
+    parent_run_id: str
+    launch_id: str
+    git_commit: str
+    device: str
+    num_threads: int
+    grid: dict[str, GridTrial] | None = None
+    study: SearchStudy | None = None
+    source: str = ""                       # the sweep YAML: MLflow's Source column
+    color_axis: str = ""                   # runs are coloured by their level on this axis (contract.run_color)
+    color_levels: tuple[str, ...] = ()
+
+
+class TrialCallback(Callback):
+    """Trainer → MLflow + Tune. One instance per trial attempt.
+
+    The last evaluation is not reported from inside the training loop: Tune answers the report that reaches the
+    scheduler's ``max_t`` by stopping the trial (``SystemExit`` in this thread), which would cut the run short of
+    its final weights and artifacts. It is kept in :attr:`final` and reported by :func:`run_trial` after the run
+    is complete and its MLflow run FINISHED."""
+
+    def __init__(self, trial_run: tracking.TrialRun, folder: RunFolder, iterations: int):
+        self.trial_run = trial_run
+        self.folder = folder
+        self.iterations = iterations
+        self.final: tuple[dict[str, float], Path | None] | None = None
+        self.hooks_s = 0.0  # time spent here, i.e. added to the training run by orchestration
+
+    def on_start(self, event: StartEvent) -> None:
+        with self._timed():
+            self.trial_run.log_start(event)
+
+    def on_eval(self, event: EvalEvent) -> bool | None:
+        with self._timed():
+            self.trial_run.log_eval(event)
+            metrics = {**event.metrics, "step": event.step}
+            stage = self._stage(event) if event.checkpoint is not None else None
+            if event.step >= self.iterations:
+                self.final = (metrics, stage)
+                return None
+            report(metrics, stage)
+            return None
+
+    def on_end(self, summary: RunSummary) -> None:
+        with self._timed():
+            self.trial_run.log_end(summary)
+
+    @contextlib.contextmanager
+    def _timed(self) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.hooks_s += time.perf_counter() - t0
+
+    def _stage(self, event: EvalEvent) -> Path:
+        """A folder Tune can persist as this step's checkpoint, beside the run folder (outside the trial folder)."""
+        stage = Path(tempfile.mkdtemp(prefix=".tune_ckpt_", dir=self.folder.path.parent))
+        self.folder.snapshot(stage, event.checkpoint)
+        (stage / META_FILE).write_text(json.dumps({"step": event.step, "run_id": self.trial_run.run_id}))
+        return stage
+
+
+def report(metrics: dict[str, float], stage: Path | None) -> None:
+    """``tune.report`` with the staged folder as checkpoint (Tune copies it to the storage before returning)."""
+    from ray import tune
+
+    try:
+        if stage is None:
+            tune.report(metrics)
+        else:
+            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(str(stage)))
+    finally:
+        if stage is not None:
+            shutil.rmtree(stage, ignore_errors=True)
+
+
+def _resolve(config: dict[str, Any], ctx: TrialContext) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The raw RunConfig of this trial and its identity (kind, cell, fold, run name, extra tags)."""
+    if ctx.grid is not None:
+        trial = ctx.grid[config["trial"]]
+        raw, kind, cell, fold, extra = trial.config, trial.kind, trial.cell, trial.fold, {}
+    else:
+        study = ctx.study
+        assert study is not None
+        sampled = {path: config[path] for path in study.search.space}
+        raw = with_sampled(study.config, sampled)
+        kind, cell, fold = C.KIND_SEARCH, study.cell, study.fold
+        extra = {C.SEARCH_HASH: study.search_hash, C.SEARCH_PHASE: study.phase, C.SAMPLED: C.sampled_json(sampled)}
+    threads = raw.get("train", {}).get("num_threads") or ctx.num_threads
+    name = C.trial_run_name(cell.levels, fold, kind)  # runs are found by their tags; the name is for people
+    return raw, {"kind": kind, "cell": cell, "fold": fold, "name": name, "extra": extra, "threads": threads}
+
+
+def _open_trial_run(ctx: TrialContext, trial_id: str, ident: dict[str, Any], cfg: RunConfig) -> tracking.TrialRun:
+    """The trial's MLflow run (created with the trial's tags on its first attempt)."""
+    tags = C.trial_tags(parent_run_id=ctx.parent_run_id, kind=ident["kind"], cell_levels=ident["cell"].levels,
+                        cell_id=ident["cell"].id, fold=ident["fold"], variant=cfg.algorithm.name,
+                        config_hash=config_hash(cfg), commit=ctx.git_commit, trial_id=trial_id,
+                        launch_id=ctx.launch_id, source=ctx.source,
+                        color=C.run_color(ident["cell"].levels, ctx.color_axis, ctx.color_levels))
+    tags.update(ident["extra"])
+    return tracking.TrialRun.open(Store.at(ctx.tracking_uri, ctx.experiment_id), trial_id=trial_id,
+                                  launch_id=ctx.launch_id, tags=tags, run_name=ident["name"])
+
+
+def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
+    """Tune function trainable (use with ``tune.with_parameters(run_trial, ctx=...)``).
+
+    The time orchestration adds to the training run is recorded on the MLflow run as tags
+    ``mutexmatch.overhead.{setup_s,hooks_s,wall_s}`` (MLflow and Tune bookkeeping before training, inside the
+    trainer's callbacks, and the whole attempt), which ``benchmarks/orchestration_overhead.py`` reads."""
+    import ray
+    from ray import tune
+
+    from mutexmatch.training import Trainer  # imports are not counted: the trainer CLI pays them too
+
+    t_entry = time.perf_counter()
+    # Tune logs every persisted checkpoint at INFO from the worker; one line per evaluation drowns the console.
+    logging.getLogger("ray.train._internal.storage").setLevel(logging.WARNING)
+    trial_id = tune.get_context().get_trial_id()
+    scratch = _scratch(trial_id)
+    folder = RunFolder(scratch / RUN_DIRNAME)
+    raw, ident = _resolve(config, ctx)
+    cfg = parse_config(deep_merge(raw, {"output_dir": str(folder.path),
+                                        "train": {"device": ctx.device, "num_threads": ident["threads"]}}))
+    trial_run = _open_trial_run(ctx, trial_id, ident, cfg)
+    if trial_run.finished:
+        shutil.rmtree(scratch, ignore_errors=True)
+        tune.report(trial_run.final_metrics())
+        return
+    checkpoint = tune.get_checkpoint()
+    trial_run.start_attempt(cfg.to_dict(), node_id=ray.get_runtime_context().get_node_id(),
+                            tune_checkpoint=checkpoint is not None)
+    callback = TrialCallback(trial_run, folder, cfg.train.iterations)
+    try:
+        if checkpoint is not None:
+            with checkpoint.as_directory() as d:
+                folder.restore(d)
+        setup_s = time.perf_counter() - t_entry
+        Trainer(cfg, callbacks=[callback], resume="auto").fit()
+    except SystemExit:
+        # tune.report raises SystemExit(0) in the training thread when Tune stops this trial: ASHA stopping it
+        # early, or the sweep being interrupted. Only the driver can tell which (TrialRun.stopped).
+        trial_run.stopped(folder.best_weights)
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    except BaseException as e:
+        trial_run.failed(e)
+        print(f"[trial {trial_id}] failed; its run folder is kept for inspection: {folder.path}", file=sys.stderr)
+        raise
+    trial_run.finish({"setup_s": setup_s, "hooks_s": callback.hooks_s, "wall_s": time.perf_counter() - t_entry})
+    try:
+        if callback.final is not None:
+            # may raise SystemExit (the scheduler stops the trial at max_t); the run is complete and FINISHED
+            # already, and the exception must reach Tune's thread runner, which waits for it
+            report(*callback.final)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _scratch(trial_id: str) -> Path:
+    """A new folder for this attempt's run folder and snapshots, in the worker's temporary folder, not Ray's trial
+    folder (Ray copies that one to the storage while the trainer replaces files in it). Everything in a finished or
+    stopped trial's folder is in MLflow (weights, final checkpoint, metrics) or in Tune's storage (the last
+    checkpoint), so it is deleted then; a FAILED or killed attempt's stays until the trial's next attempt on this
+    machine (which restarts from Tune's checkpoint), or :data:`STALE_AFTER_S` without a trainer in it."""
+    root = Path(tempfile.gettempdir()) / SCRATCH_DIRNAME
+    root.mkdir(parents=True, exist_ok=True)
+    now = time.time()
+    for old in root.iterdir():
+        with contextlib.suppress(OSError):  # another trial may delete it first
+            stale = now - old.stat().st_mtime > STALE_AFTER_S and not RunFolder(old / RUN_DIRNAME).in_use()
+            if old.name.startswith(f"{trial_id}_") or stale:
+                shutil.rmtree(old, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"{trial_id}_", dir=root))
