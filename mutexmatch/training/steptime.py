@@ -101,6 +101,8 @@ def run_cost_line(cfg: RunConfig, done: int, cost: StepCost | None) -> str:
     output: runs/x``. ``done``: steps already trained (a resumed run); ``cost`` None: not measured (a short run)."""
     t = cfg.train
     left = t.iterations - done
+    if left <= 0:  # a --resume of a finished run: nothing to estimate (was "0 steps (steps 51–50)")
+        return f"[train] already finished: all {t.iterations:,} steps trained; output: {cfg.output_dir}"
     evals = -(-t.iterations // t.eval_interval) - done // t.eval_interval
     steps = f"{left:,} steps" + (f" (steps {done + 1:,}–{t.iterations:,})" if done else "")
     if cost is None:

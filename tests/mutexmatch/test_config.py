@@ -291,3 +291,22 @@ def test_set_algorithm_name_switches_the_files_algorithm(tmp_path):
         load_config(path, ["algorithm.name=fixmatch", "algorithm.k=3"])
     with pytest.raises(ConfigError, match=r"algorithm.k=3: not used by algorithm 'fixmatch'"):
         parse_config({"algorithm": {"name": "fixmatch", "tau": 0.9, "k": 3}})
+
+
+def test_the_config_command_has_help_and_prints_a_config_that_loads():
+    """Issue 34: ``python -m mutexmatch.config --help`` printed the default config instead of help; without options it
+    prints the default config, which parses back to the defaults."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    from mutexmatch.config import RunConfig
+
+    help_ = subprocess.run([sys.executable, "-m", "mutexmatch.config", "--help"], capture_output=True, text=True)
+    assert help_.returncode == 0 and help_.stdout.startswith("usage: python -m mutexmatch.config [-h] [--doc]")
+    assert "--doc" in help_.stdout and "data:" not in help_.stdout
+    default = subprocess.run([sys.executable, "-m", "mutexmatch.config"], capture_output=True, text=True, check=True)
+    assert yaml.safe_load(default.stdout) == RunConfig.model_construct().model_dump(mode="json")
+    bad = subprocess.run([sys.executable, "-m", "mutexmatch.config", "--dco"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "unrecognized arguments: --dco" in bad.stderr

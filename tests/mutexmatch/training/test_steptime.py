@@ -35,6 +35,13 @@ def test_the_line_names_steps_evaluations_eta_and_output():
     assert "ETA not measured (under 100 steps)" in run_cost_line(_cfg(50, 10), 0, None)
 
 
+def test_a_finished_run_resumed_says_so_instead_of_zero_steps():
+    """Issue 34: ``--resume`` of a finished run printed "0 steps (steps 51–50)"."""
+    for cost in (StepCost(0.2, 1.0, "cpu"), None):
+        line = run_cost_line(_cfg(50, 10), 50, cost)
+        assert line == f"[train] already finished: all 50 steps trained; output: {_cfg().output_dir}"
+
+
 def _long() -> StepCost:
     return StepCost(2 * LONG_CPU_RUN_S / 1000, 0.0, "cpu")   # 1,000 steps: two hours
 
