@@ -96,7 +96,10 @@ def test_gpu_share_compares_shared_with_alone():
     shared = float(re.search(r"2 processes sharing it: +([\d.]+) images/s in total", out).group(1))
     ratio = float(re.search(r"ratio shared / alone: ([\d.]+)x", out).group(1))
     assert alone > 0 and shared > 0
-    assert ratio == pytest.approx(shared / alone, abs=0.01)
+    # The rates are printed to 0.1 images/s and the ratio to 0.01: on a loaded CPU a few images/s each, so the ratio
+    # of the printed rates may be off by their rounding (2.68x printed from 7.3 / 2.7 = 2.704 was a false failure).
+    low, high = (shared - 0.05) / (alone + 0.05), (shared + 0.05) / max(alone - 0.05, 1e-9)
+    assert low - 0.005 <= ratio <= high + 0.005, (ratio, shared, alone)
 
 
 def test_conv_floor_finds_every_convolution_of_the_backbone():
