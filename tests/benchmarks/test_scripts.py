@@ -120,7 +120,8 @@ def test_profile_step_splits_a_cpu_step_into_every_category(tmp_path):
     assert list(times) == ["augmentation", "losses", "optimizer_ema", "convolutions", "bn_activation", "other"]
     # Each labelled phase and each operator family of the backbone was found in the trace.
     assert all(times[c] > 0 for c in ("augmentation", "losses", "optimizer_ema", "convolutions", "bn_activation"))
-    assert times["convolutions"] == max(times.values())
+    # Which category is largest is a timing, not a property: on a loaded 2-core CPU one profiled step put BatchNorm
+    # and activations (0.66 s) above the convolutions (0.54 s). Speed claims live in benchmarks/results, not here.
     assert record["gpu"] is record["cpu_launch"] is record["syncs"] is None  # CUDA only
     assert f"| convolutions | {times['convolutions']:.6f} |" in out
 
