@@ -555,6 +555,9 @@ def test_readme_ray_job_submit_commands_target_the_cluster_and_its_services():
     configmap = _manifests()["ConfigMap/mutexmatch-env"]["data"]
     submits = [c for c in _readme_commands() if _is_submit(c)]
     assert len(submits) >= 3
+    # the Tune storage each `ray up` config gives its nodes (docker/cloud/*.yaml, tests/docker/test_cloud_configs.py)
+    cloud = {o.split("=", 1)[1] for p in (DOCKER / "cloud").glob("*.yaml")
+             for o in yaml.safe_load(p.read_text())["docker"]["run_options"] if o.startswith("--env MUTEXMATCH_STORAGE=")}
     for cmd in submits:
         options = cmd[3:cmd.index("--")]
         assert not set(_flags(options)) - _ray_job_submit_options(), cmd
@@ -562,7 +565,7 @@ def test_readme_ray_job_submit_commands_target_the_cluster_and_its_services():
         assert _option_value(options, "--working-dir") == "."
         sweep = cmd[cmd.index("--") + 1:]
         assert _option_value(sweep, "--tracking-uri") in (compose_tracking, configmap["MLFLOW_TRACKING_URI"])
-        assert _option_value(sweep, "--storage") == configmap["MUTEXMATCH_STORAGE"]
+        assert _option_value(sweep, "--storage") in {configmap["MUTEXMATCH_STORAGE"], *cloud}
     # Both ways of reaching port 8265 are set up by the README: compose publishes it, KubeRay is port-forwarded.
     forwards = [c for c in _readme_commands() if c[:1] == ("kubectl",) and "port-forward" in c]
     assert any(f"svc/{'mutexmatch'}-head-svc" in c and "8265:8265" in c for c in forwards), forwards

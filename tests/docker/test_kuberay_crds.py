@@ -98,7 +98,8 @@ def test_rayjob_submits_the_command_the_local_cluster_test_runs():
     """KubeRay's submitter runs `ray job submit --address <head> ... --runtime-env-json {"working_dir": "/app"} --
     <entrypoint>` (K8sJobMode, KubeRay's job.go); /app is the image's WORKDIR, so that is `ray job submit
     --working-dir .` from the image's code, with the entrypoint the local cluster test submits: the sweep module,
-    a YAML under experiments/, and the same --tracking-uri/--storage flags (addresses from the ConfigMap)."""
+    a YAML under experiments/, and the same --tracking-uri/--storage flags (addresses from the ConfigMap), plus
+    `--resume auto` so that the RayJob's retries continue the sweep."""
     (job,) = _manifests("RayJob")
     spec = job["spec"]
     entrypoint = shlex.split(spec["entrypoint"])
@@ -109,8 +110,10 @@ def test_rayjob_submits_the_command_the_local_cluster_test_runs():
     sweep = local[local.index("--") + 1:]
     assert entrypoint[:4] == sweep[:4] == ["python", "-m", "orchestration.sweep", "experiments/table1_cifar_svhn.yaml"]
     assert (REPO / entrypoint[3]).is_file()
-    flags = lambda argv: [t for t in argv if t.startswith("--")]  # noqa: E731
+    flags = lambda argv: [t for t in argv if t.startswith("--") and t != "--resume"]  # noqa: E731
     assert flags(expanded) == flags(sweep) == ["--tracking-uri", "--storage"]
+    # a retry of the RayJob (backoffLimit) continues the sweep instead of starting a fresh one
+    assert entrypoint[entrypoint.index("--resume") + 1] == "auto" and spec["backoffLimit"] >= 1
     assert local[local.index("--working-dir") + 1] == "." and yaml.safe_load(spec["runtimeEnvYAML"]) == \
         {"working_dir": "/app"}
     # the addresses the cluster test proves (compose's service names) have the ConfigMap's shape
