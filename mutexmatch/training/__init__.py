@@ -16,6 +16,7 @@ import).
 ``rng``             seeding the global generators, their state in a checkpoint
 ``memory``          will the run fit: checks before decoding, before the first step, at a failing step
 ``checkpoint``      atomic checksummed checkpoints and finding the newest good one
+``preemption``      SIGTERM/SIGUSR1 as a flag the loop checks between steps: a checkpoint, then :class:`Preempted`
 ``runfolder``       every file name of a run folder, the lock, the metrics log, snapshots
 ``run_files``       the config, split, marker and dataset facts a run writes, and their checks on resume
 ``callbacks``       the seam: ``on_start``/``on_eval``/``on_end`` with typed events, never the trainer
@@ -39,6 +40,7 @@ _EXPORTS = {
     "Callback": "callbacks", "StartEvent": "callbacks", "EvalEvent": "callbacks", "RunSummary": "callbacks",
     "RunFolder": "runfolder", "RunFolderError": "runfolder", "RunFolderLocked": "runfolder",
     "checkpoint_pair": "runfolder", "RUN_MARKER": "runfolder", "FINAL_WEIGHTS": "runfolder",
+    "Preempted": "preemption",
     "CheckpointError": "checkpoint", "latest_checkpoint": "checkpoint", "list_checkpoints": "checkpoint",
     "load_checkpoint": "checkpoint", "save_checkpoint": "checkpoint",
     "StepCost": "steptime", "measure_cost": "steptime", "format_duration": "steptime",
@@ -65,6 +67,7 @@ if TYPE_CHECKING:
     from mutexmatch.training.loop import NonFiniteLossError, Trainer
     from mutexmatch.training.memory import MemoryBudgetError, StepMemoryError, check_memory
     from mutexmatch.training.optim import param_groups
+    from mutexmatch.training.preemption import Preempted
     from mutexmatch.training.runfolder import (FINAL_WEIGHTS, RUN_MARKER, RunFolder, RunFolderError, RunFolderLocked,
                                                checkpoint_pair)
     from mutexmatch.training.steptime import StepCost, format_duration, measure_cost

@@ -5,10 +5,13 @@
 metrics line per evaluation, best and final EMA weights), which must be empty unless ``--overwrite`` is given and is
 locked while the trainer runs. ``--resume DIR`` continues a run exactly where its newest usable checkpoint left it:
 same data order, same augmentations, same weights as an uninterrupted run. Ctrl+C stops with exit code 130 and
-prints the resume command.
+prints the resume command; SIGTERM or SIGUSR1 (a scheduler's preemption, SLURM's ``--signal``) writes a checkpoint
+at the next step boundary and exits with 128 + the signal's number, printing the same resume command
+(:mod:`mutexmatch.training.preemption`).
 
 This module is what the command does (:func:`main`); ``mutexmatch/train.py`` only starts it. Exit codes: 0 done,
-1 declined, diverged or a file error, 2 bad input (one line naming it), :data:`INTERRUPTED` after Ctrl+C.
+1 declined, diverged or a file error, 2 bad input (one line naming it), :data:`INTERRUPTED` after Ctrl+C,
+128 + the signal's number after SIGTERM/SIGUSR1 (resumable).
 """
 
 from __future__ import annotations
@@ -30,7 +33,9 @@ from mutexmatch.data.imagefolder import ImageFolderError
 from mutexmatch.data.registry import DatasetError
 from mutexmatch.training.callbacks import Callback
 from mutexmatch.training.checkpoint import CheckpointError
+from mutexmatch.training.distributed import DataParallelError
 from mutexmatch.training.loop import NonFiniteLossError, Trainer
+from mutexmatch.training import preemption
 from mutexmatch.training.runfolder import RUN_MARKER, RunFolder, RunFolderError, checkpoint_step
 from mutexmatch.training.steptime import checkpoint_steps_done, confirm_cost, measure_run
 
@@ -115,7 +120,8 @@ def _make_trainer(args: argparse.Namespace, callbacks: CallbackFactory | None = 
         done = checkpoint_steps_done(cfg.output_dir)
     else:
         cfg, kwargs, done = load_config(args.config, args.overrides), {"overwrite": args.overwrite}, 0
-        RunFolder(cfg.output_dir).check_fresh(args.overwrite)  # before the measurement's work
+        if os.environ.get("RANK", "0") == "0":  # torchrun: rank 0's check (another rank's would race its writes)
+            RunFolder(cfg.output_dir).check_fresh(args.overwrite)  # before the measurement's work
     cost, bundle = measure_run(cfg, done)
     if not confirm_cost(cfg, done, cost, assume_yes=args.yes):
         return None
@@ -133,6 +139,14 @@ def main(argv: Sequence[str] | None = None, callbacks: CallbackFactory | None = 
 
 
 def _run(args: argparse.Namespace, callbacks: CallbackFactory | None = None) -> int:
+    previous = preemption.install()  # SIGTERM/SIGUSR1: a checkpoint at the next step boundary, then exit resumable
+    try:
+        return _train(args, callbacks)
+    finally:
+        preemption.restore(previous)
+
+
+def _train(args: argparse.Namespace, callbacks: CallbackFactory | None = None) -> int:
     trainer = None
     try:
         trainer = _make_trainer(args, callbacks)
@@ -142,12 +156,17 @@ def _run(args: argparse.Namespace, callbacks: CallbackFactory | None = None) -> 
             warnings.simplefilter("default")
             summary = trainer.fit(stop_at=args.stop_at)
     except (ConfigError, CheckpointError, DatasetError, FileExistsError, FileNotFoundError, ImageFolderError,
-            RunFolderError, RunDirError) as e:
+            RunFolderError, RunDirError, DataParallelError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(_interrupted(trainer, args), file=sys.stderr)
         return INTERRUPTED
+    except preemption.Preempted as e:  # the checkpoint of every step trained is written: exit resumable
+        print(f"[train] {e.signal_name}: stopped at step {e.step} of {trainer.cfg.train.iterations}; checkpoint "
+              f"{e.checkpoint}.\nTo resume this run:\n  python -m mutexmatch.train --resume {trainer.out}",
+              file=sys.stderr, flush=True)
+        return preemption.exit_code(e.signal_name)
     except NonFiniteLossError as e:  # its message says what diverged and where; a traceback adds nothing
         print(f"error: {e}", file=sys.stderr)
         return 1

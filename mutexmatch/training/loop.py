@@ -32,14 +32,16 @@ from mutexmatch.training.checkpoint import save_checkpoint as write_checkpoint
 from mutexmatch.training.compiled import check_cuda_graphs, check_separate_forwards
 from mutexmatch.training.device import autocast_factory, configure_process, resolve_device, synchronize
 from mutexmatch.training.diagnostics import StepAccumulator
+from mutexmatch.training.distributed import DataParallel, join_process_group
 from mutexmatch.training.evaluation import Evaluator
 from mutexmatch.training.extended_step import step_inputs
 from mutexmatch.training.memory import check_batch_memory, check_memory, step_memory_error
 from mutexmatch.training.network import build_network
 from mutexmatch.training.optim import grad_scaler, lr_schedule, sgd
+from mutexmatch.training import preemption
 from mutexmatch.training.rng import rng_state, seed_everything, set_rng_state
 from mutexmatch.training.run_files import check_resumed_files, write_run_files
-from mutexmatch.training.runfolder import RunFolder, RunFolderError
+from mutexmatch.training.runfolder import RunFolder, RunFolderError, checkpoint_step
 
 __all__ = ["Trainer", "NonFiniteLossError"]
 
@@ -56,6 +58,13 @@ class Trainer:
     continues if a checkpoint exists and starts fresh otherwise (what a restarted Tune trial wants), a path
     continues from that checkpoint file. The run folder is locked from here until :meth:`fit` returns (or
     :meth:`close`): a second trainer on it raises :class:`~mutexmatch.training.runfolder.RunFolderLocked`.
+
+    Data parallel (:mod:`.distributed`): in an initialised ``torch.distributed`` process group, or under torchrun
+    (``WORLD_SIZE`` > 1: the trainer then initialises the group and destroys it when :meth:`fit` returns or on
+    :meth:`close`), every rank builds this trainer with the same config and trains the config's global batch, each
+    rank forwarding its share. Rank 0 alone locks and writes the run folder and reads the checkpoint it resumes
+    (handed to the other ranks), and calls the callbacks; a callback with ``all_ranks = True`` is called on every
+    rank with the same events (``checkpoint`` None off rank 0), and rank 0's ``on_eval`` answer stops every rank.
     """
 
     # ---------------------------------------------------------------- set-up
@@ -66,14 +75,15 @@ class Trainer:
         self.run = RunFolder(cfg.output_dir)
         self.out = self.run.path
         self.ckpt_dir = self.run.checkpoints
-        self.device = resolve_device(cfg.train.device)
+        self.dp = join_process_group(resolve_device(cfg.train.device))
+        self.device = self.dp.device(resolve_device(cfg.train.device))
         alg_cls = ALGORITHMS[cfg.algorithm.name]
         check_separate_forwards(cfg.train.cuda_graphs, cfg.algorithm.name, alg_cls.step)  # before any work
         check_cuda_graphs(cfg.train.cuda_graphs, self.device)
-        if resume is False:
-            self.run.check_fresh(overwrite)  # before any work; checked again under the lock
+        self.dp.check(cfg.train.batch_size, cfg.train.batch_size * cfg.train.mu * alg_cls.uses_unlabeled,
+                      cfg.train.compile or cfg.train.cuda_graphs)
         configure_process(cfg, self.device)
-        resume_state = self._find_resume_state(resume)
+        resume_state = self.dp.from_main(lambda: self._check_folder(resume, overwrite))
 
         seed_everything(cfg.train.seed)
         if bundle is None:
@@ -101,7 +111,7 @@ class Trainer:
         self.evaluator = Evaluator(cfg, self.bundle, self.split, self.device, self.autocast)
         # draws the weights (the model's, then its extra heads'); the algorithm draws nothing
         net = build_network(cfg, alg_cls, self.num_classes, self.bundle.info.channels, x.shape[-1], self.device,
-                            self.autocast)
+                            self.autocast, self.dp)
         self.model, self.ema, self.forward, self.features, self.teacher = (
             net.model, net.ema, net.forward, net.features, net.teacher)
         self.algorithm = alg_cls(alg_cls.params_from(cfg.algorithm), self._context(alg_cls.uses_unlabeled))
@@ -133,6 +143,12 @@ class Trainer:
                           num_extra_unlabeled=0 if extra is None else len(extra.y),
                           predefined_folds=self.bundle.predefined_folds)
 
+    def _check_folder(self, resume: bool | str | Path, overwrite: bool) -> tuple[Path, dict] | None:
+        """Before any work: a fresh run's folder may be used; a resumed run's checkpoint (rank 0's, data parallel)."""
+        if resume is False:
+            self.run.check_fresh(overwrite)  # checked again under the lock
+        return self._find_resume_state(resume)
+
     def _find_resume_state(self, resume: bool | str | Path) -> tuple[Path, dict] | None:
         if resume is False:
             return None
@@ -145,7 +161,16 @@ class Trainer:
         return found
 
     def _open_run_folder(self, resume_state: tuple[Path, dict] | None, fresh_overwrites: bool) -> None:
-        """Lock the run folder, then continue the checkpoint's state or write a fresh run's files."""
+        """Lock the run folder, then continue the checkpoint's state or write a fresh run's files (data parallel:
+        rank 0; the other ranks load the state rank 0 read, once rank 0 has opened the folder)."""
+        if not self.dp.is_main:
+            self.dp.from_main(lambda: None)
+            if resume_state is not None:
+                self._load_state(*resume_state)
+            return
+        self.dp.from_main(lambda: self._open_main_folder(resume_state, fresh_overwrites))
+
+    def _open_main_folder(self, resume_state: tuple[Path, dict] | None, fresh_overwrites: bool) -> None:
         self.run.lock()
         try:
             if resume_state is not None:
@@ -158,8 +183,10 @@ class Trainer:
             raise
 
     def close(self) -> None:
-        """Release the run folder (:meth:`fit` does when it returns)."""
-        self.run.unlock()
+        """Release the run folder and a process group the trainer initialised (:meth:`fit` does when it returns)."""
+        if self.dp.is_main:
+            self.run.unlock()
+        self.dp.release()
 
     # ---------------------------------------------------------------- the step
     def train_step(self) -> None:
@@ -176,9 +203,12 @@ class Trainer:
         out = self.algorithm.compute(self.model, inp)
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(out.loss).backward()
+        self.dp.average_gradients(self.model)   # data parallel: every rank the single process's gradient
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.scheduler.step()
+        if not self.cfg.train.sync_bn:
+            self.dp.broadcast_buffers(self.model)   # per-rank BatchNorm: rank 0's running statistics everywhere
         self.ema.update()
         self.algorithm.after_step(self.step)
         self.stats.add(out, self.batches.ulb_y[ulb], self.step)
@@ -240,9 +270,10 @@ class Trainer:
         previous checkpoint, which drops the line and redoes the evaluation, so every evaluation is logged once."""
         event = self.evaluate()
         self._reset_accumulators()  # before the checkpoint: it holds the sums of the steps since this evaluation
-        if event.metrics[M.TEST_ACC] >= self.best_acc:  # a new best EMA test accuracy (ties: the latest)
+        if event.metrics[M.TEST_ACC] >= self.best_acc and self.dp.is_main:  # a new best (ties: the latest)
             self._save_weights(self.run.best_weights)
-        self.run.append_metrics(self.step, event.metrics)
+        if self.dp.is_main:
+            self.run.append_metrics(self.step, event.metrics)
         if with_checkpoint:
             event.checkpoint = self.save_checkpoint()
         return event
@@ -253,24 +284,30 @@ class Trainer:
         The run folder stays locked until this returns or raises."""
         cfg = self.cfg.train
         end = cfg.iterations if stop_at is None else min(stop_at, cfg.iterations)
-        self.run.lock()
+        if self.dp.is_main:
+            self.run.lock()
         try:
             start = StartEvent(step=self.step, iterations=cfg.iterations, run=self.run,
                                config_hash=config_hash(self.cfg), split_digest=self.split.digest(),
                                resumed_from=self.resumed_from)
-            for cb in self.callbacks:
+            for cb in self._callbacks():
                 cb.on_start(start)
             last_event, last_ckpt = self._train_until(end)
-            final_weights = self._save_weights(self.run.final_weights) if self.step >= cfg.iterations else None
+            final_weights = (self._save_weights(self.run.final_weights)
+                             if self.step >= cfg.iterations and self.dp.is_main else None)
             best = self.run.best_weights
             summary = RunSummary(step=self.step, metrics=last_event.metrics if last_event else {},
                                  output_dir=self.out, final_checkpoint=last_ckpt,
                                  best_weights=best if best.exists() else None, final_weights=final_weights)
-            for cb in self.callbacks:
+            for cb in self._callbacks():
                 cb.on_end(summary)
             return summary
         finally:
-            self.run.unlock()
+            self.close()
+
+    def _callbacks(self) -> list[Callback]:
+        """This rank's callbacks: all on rank 0 (the single process), those with ``all_ranks`` True elsewhere."""
+        return [cb for cb in self.callbacks if self.dp.is_main or getattr(cb, "all_ranks", False)]
 
     def _train_until(self, end: int) -> tuple[EvalEvent | None, Path | None]:
         """Steps with an evaluation every ``train.eval_interval`` and at the last step; the last event and checkpoint.
@@ -300,19 +337,29 @@ class Trainer:
                         m = event.metrics
                         bar.set_postfix(loss=f"{m['train/loss']:.3f}", acc=f"{m['test/acc']:.4f}",
                                         best=f"{m['test/best_acc']:.4f}", img_s=f"{m['perf/img_per_s']:.0f}")
-                    for cb in self.callbacks:
+                    for cb in self._callbacks():
                         stop |= bool(cb.on_eval(event))
+                    stop = self.dp.from_main(lambda: stop)   # rank 0's callbacks decide for every rank
                     if stop and event.checkpoint is None:
                         event.checkpoint = self.save_checkpoint()
                     last_event, last_ckpt = event, event.checkpoint or last_ckpt
+                if self.step < end and preemption.requested():  # a signal's flag, between steps (preemption.py)
+                    raise self._preempted(last_ckpt)
         finally:
             if bar is not None:
                 bar.close()
         return last_event, last_ckpt
 
+    def _preempted(self, last_ckpt: Path | None) -> preemption.Preempted:
+        """A SIGTERM/SIGUSR1 arrived: this step's checkpoint (written now unless this step wrote one), then the
+        stop. Like a stop between evaluations, the checkpoint keeps the steps since the last evaluation."""
+        written = last_ckpt is not None and checkpoint_step(last_ckpt.name) == self.step
+        ckpt = last_ckpt if written else self.save_checkpoint()
+        return preemption.Preempted(self.step, ckpt, preemption.requested() or "SIGTERM")
+
     def _progress_bar(self):
         """``train.progress``: a tqdm bar on stderr from the current step; None when off."""
-        if not self.cfg.train.progress:
+        if not self.cfg.train.progress or not self.dp.is_main:
             return None
         from tqdm import tqdm
 
@@ -336,10 +383,8 @@ class Trainer:
                                   f"{state.get('config_hash')} is none of {', '.join(config_hashes(self.cfg))})")
         if state.get("split_digest") != self.split.digest():
             raise CheckpointError(f"{path}: written with another labeled split")
-        try:
-            self.split.check_file(self.run.split)  # a missing or corrupt split.json is rewritten with a warning
-        except ValueError as e:
-            raise RunFolderError(str(e)) from None
+        if self.dp.is_main:
+            self._check_resumed_folder()
         self.model.load_state_dict(state["model"])
         self.ema.load_state_dict(state["ema"])
         self.optimizer.load_state_dict(state["optimizer"])
@@ -354,9 +399,16 @@ class Trainer:
         self.best_val = float(state["best_val"])
         if "stats" in state:  # the steps since the last evaluation (a stop between evaluations)
             self.stats.load_state_dict(state["stats"])
-        self.run.keep_metrics_until(self.step)  # evaluations logged after this checkpoint are redone
-        check_resumed_files(self.run, self.cfg, self.split, self.step)
+        if self.dp.is_main:
+            self.run.keep_metrics_until(self.step)  # evaluations logged after this checkpoint are redone
+            check_resumed_files(self.run, self.cfg, self.split, self.step)
         self.resumed_from = self.last_checkpoint = path
+
+    def _check_resumed_folder(self) -> None:
+        try:
+            self.split.check_file(self.run.split)  # a missing or corrupt split.json is rewritten with a warning
+        except ValueError as e:
+            raise RunFolderError(str(e)) from None
 
     def _save_weights(self, path: Path) -> Path:
         buf = io.BytesIO()
@@ -364,7 +416,10 @@ class Trainer:
         atomic_write(path, buf.getvalue())
         return path
 
-    def save_checkpoint(self) -> Path:
+    def save_checkpoint(self) -> Path | None:
+        """Write the checkpoint of this step (data parallel: rank 0; None on the other ranks)."""
+        if not self.dp.is_main:
+            return None
         path = write_checkpoint(self.state_dict(), self.ckpt_dir, self.step)
         prune_checkpoints(self.ckpt_dir, self.cfg.train.keep_checkpoints)
         self.last_checkpoint = path
