@@ -8,7 +8,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install system-deps docs quickstart test test-fast test-heavy test-cluster usb-reference report clean
+.PHONY: install system-deps docs quickstart test test-fast test-heavy test-cluster test-slurm usb-reference report clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,7 +47,7 @@ system-deps:
 
 # usb-reference: the lockstep tests against USB's semilearn 0.3.2 (a test-time reference, installed --no-deps) run too
 test: install system-deps usb-reference
-	$(PY) -m pytest -q --durations=20 -m "not heavy and not cluster"
+	$(PY) -m pytest -q --durations=20 -m "not heavy and not cluster and not slurm"
 
 ## --smoke over every experiment YAML on generated fixture datasets (~27 min on 2 cores)
 test-heavy: install system-deps
@@ -59,8 +59,15 @@ test-heavy: install system-deps
 test-cluster: install
 	PYTHON=$(abspath $(PY)) docker/local/test-cluster.sh
 
+## A real Slurm on this machine (docker/slurm/README.md, "Run for real here": wall time): MUNGE, slurmctld and slurmd
+## started in a private folder, the quickstart-sized sweep through docker/slurm/sweep.sbatch hitting its time limit
+## (USR1, requeue, --resume auto) while a second user's job runs beside it; daemons stopped by their pid files.
+## Needs root and `apt-get install slurm-wlm munge`. Not part of `make test` (marker slurm; minutes long).
+test-slurm: install
+	PYTHON=$(abspath $(PY)) docker/slurm/test-slurm.sh
+
 test-fast: install
-	$(PY) -m pytest -q -m "not slow and not heavy and not cluster"
+	$(PY) -m pytest -q -m "not slow and not heavy and not cluster and not slurm"
 
 clean:
 	rm -rf outputs ray_results reports/out .pytest_cache

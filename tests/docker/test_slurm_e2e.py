@@ -1,0 +1,208 @@
+"""The SLURM route for real (issue 31 item 3), run by `make test-slurm` (marker ``slurm``; not part of `make test`).
+
+docker/slurm/test-slurm.sh starts a one-node Slurm cluster (``SLURM_CONF``, ``MM_SLURM_TEST_DIR``) and runs this
+file. Two jobs of docker/slurm/sweep.sbatch go in at once:
+
+- job A (root): the quickstart at a small size with a time limit that falls mid-sweep. Slurm sends USR1
+  (``--signal=B:USR1@...``), the script stops the driver resumably and runs ``scontrol requeue``; the job comes back
+  after Slurm's requeue delay (about 2.5 min here) and finishes through ``--resume auto``. Checked: the job
+  COMPLETED with Restarts >= 1; as many trial runs as planned trials, one per trial, all FINISHED, none left
+  RUNNING; every evaluation of every trial in MLflow exactly once (a trial restarted from step 0 would log its
+  evaluations again); at least one trial continued from a checkpoint after the requeue (attempt 2 starting after
+  step 0), so the time limit did hit a running trial; the report built. Once A is requeued the test raises its
+  limit (A_REQUEUED_LIMIT) so that the second run finishes on a loaded machine instead of requeueing again.
+- job B (a second user, created here): a smaller sweep on the same node while A runs. Checked: both jobs were
+  RUNNING at the same time, B COMPLETED, its runs are the second user's, and the two jobs used different port
+  blocks and temp folders.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slurm
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = "docker/slurm/sweep.sbatch"
+QUICKSTART = "experiments/quickstart.yaml"
+SECOND_USER = "mmslurm2"
+# A: 3 grid trials, a 2-trial search and its refit, each 300 steps with an evaluation (and checkpoint) every 20
+A_SET = ["--set", "folds=[0]", "--set", "base.train.iterations=300", "--set", "base.train.eval_interval=20",
+         "--set", "search.n_trials=2", "--set", "search.base.train.iterations=300"]
+A_ITERATIONS, A_EVAL = 300, 20
+# USR1 2 min after A starts: mid-sweep on this machine (Ray and MLflow take 30-70 s to start, the first trials
+# evaluate every few seconds); the driver gets 60 s to stop (MM_STOP_WAIT) before the limit's SIGTERM 2 min later
+A_SBATCH = ["--time=00:04:00", "--signal=B:USR1@120", "--cpus-per-task=2"]
+A_STOP_WAIT = "60"
+# Once requeued, A's limit is raised so that its second run finishes the sweep on a loaded 2-core machine: another
+# time limit would only repeat the requeue already checked, at 2.5 min of Slurm's requeue delay each
+A_REQUEUED_LIMIT = "00:20:00"
+B_SET = ["--set", "folds=[0]", "--set", "base.train.iterations=40", "--set", "base.train.eval_interval=20",
+         "--set", "search.n_trials=1", "--set", "search.base.train.iterations=40"]
+B_SBATCH = ["--time=00:30:00", "--cpus-per-task=2"]
+TIMEOUT_S = 30 * 60
+FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
+
+
+def say(msg: str) -> None:
+    print(f"[slurm-test {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MM_", "RAY_", "MLFLOW_"))}
+    env.update(RAY_USAGE_STATS_ENABLED="0", RAY_USAGE_STATS_REPORT_URL="http://127.0.0.1:9/",
+               MLFLOW_DISABLE_TELEMETRY="true", DO_NOT_TRACK="true", SLURM_CONF=os.environ["SLURM_CONF"],
+               MM_PYTHON=sys.executable, **extra)
+    return env
+
+
+def sbatch(workdir: Path, sbatch_args: list[str], sweep_args: list[str], user: str | None = None,
+           **settings: str) -> str:
+    cmd = ["sbatch", "--parsable", f"--output={workdir}/slurm-%j.out", *sbatch_args, SCRIPT, QUICKSTART, *sweep_args]
+    if user:  # runuser keeps the environment given here (sbatch passes it on to the job)
+        cmd = ["runuser", "-u", user, "--", *cmd]
+    say("$ " + " ".join(cmd))
+    out = subprocess.run(cmd, cwd=REPO, env=_env(MM_WORKDIR=str(workdir), **settings), capture_output=True,
+                         text=True, check=True, timeout=60).stdout
+    return out.strip().split(";")[0]
+
+
+def job_info(job: str) -> dict[str, str]:
+    out = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True, check=True,
+                         timeout=60, env=_env()).stdout
+    return dict(re.findall(r"(\w+)=(\S*)", out))
+
+
+def job_log(workdir: Path, job: str) -> str:
+    path = workdir / f"slurm-{job}.out"
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def _second_user(root: Path) -> Path:
+    if subprocess.run(["id", SECOND_USER], capture_output=True).returncode != 0:
+        subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", SECOND_USER], check=True)
+        say(f"created user {SECOND_USER}")
+    workdir = root / SECOND_USER
+    workdir.mkdir()
+    entry = pwd.getpwnam(SECOND_USER)
+    os.chown(workdir, entry.pw_uid, entry.pw_gid)
+    return workdir
+
+
+def _trial_runs(workdir: Path) -> tuple[list, list, object]:
+    from mlflow import MlflowClient
+
+    from orchestration import contract as C
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{workdir / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("quickstart")
+    runs = client.search_runs([exp.experiment_id], max_results=1000) if exp else []
+    parents = [r for r in runs if r.data.tags.get(C.ROLE) == C.ROLE_SWEEP]
+    trials = [r for r in runs if r.data.tags.get(C.ROLE) == C.ROLE_TRIAL]
+    return parents, trials, client
+
+
+def attempts(run) -> list[tuple[str, str]]:
+    """(start step, tune checkpoint) of each attempt of a trial run."""
+    from orchestration import contract as C
+
+    t = run.data.tags
+    return [(t.get(C.attempt_tag(i, "start_step"), "?"), t.get(C.attempt_tag(i, "tune_checkpoint"), "?"))
+            for i in range(1, int(t.get(C.ATTEMPTS, "0")) + 1)]
+
+
+def planned_trials(overrides: list[str]) -> int:
+    from orchestration.spec.overrides import load_sweep, plan_sweep
+
+    return plan_sweep(load_sweep(REPO / QUICKSTART, REPO, overrides, need_data=False), REPO).num_trials
+
+
+def wait_for(jobs: dict[str, str]) -> tuple[dict[str, dict[str, str]], bool]:
+    """Poll until every job is final; returns their last info and whether all were RUNNING at one moment. A's limit
+    is raised once it was requeued (A_REQUEUED_LIMIT)."""
+    deadline, together, seen, raised = time.monotonic() + TIMEOUT_S, False, {}, False
+    while True:
+        info = {name: job_info(job) for name, job in jobs.items()}
+        if not raised and int(info["A"].get("Restarts", "0")) >= 1:
+            subprocess.run(["scontrol", "update", f"JobId={jobs['A']}", f"TimeLimit={A_REQUEUED_LIMIT}"], check=True,
+                           timeout=60, env=_env())
+            say(f"A was requeued: its time limit raised to {A_REQUEUED_LIMIT} for the run that finishes it")
+            raised = True
+        states = {name: f"{i.get('JobState')} (restarts {i.get('Restarts')})" for name, i in info.items()}
+        if states != seen:
+            say("jobs: " + ", ".join(f"{name} {s}" for name, s in states.items()))
+            seen = states
+        together |= all(i.get("JobState") == "RUNNING" for i in info.values())
+        if all(i.get("JobState") in FINAL for i in info.values()):
+            return info, together
+        assert time.monotonic() < deadline, f"jobs not done in {TIMEOUT_S} s: {states}"
+        time.sleep(5)
+
+
+def _block_and_temp(log: str) -> tuple[str, str]:
+    m = re.search(r"Ray at (\S+) \(ports (\d+-\d+), temp (\S+)\)", log)
+    assert m, log[-3000:]
+    return m.group(2), m.group(3)
+
+
+def test_time_limit_requeue_and_a_second_users_job_beside_it():
+    root = Path(os.environ["MM_SLURM_TEST_DIR"]) / "jobs"
+    root.mkdir()
+    work_a = root / "root"
+    work_a.mkdir()
+    work_b = _second_user(root)
+    started = time.monotonic()
+    jobs = {"A": sbatch(work_a, A_SBATCH, A_SET, MM_STOP_WAIT=A_STOP_WAIT),
+            "B": sbatch(work_b, B_SBATCH, B_SET, user=SECOND_USER, MM_REPORT="0")}
+    try:
+        info, together = wait_for(jobs)
+    finally:
+        for name, job in jobs.items():
+            say(f"--- job {name} ({job}) log:\n{job_log(work_a if name == 'A' else work_b, job)[-6000:]}")
+    say(f"both jobs done in {time.monotonic() - started:.0f} s")
+    log_a, log_b = job_log(work_a, jobs["A"]), job_log(work_b, jobs["B"])
+
+    # A: hit its time limit, requeued, continued and finished
+    assert info["A"]["JobState"] == "COMPLETED" and info["A"]["ExitCode"] == "0:0", info["A"]
+    assert int(info["A"]["Restarts"]) >= 1 and "requeueing job" in log_a and "(restart 1)" in log_a, log_a[-3000:]
+    parents, trials, client = _trial_runs(work_a)
+    planned = planned_trials(A_SET[1::2])
+    for run in sorted(trials, key=lambda r: r.info.run_name):
+        say(f"  A {run.info.run_name}: {run.info.status}, attempts (start step, tune checkpoint) {attempts(run)}")
+    assert len(trials) == planned and len({r.info.run_name for r in trials}) == planned, \
+        [r.info.run_name for r in trials]
+    assert {r.info.status for r in trials} == {"FINISHED"} and parents, [r.info.status for r in trials]
+    assert not [r for r in parents + trials if r.info.status == "RUNNING"]
+    from orchestration import contract as C
+
+    expected = list(range(A_EVAL, A_ITERATIONS + 1, A_EVAL))
+    for run in trials:
+        steps = sorted(m.step for m in client.get_metric_history(run.info.run_id, C.TEST_ACC))
+        assert steps == expected, f"{run.info.run_name}: evaluations {steps} (a restart from 0 logs them twice)"
+    resumed = [r for r in trials if any(int(s) > 0 and c == "yes" for s, c in attempts(r)[1:] if s.isdigit())]
+    assert resumed, "the time limit hit no running trial with a checkpoint: nothing was resumed from one"
+    report = sorted(p.name for p in (work_a / "report").glob("*"))
+    say(f"A's report: {report}")
+    assert "index.md" in report, report
+
+    # B: a second user's job on the same node at the same time, in ports and folders of its own
+    assert together, "the two jobs never ran at the same time"
+    assert info["B"]["JobState"] == "COMPLETED" and info["B"]["ExitCode"] == "0:0", info["B"]
+    _, trials_b, _ = _trial_runs(work_b)
+    assert trials_b and {r.info.status for r in trials_b} == {"FINISHED"}
+    assert {r.data.tags.get("mlflow.user") for r in trials_b} == {SECOND_USER}
+    (ports_a, temp_a), (ports_b, temp_b) = _block_and_temp(log_a), _block_and_temp(log_b)
+    say(f"ports/temp: A {ports_a} {temp_a}, B {ports_b} {temp_b}")
+    assert ports_a != ports_b and temp_a != temp_b
+    assert f"/mm-{pwd.getpwnam(SECOND_USER).pw_uid}-{jobs['B']}" in temp_b
+    assert not Path(temp_a).exists() and not Path(temp_b).exists(), "a job left its Ray temp folder behind"
+    shutil.rmtree(root, ignore_errors=True)
