@@ -35,6 +35,7 @@ from orchestration.spec.plan import SweepPlan  # noqa: E402
 from orchestration.launch.summary import format_hours, refit_expected  # noqa: E402
 from orchestration.contract.filters import tag_equals  # noqa: E402
 from orchestration.store.store import Store  # noqa: E402
+from orchestration.store import mlflow_ui  # noqa: E402
 
 __all__ = ["TrialState", "SweepStatus", "collect", "format_status", "status_metrics", "StatusReporter", "main",
            "format_duration", "format_hours"]
@@ -337,8 +338,10 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _show(store: Store | None, plan: SweepPlan, clear: bool) -> None:
+def _show(store: Store | None, plan: SweepPlan, clear: bool, uri: str = "") -> None:
     text = format_status(collect(store, plan))
+    if store is not None and uri:  # the runs the report counts, by cell (orchestration.store.mlflow_ui)
+        text += f"\n\n**MLflow UI:** {mlflow_ui.ui_hint(uri, store.experiment_id, plan.settings_digest)}"
     print(("\033[2J\033[H" if clear else "") + text, flush=True)
 
 
@@ -373,7 +376,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     shown = 0
     try:
         while True:
-            _show(store, plan, clear=args.watch is not None and sys.stdout.isatty())
+            _show(store, plan, clear=args.watch is not None and sys.stdout.isatty(), uri=uri)
             shown += 1
             if args.watch is None or (args.count is not None and shown >= args.count):
                 return 0

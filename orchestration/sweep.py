@@ -65,7 +65,7 @@ from orchestration.launch.search import log_best  # noqa: E402
 from orchestration.spec.models import SpecError  # noqa: E402
 from orchestration.status import StatusReporter  # noqa: E402
 from orchestration.store.store import Store  # noqa: E402
-from orchestration.launch.summary import format_statuses, grid_summary, trial_statuses  # noqa: E402
+from orchestration.launch.summary import format_statuses, grid_summary, publish_counted, trial_statuses  # noqa: E402
 
 __all__ = ["SweepOptions", "SweepOutcome", "SweepError", "run_sweep", "main", "resolve_storage",
            "check_resources"]
@@ -96,7 +96,8 @@ def _run_locked(launch: Launch, name_launch: Callable[[str], None]) -> SweepOutc
     client = tracking.MlflowClient(launch.uri)
     with C.bounded_http(launch.uri, "--tracking-uri"):  # a dead server: one line within ~20 s, not 4 min of silence
         experiment_id = tracking.ensure_experiment(client, launch.exp_name, launch.uri,
-                                                   mlflow_ui.experiment_tags(launch.plan.spec.axes))
+                                                   mlflow_ui.experiment_tags(launch.plan.spec.axes,
+                                                                             launch.plan.settings_digest))
     store = launch.store = Store(client, experiment_id)
     resume_cmd = command_line(opts, launch.uri, launch.storage, resume=True)
     for dead in store.kill_dead_launches():
@@ -149,7 +150,7 @@ def _run_launch(launch: Launch, chosen: _Selection, started_ray: bool, resume_cm
         client.set_tag(parent.run_id, C.RAY_PROCESSES, orphans.describe_children()[:5000])
     tracking.log_params_and_tags(client, parent.run_id, {}, C.parent_display_tags(launch.plan.spec.description,
                                                                                    opts.overrides))
-    print(f"[sweep] MLflow UI: {mlflow_ui.ui_hint(launch.uri, experiment_id)}", flush=True)
+    print(f"[sweep] MLflow UI: {mlflow_ui.ui_hint(launch.uri, experiment_id, launch.plan.settings_digest)}", flush=True)
     reporter = StatusReporter(launch.plan, launch.uri, experiment_id, parent.run_id).start()
     interrupts.STOP_HOOKS[:] = [lambda: _stop_signal(launch.uri, experiment_id, parent, resume_cmd)]
     interrupted, errors = False, 0
@@ -255,6 +256,7 @@ def _choose(launch: Launch) -> _Selection | SweepOutcome:
         store.end_run(parent.run_id, "FINISHED")
         out.parent_run_id, out.launch_id = parent.run_id, parent.launch_id
     out.summary = grid_summary(store, plan)
+    publish_counted(store, plan, launch.uri, launch.opts.overrides, out.summary)
     print(f"[sweep] every trial of {launch.spec_path} already has a FINISHED run with the same config in "
           f"experiment {launch.exp_name!r} (or reused from another in the store); nothing to do (--force runs "
           f"them again).\n\n{out.summary}", flush=True)
@@ -320,9 +322,11 @@ def _finish(launch: Launch, chosen: _Selection, interrupted: bool, errors: int, 
     outcome.best = log_best(plan, store, parent.run_id)
     store.end_run(parent.run_id, {"interrupted": "KILLED", "failed": "FAILED"}.get(outcome.status, "FINISHED"))
     outcome.summary = grid_summary(store, plan)
+    publish_counted(store, plan, launch.uri, launch.opts.overrides, outcome.summary)
     print(f"\n[sweep] {outcome.status}: launch {parent.launch_id}, MLflow experiment {launch.exp_name!r} "
           f"(parent run {parent.run_id})\n{format_statuses(st)}\n\nTest accuracy per cell "
-          f"(mean ± std over folds; final = last evaluation, best = max over evaluations):\n{outcome.summary}",
+          f"(mean ± std over folds; final = last evaluation, best = max over evaluations):\n{outcome.summary}\n"
+          f"MLflow UI, these runs by cell: {mlflow_ui.ui_hint(launch.uri, store.experiment_id, plan.settings_digest)}",
           flush=True)
     for key, params in outcome.best.items():
         print(f"best parameters of search {key}: " + ", ".join(f"{k}={v}" for k, v in params.items()))

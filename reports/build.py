@@ -74,6 +74,7 @@ class BuildResult:
     ignored: list[str] = field(default_factory=list)   # FINISHED runs of other settings (never in a table)
     settings_note: str = ""                            # how runs were chosen when no launch recorded its settings
     overrides: tuple[str, ...] = ()                    # the --set items the settings were given with
+    digest: str = ""                                   # their settings digest (the MLflow UI's view of these runs)
 
 
 def _write(path: Path, text: str, result: BuildResult) -> None:
@@ -240,7 +241,7 @@ def _build(layout: ReportLayout, source: RunSource, uri: str, out: Path, protoco
         layout, source, experiment_id, (used, duplicates, unfinished), settings.hashes("refit"))
     out.mkdir(parents=True, exist_ok=True)
     result = BuildResult(out_dir=out, index=out / "index.md", ignored=ignored + ignored_refits,
-                         settings_note=settings.note, overrides=overrides)
+                         settings_note=settings.note, overrides=overrides, digest=settings.digest)
     metrics = MetricCache(source)
     _tables(layout, metrics, table_runs, protocol, formats, out, result)
     if "png" in formats or "pdf" in formats:
@@ -334,6 +335,8 @@ def _index(layout: ReportLayout, result: BuildResult, formats: Sequence[str], tr
              f"Grid trial runs used: {len(used)} FINISHED, the newest per cell and fold of folds "
              f"{', '.join(map(str, layout.folds))}" + ("." if result.settings_note else
                                                         f" with a config hash these settings give ({_given(result)}).")]
+    lines += ["", f"In the MLflow UI, these runs grouped by cell (mean per cell): "
+                  f"{C.ui_hint(tracking_uri, experiment_id, '' if result.settings_note else result.digest)}"]
     for line in (C.other_settings_line(result.ignored), result.settings_note):
         if line:
             lines += ["", f"**{line[0].upper()}{line[1:]}.**"]

@@ -404,14 +404,19 @@ def read_settings(source: RunSource, experiment_id: str, digest: str, overrides:
     return Settings(digest, expected)
 
 
+def _rows(trials: pd.DataFrame) -> list[C.TrialRow]:
+    """The frame's runs as the contract's rule reads them (:mod:`orchestration.contract.counted`), ``ref`` = index."""
+    return [C.TrialRow(cell, fold, config_hash, status, start, run_id, ref) for ref, cell, fold, config_hash, status,
+            start, run_id in zip(trials.index, trials["cell"], trials["fold"], trials["config_hash"],
+                                 trials["status"], trials["start_time"], trials["run_id"])]
+
+
 def split_by_settings(trials: pd.DataFrame, expected: dict[str, set[str]] | None) -> tuple[pd.DataFrame, list[str]]:
     """(the runs whose config hash is one the settings expect for their cell and fold, the labels of the FINISHED
     runs that are not: those enter no table). ``expected`` None: every run is kept."""
     if expected is None or trials.empty:
         return trials, []
-    keys = [C.trial_key(c, f) for c, f in zip(trials["cell"], trials["fold"])]
-    ok = pd.Series([h in expected.get(k, ()) for k, h in zip(keys, trials["config_hash"])], index=trials.index,
-                   dtype=bool)
+    ok = pd.Series([C.settings_expect(expected, row) for row in _rows(trials)], index=trials.index, dtype=bool)
     other = trials[~ok & (trials["status"] == "FINISHED")].sort_values(["cell", "fold", "start_time"])
     labels = [C.other_settings_label(c, f, h) for c, f, h in zip(other["cell"], other["fold"], other["config_hash"])]
     return trials[ok].reset_index(drop=True), labels
@@ -422,14 +427,15 @@ def select_trials(trials: pd.DataFrame, folds: Iterable[int]) -> tuple[pd.DataFr
 
     ``used``: FINISHED runs of the YAML's folds, one per (cell, fold) — the most recently started one, because a
     relaunched sweep (``--force``, or after the YAML changed) writes a new run and the newest reflects the current
-    YAML. ``duplicates``: older FINISHED runs of the same (cell, fold), left out. ``unfinished``: runs of the YAML's
+    YAML (:func:`orchestration.contract.newest_finished`, the rule the sweep's summary and the MLflow UI's view use). ``duplicates``: older FINISHED runs of the same (cell, fold), left out. ``unfinished``: runs of the YAML's
     folds that are RUNNING, FAILED, KILLED or SCHEDULED.
     """
     in_folds = trials[trials["fold"].isin(list(folds))]
-    finished = in_folds[in_folds["status"] == "FINISHED"].sort_values(["start_time", "run_id"], ascending=False)
-    dup_mask = finished.duplicated(["cell", "fold"], keep="first")
-    used = finished[~dup_mask].sort_values(["cell", "fold"]).reset_index(drop=True)
-    duplicates = finished[dup_mask].sort_values(["cell", "fold"]).reset_index(drop=True)
+    newest = {row.ref for row in C.newest_finished(_rows(in_folds)).values()}  # the rule the UI's view shares
+    is_used = in_folds.index.isin(list(newest))
+    finished = in_folds["status"] == "FINISHED"
+    used = in_folds[is_used].sort_values(["cell", "fold"]).reset_index(drop=True)
+    duplicates = in_folds[finished & ~is_used].sort_values(["cell", "fold"]).reset_index(drop=True)
     unfinished = in_folds[in_folds["status"] != "FINISHED"].sort_values(["cell", "fold"]).reset_index(drop=True)
     return used, duplicates, unfinished
 

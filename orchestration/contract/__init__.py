@@ -10,6 +10,8 @@ here (``from orchestration import contract as C``; ``C.ROLE``):
 - :mod:`~orchestration.contract.metrics`: the metric names the layout relies on, accuracies in %
 - :mod:`~orchestration.contract.search_trials`: the sampled-values tag and THE best-trial rule
 - :mod:`~orchestration.contract.settings`: ``--set`` on a sweep YAML, its settings digest, the expected-runs record
+- :mod:`~orchestration.contract.counted`: THE rule for which runs a YAML's settings count, their UI tag and filter
+- :mod:`~orchestration.contract.ui_links`: the MLflow UI's view of those runs: its key, address and ``mlflow ui`` command
 - :mod:`~orchestration.contract.colors`: one colour per level, in the MLflow UI and the report figures alike
 - :mod:`~orchestration.contract.tracking_uri`: the one rule that turns ``--tracking-uri`` into a store
 - :mod:`~orchestration.contract.store_access`: how every command opens that store (checks, HTTP bounds, errors)
@@ -37,6 +39,7 @@ imports nothing); no module of it imports mlflow, ray or torch.
 
 from orchestration.contract.artifacts import *  # noqa: F401,F403
 from orchestration.contract.colors import *  # noqa: F401,F403
+from orchestration.contract.counted import *  # noqa: F401,F403
 from orchestration.contract.filters import *  # noqa: F401,F403
 from orchestration.contract.metrics import *  # noqa: F401,F403
 from orchestration.contract.names import *  # noqa: F401,F403
@@ -45,6 +48,7 @@ from orchestration.contract.settings import *  # noqa: F401,F403
 from orchestration.contract.store_access import *  # noqa: F401,F403
 from orchestration.contract.tags import *  # noqa: F401,F403
 from orchestration.contract.tracking_uri import *  # noqa: F401,F403
+from orchestration.contract.ui_links import *  # noqa: F401,F403
 
 # The trainer's modules the contract may import (each imports only the standard library, yamlfile PyYAML too);
 # tests check that a report loads no other module of mutexmatch.

@@ -1,19 +1,21 @@
 """What a sweep launch prints at the end, read back from MLflow: per-cell mean ± std over folds, the best search
-parameters, and which trials finished, failed or did not run."""
+parameters, and which trials finished, failed or did not run; and what the MLflow UI shows of it
+(:func:`publish_counted`)."""
 
 from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from orchestration import contract as C
 from orchestration.contract.filters import NEWEST_FIRST
 from orchestration.spec.plan import SweepPlan
+from orchestration.store import mlflow_ui
 from orchestration.store.store import Store
 
 __all__ = ["TrialStatus", "format_hours", "refit_expected", "grid_runs", "refit_runs", "grid_summary", "trial_statuses",
-           "format_statuses"]
+           "format_statuses", "publish_counted"]
 
 SUMMARY_METRICS = ((C.TEST_ACC, "final"), (C.TEST_BEST_ACC, "best"))
 
@@ -30,17 +32,14 @@ def refit_expected(store: Store, plan: SweepPlan) -> dict[str, Any]:
 def _newest_matching(store: Store, kind: str, trials: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """Trial key → the newest FINISHED run of ``kind`` whose config hash is one of that trial's
     (:attr:`orchestration.spec.plan.GridTrial.hashes`), and the labels of FINISHED runs of other settings (their cell
-    and fold not in ``trials`` or another config hash): those enter no table."""
-    found: dict[str, Any] = {}
-    other: list[str] = []
-    for run in store.finished_trials(kind, order_by=NEWEST_FIRST):
-        tg = run.data.tags
-        key = C.trial_key(tg.get(C.CELL), tg.get(C.FOLD))
-        if key in trials and tg.get(C.CONFIG_HASH) in trials[key].hashes:
-            found.setdefault(key, run)
-        else:
-            other.append(C.other_settings_label(tg.get(C.CELL, "?"), tg.get(C.FOLD, "?"), tg.get(C.CONFIG_HASH, "")))
-    return found, other
+    and fold not in ``trials`` or another config hash): those enter no table. The rule is the report's and the UI
+    view's (:func:`orchestration.contract.counted_rows`)."""
+    rows = [C.TrialRow(tg.get(C.CELL, "?"), tg.get(C.FOLD, "?"), tg.get(C.CONFIG_HASH, ""), run.info.status,
+                       int(run.info.start_time or 0), run.info.run_id, run)
+            for run in store.finished_trials(kind, order_by=NEWEST_FIRST) for tg in (run.data.tags,)]
+    counted, other = C.counted_rows(rows, {key: t.hashes for key, t in trials.items()})
+    return ({key: row.ref for key, row in counted.items()},
+            [C.other_settings_label(r.cell, r.fold, r.config_hash) for r in other])
 
 
 def grid_runs(store: Store, plan: SweepPlan) -> tuple[dict[str, Any], list[str]]:
@@ -56,6 +55,20 @@ def refit_runs(store: Store, plan: SweepPlan) -> tuple[dict[str, Any], list[str]
     if not plan.refits or plan.smoke:
         return {}, []
     return _newest_matching(store, C.KIND_REFIT, refit_expected(store, plan))
+
+
+def publish_counted(store: Store, plan: SweepPlan, tracking_uri: str, overrides: Sequence[str], summary: str) -> None:
+    """The MLflow UI after a launch: the runs these settings count (:func:`grid_runs` and :func:`refit_runs`, the
+    report's rule) marked for the view, the view and the experiment's description (``summary``, the per-cell mean ±
+    std) set. A smoke launch records no settings and marks nothing."""
+    if plan.smoke or not plan.settings_digest:
+        return
+    counted = [r.info.run_id for runs in (grid_runs(store, plan)[0], refit_runs(store, plan)[0]) for r in runs.values()]
+    mlflow_ui.mark_counted(store.client, store.experiment_id, plan.settings_digest, counted)
+    tags = {**mlflow_ui.experiment_tags(plan.spec.axes, plan.settings_digest),
+            C.NOTE: mlflow_ui.description(tracking_uri, store.experiment_id, plan.settings_digest, overrides, summary)}
+    for key, value in tags.items():
+        store.client.set_experiment_tag(store.experiment_id, key, value)
 
 
 def format_hours(h: float) -> str:

@@ -2,7 +2,9 @@
 
 - ``store.py``: :class:`Store`, every MLflow query of the launcher (its filters from
   :mod:`orchestration.contract.filters`), ``as_store`` and ``end_run``.
-- ``mlflow_ui.py``: the experiment's kind and shared runs view, the link a command prints, a trial's Dataset column.
+- ``mlflow_ui.py``: the experiment's kind, description and shared runs view (the runs the report counts), the link a
+  command prints, a trial's Dataset column.
+- ``location.py``: a SQLite store's artifacts stay in its folder (a copied store gets its own, or is refused).
 
 The package keeps the names of the module it replaced (``orchestration/store.py`` before issue 29 made it a
 folder): ``from orchestration.store import Store`` keeps working. New code imports from the module that defines a

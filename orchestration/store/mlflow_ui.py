@@ -1,22 +1,21 @@
-"""What the MLflow UI shows of a sweep: the experiment's kind and shared runs view, the link a command prints, and
-a trial's Dataset column. Not part of the layout contract: no reader depends on it."""
+"""What the MLflow UI shows of a sweep: the experiment's kind, description and shared runs view (the runs the report
+counts, marked at the end of each launch), the link a command prints, and a trial's Dataset column. Not part of the
+layout contract: no reader depends on it."""
 
 from __future__ import annotations
 
 import json
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
-from orchestration.contract import (EXPERIMENT_KIND, EXPERIMENT_KIND_ML, FOLD, ROLE, ROLE_TRIAL, SHARED_VIEW_TAG,
-                                    SPLIT_ARTIFACT, TEST_ACC, TEST_BEST_ACC, axis_tag, percent_metric)
-from orchestration.contract.filters import tag_equals
+from orchestration.contract import (CELL, EXPERIMENT_KIND, EXPERIMENT_KIND_ML, FOLD, KIND, KIND_GRID, ROLE, ROLE_TRIAL,
+                                    SHARED_VIEW_TAG, SPLIT_ARTIFACT, TEST_ACC, TEST_BEST_ACC, axis_tag, counted_changes,
+                                    counted_filter, counted_tag, percent_metric)
+from orchestration.contract.filters import all_of, tag_equals
+from orchestration.contract.ui_links import (RUNS_VIEW_KEY, UI_HOST, UI_PORT, runs_view_url, ui_command,  # noqa: F401
+                                             ui_hint, view_key)
 
-# What the MLflow UI shows at first open. MLflow 3.17 opens an experiment on its GenAI overview unless the sidebar's
-# "Model training" switch (kept per browser) or the URL says otherwise, so every printed link names the runs view
-# with ``workflowType=machine_learning``; the experiment also carries MLflow's own kind tag (older MLflow 3 UIs
-# choose the tab by it) and a shared view (MLflow's "Share" button stores one the same way) with the columns that
-# matter, which the printed link opens.
-RUNS_VIEW_KEY = "mutexmatch-trials"
-UI_HOST, UI_PORT = "127.0.0.1", 5000
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
 
 
 def dataset_input(data: dict, split_digest: str, run_id: str) -> dict[str, str]:
@@ -28,36 +27,54 @@ def dataset_input(data: dict, split_digest: str, run_id: str) -> dict[str, str]:
             "source": json.dumps({"uri": f"runs:/{run_id}/{SPLIT_ARTIFACT}"})}
 
 
-def runs_view(axes: Iterable[str]) -> dict:
-    """The shared view of the trial runs: one flat row per trial (the filter leaves the parent rows out, so nothing
-    is collapsed), sorted by name, with the final and best test accuracy in %, the level on each axis and the fold
-    as columns beside the run name, widened so the names fit."""
+def runs_view(axes: Iterable[str], digest: str = "") -> dict:
+    """The shared view of the runs the settings with ``digest`` count, exactly the report's
+    (:func:`orchestration.contract.counted_filter`: no search trial, no try-out, no older duplicate), grouped by cell
+    with MLflow's *average* per group (the mean over folds; MLflow aggregates min, max and average only, so the std
+    is in the experiment's description, :func:`description`), with the final and best test accuracy in % (two
+    decimals, :func:`orchestration.contract.with_percent`), the level on each axis and the fold as columns beside
+    the run name. Without ``digest``: every grid trial (a store before the counted tag)."""
     run_name = "attributes.`Run Name`"
     metrics = [f"metrics.`{percent_metric(TEST_ACC)}`", f"metrics.`{percent_metric(TEST_BEST_ACC)}`"]
     levels = [f"tags.`{axis_tag(a)}`" for a in axes]
     columns = [*metrics, *levels, f"tags.`{FOLD}`", "attributes.`Source`"]
     # widths in pixels: the header of a tag column is the tag's name, which MLflow cuts to the column
     widths = {run_name: 290, **{m: 140 for m in metrics}, **{t: 195 for t in levels}, f"tags.`{FOLD}`": 130}
-    return {"searchFilter": tag_equals(ROLE, ROLE_TRIAL), "orderByKey": "tags.`mlflow.runName`",
-            "orderByAsc": True, "selectedColumns": columns, "columnOrder": [run_name, *columns],
-            "columnWidths": widths}
+    found = counted_filter(digest) if digest else all_of(tag_equals(ROLE, ROLE_TRIAL), tag_equals(KIND, KIND_GRID))
+    return {"searchFilter": found, "orderByKey": "tags.`mlflow.runName`", "orderByAsc": True,
+            "selectedColumns": columns, "columnOrder": [run_name, *columns], "columnWidths": widths,
+            "groupBy": {"aggregateFunction": "average", "groupByKeys": [{"mode": "tag", "groupByData": CELL}]}}
 
 
-def experiment_tags(axes: Iterable[str]) -> dict[str, str]:
-    """The tags a sweep's experiment carries: MLflow's kind (model training, not GenAI) and :func:`runs_view`."""
-    return {EXPERIMENT_KIND: EXPERIMENT_KIND_ML, SHARED_VIEW_TAG + RUNS_VIEW_KEY: json.dumps(runs_view(axes))}
+def experiment_tags(axes: Iterable[str], digest: str = "") -> dict[str, str]:
+    """The tags a sweep's experiment carries: MLflow's kind (model training, not GenAI) and :func:`runs_view` under
+    the settings' own key and the default one (the latest launch's settings)."""
+    view = json.dumps(runs_view(axes, digest))
+    keys = {view_key(), view_key(digest)}
+    return {EXPERIMENT_KIND: EXPERIMENT_KIND_ML, **{SHARED_VIEW_TAG + key: view for key in keys}}
 
 
-def runs_view_url(base: str, experiment_id: str) -> str:
-    """The runs view of experiment ``experiment_id`` at ``base`` (a server's address), opened on the shared view."""
-    return (f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
-            f"&viewStateShareKey={RUNS_VIEW_KEY}")
+def description(tracking_uri: str, experiment_id: str, digest: str, overrides: Iterable[str], summary: str) -> str:
+    """The experiment's description (MLflow shows it on the experiment's page, one click from the UI's start page):
+    the per-cell mean ± std over folds the report counts (the sweep's summary, same rule) and the link to the runs
+    behind them."""
+    given = " ".join(f"--set {i}" for i in overrides) or "no --set"
+    return (f"**Runs the report counts** (settings {digest}, {given}): [open them grouped by cell, mean per cell]"
+            f"({runs_view_url(tracking_uri, experiment_id, digest)})\n\nTest accuracy %, mean ± std over "
+            f"folds (final = last evaluation, best = max over evaluations):\n\n```\n{summary}\n```\n")
 
 
-def ui_hint(tracking_uri: str, experiment_id: str) -> str:
-    """Where to look at the runs: the runs view of an ``mlflow server`` (not its GenAI overview), or for a SQLite
-    store the command that serves it on this machine only, and the same view's address once it runs."""
-    if tracking_uri.startswith(("http://", "https://")):
-        return runs_view_url(tracking_uri, experiment_id)
-    return (f"mlflow ui --backend-store-uri {tracking_uri} --host {UI_HOST} --port {UI_PORT}, then open "
-            f"{runs_view_url(f'http://{UI_HOST}:{UI_PORT}', experiment_id)}")
+def mark_counted(client: MlflowClient, experiment_id: str, digest: str, counted: Iterable[str]) -> None:
+    """Tag exactly the runs ``counted`` with :func:`orchestration.contract.counted_tag` (``digest``) in the experiment,
+    deleting the tag from runs no longer counted (an older duplicate after ``--force``), so the view's filter holds
+    the report's runs."""
+    from mlflow.entities import ViewType
+
+    tag = counted_tag(digest)
+    marked = {r.info.run_id for r in client.search_runs([experiment_id], counted_filter(digest), ViewType.ACTIVE_ONLY,
+                                                       max_results=50_000)}
+    add, drop = counted_changes(marked, counted)
+    for run_id in sorted(add):
+        client.set_tag(run_id, tag, "true")
+    for run_id in sorted(drop):
+        client.delete_tag(run_id, tag)

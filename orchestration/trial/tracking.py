@@ -39,6 +39,7 @@ from orchestration import contract as C
 from orchestration.store import mlflow_ui
 from orchestration.runtime.env import apply_closed_network_env
 from orchestration.store.store import Store, end_run
+from orchestration.store.location import check_artifact_home
 
 apply_closed_network_env()
 
@@ -75,7 +76,9 @@ def artifact_location(tracking_uri: str) -> str | None:
 def ensure_experiment(client: MlflowClient, name: str, tracking_uri: str, tags: Mapping[str, str] = {}) -> str:
     """The id of experiment ``name``, created (or restored from the trash) if needed, with ``tags`` set (the UI's
     :func:`orchestration.store.mlflow_ui.experiment_tags`, refreshed at every launch). Called in the driver before any
-    trial starts, so trials never race on creating the SQLite schema or the experiment."""
+    trial starts, so trials never race on creating the SQLite schema or the experiment. A copied SQLite store first
+    gets its own artifact folder, or is refused (:func:`orchestration.store.location.check_artifact_home`)."""
+    check_artifact_home(tracking_uri)
     exp = client.get_experiment_by_name(name)
     if exp is None:
         experiment_id = client.create_experiment(name, artifact_location=artifact_location(tracking_uri))
