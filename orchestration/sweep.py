@@ -48,7 +48,7 @@ apply_closed_network_env()
 
 from orchestration import contract as C  # noqa: E402
 from orchestration.trial import tracking  # noqa: E402
-from orchestration.launch.cluster import check_resources, init_ray  # noqa: E402
+from orchestration.launch.cluster import check_cluster, check_resources, init_ray  # noqa: E402
 from orchestration.launch.dryrun import dry_run  # noqa: E402
 from orchestration.launch import interrupts  # noqa: E402
 from orchestration.store import mlflow_ui  # noqa: E402
@@ -271,7 +271,7 @@ def _start_ray(opts: SweepOptions, plan: SweepPlan) -> tuple[bool, dict[str, flo
     try:
         import ray
 
-        request, warns = check_resources(plan.spec.resources, opts.gpu_policy, ray.nodes())
+        request, warns = check_cluster(plan.spec.resources, opts.gpu_policy)
     except BaseException:
         if started_ray:
             ray.shutdown()

@@ -9,8 +9,12 @@
 - ``best.py``: the best trial of each study and of each searched cell, read from the store.
 - ``refit.py``: the search's best parameters trained on every refit fold.
 - ``cluster.py``: the Ray cluster the launch runs on (connect or start one; can it run the trials at all).
+- ``scaleup.py``: an autoscaling cluster grown to one trial's size before that check (what its autoscaler can add,
+  the request and the wait with its printed limit).
 - ``interrupts.py``, ``launchlock.py``, ``orphans.py``: Ctrl+C and SIGTERM, one launch of an experiment at a time,
   the Ray processes a killed driver left behind.
+- ``trialsignals.py``: the driver's SIGUSR1 (a time limit ahead) passed on to every running trial, which checkpoints.
+- ``notify.py``: ``--notify URL``, the webhook told how the sweep ended and of a trial with no retry left.
 - ``progress.py``, ``summary.py``: the line per trial event while Tune runs, the tables at the end.
 - ``dryrun.py``, ``cost.py``: ``--dry-run``, the plan and what it would cost (a few timed real steps).
 

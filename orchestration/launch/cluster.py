@@ -1,4 +1,5 @@
-"""The Ray cluster a sweep runs on: connect (or start a local Ray) and check that it can run the trials at all."""
+"""The Ray cluster a sweep runs on: connect (or start a local Ray) and check that it can run the trials at all
+(an autoscaling cluster first grown to one trial's size: ``scaleup.py``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 from orchestration.launch.launch import SweepError
 from orchestration.spec.models import Resources
 
-__all__ = ["check_resources", "init_ray"]
+__all__ = ["check_resources", "check_cluster", "init_ray"]
 
 
 def check_resources(resources: Resources, policy: str, nodes: list[dict[str, Any]]) -> tuple[dict[str, float],
@@ -39,6 +40,38 @@ def check_resources(resources: Resources, policy: str, nodes: list[dict[str, Any
         raise SweepError(f"resources.cpu={resources.cpu:g}: no node of the Ray cluster has {resources.cpu:g} CPUs "
                          f"(largest: {max_cpu:g})")
     return {"cpu": resources.cpu, "gpu": gpu}, warns
+
+
+def check_cluster(resources: Resources, policy: str) -> tuple[dict[str, float], list[str]]:
+    """:func:`check_resources` against the connected cluster, after growing an autoscaling one to one trial's size:
+    when no alive node holds a trial but the cluster's autoscaler can add one (a spot cluster starting with no GPU
+    node), the launch asks for it and waits with a printed limit (``orchestration/launch/scaleup.py``) instead of
+    refusing. If none joins in time, the launch stops (``--gpu-policy drop``: goes on without the GPU)."""
+    import ray
+    from ray.autoscaler.sdk import request_resources
+
+    from orchestration.launch import scaleup
+
+    nodes = ray.nodes()
+    bundles = scaleup.trial_bundles(resources.cpu, resources.gpu, getattr(resources, "workers", 1))
+    try:
+        autoscaler = scaleup.read_autoscaler()
+    except Exception as exc:  # noqa: BLE001 - an unreadable autoscaler state must not block a fixed cluster
+        print(f"warning: could not read the Ray autoscaler's state ({type(exc).__name__}: {exc}); checking the "
+              "cluster as it is now", flush=True)
+        autoscaler = None
+    target = scaleup.scale_up_target(bundles, nodes, autoscaler)
+    if target is not None:
+        timeout = scaleup.scale_up_timeout()
+        grown = scaleup.wait_for_node(bundles, target, timeout, nodes=ray.nodes,
+                                      request=lambda bundles: request_resources(bundles=bundles))
+        if grown is None and policy == "error":
+            raise SweepError(f"resources: the Ray cluster did not grow to hold {scaleup.describe(bundles)} within "
+                             f"{timeout:g} s (waited for {target}): the cloud may have no "
+                             f"(spot) capacity now; see `ray status`, set {scaleup.SCALE_UP_TIMEOUT_ENV} to wait "
+                             "longer, relaunch with --resume auto later, or pass --gpu-policy drop to train on CPU")
+        nodes = grown or ray.nodes()
+    return check_resources(resources, policy, nodes)
 
 
 def init_ray() -> bool:
