@@ -39,7 +39,29 @@ def check_resources(resources: Resources, policy: str, nodes: list[dict[str, Any
     if resources.cpu > max_cpu:
         raise SweepError(f"resources.cpu={resources.cpu:g}: no node of the Ray cluster has {resources.cpu:g} CPUs "
                          f"(largest: {max_cpu:g})")
-    return {"cpu": resources.cpu, "gpu": gpu}, warns
+    return _worker_groups(resources, {"cpu": resources.cpu, "gpu": gpu}, alive), warns
+
+
+def _worker_groups(resources: Resources, request: dict[str, float], alive: list[dict[str, float]]
+                   ) -> dict[str, float]:
+    """``request`` (per worker when ``resources.workers`` > 1) with, for a trial that spans workers, ``workers``
+    and ``groups``: how many whole worker groups the cluster's CPUs and GPUs hold at once (Tune's concurrency cap,
+    :func:`orchestration.trial.spanning.concurrency_cap`). A group larger than the cluster is refused: its trial
+    would wait for resources forever."""
+    n = resources.workers
+    if n <= 1:
+        return request
+    groups = []
+    for key, field in (("cpu", "CPU"), ("gpu", "GPU")):
+        if request[key] > 0:
+            fits = sum(int(r.get(field, 0.0) // request[key]) for r in alive)  # workers, node by node
+            if fits < n:
+                raise SweepError(f"resources.workers={n}: a trial needs {n} workers of {request[key]:g} "
+                                 f"{field}s each, and the Ray cluster holds {fits} such workers (its nodes: "
+                                 f"{', '.join(f'{r.get(field, 0.0):g}' for r in alive)} {field}s); lower "
+                                 f"resources.workers or resources.{key}, or add nodes")
+            groups.append(fits // n)
+    return {**request, "workers": float(n), "groups": float(min(groups))}
 
 
 def check_cluster(resources: Resources, policy: str) -> tuple[dict[str, float], list[str]]:

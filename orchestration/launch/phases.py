@@ -4,7 +4,7 @@ every MLflow run of it gets its final status (:func:`reconcile_phase`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -139,14 +139,19 @@ def _run(launch: Launch, phase: Phase, **trials: Any) -> PhaseResult:
     """One Tune phase whose trials are ``trials`` (``grid=`` keyed trials or ``study=``)."""
     from ray import tune
 
+    from orchestration.trial.spanning import concurrency_cap, trial_request
     from orchestration.trial.trainable import TrialContext, run_trial
 
+    # resources.workers > 1 (issue 30): the trial's process holds a token, its worker group the checked request
+    request, span = trial_request(launch.request, launch.plan.spec.resources.workers, launch.exp_root)
     ctx = TrialContext(tracking_uri=launch.uri, experiment_id=launch.store.experiment_id,
                        parent_run_id=launch.parent.run_id, launch_id=launch.parent.launch_id,
                        git_commit=launch.commit, device="cuda" if launch.request["gpu"] > 0 else "cpu",
                        num_threads=max(1, round(launch.request["cpu"])), source=str(launch.opts.spec_path),
-                       **_colors(launch.plan), **trials)
-    trainable = tune.with_resources(tune.with_parameters(run_trial, ctx=ctx), launch.request)
+                       **_colors(launch.plan), span=span, **trials)
+    trainable = tune.with_resources(tune.with_parameters(run_trial, ctx=ctx), request)
+    if span is not None:
+        phase = replace(phase, tune_kwargs=concurrency_cap(phase.tune_kwargs, launch.request["groups"]))
     return run_phase(launch, phase, trainable)
 
 

@@ -53,12 +53,23 @@ def _none_to_dict(v: Any) -> Any:
 
 class Resources(_Strict):
     """Per-trial resources, passed to ``tune.with_resources``. Fractional GPUs share one device (scheduling only:
-    Ray does not isolate GPU memory)."""
+    Ray does not isolate GPU memory). With ``workers`` > 1, ``cpu`` and ``gpu`` are per worker and a trial is a Ray
+    Train ``TorchTrainer`` of that many data-parallel ranks (issue 30: :mod:`orchestration.trial.spanning`)."""
+
+    # Left out of the spec hash at its default (sweepfile.spec_hash), so every sweep written before it keeps its hash.
+    DEFAULT_WORKERS: ClassVar[int] = 1
 
     cpu: Annotated[float, AfterValidator(at_least(0, strict=True))] = Field(
-        1.0, description="CPUs per trial (also the trial's torch thread count, rounded, at least 1).")
+        1.0, description="CPUs per trial, per worker when `workers` > 1 (also the torch thread count of each "
+        "process, rounded, at least 1).")
     gpu: Annotated[float, AfterValidator(at_least(0))] = Field(
-        0.0, description="GPUs per trial; a fraction < 1 packs several trials on one GPU.")
+        0.0, description="GPUs per trial, per worker when `workers` > 1; a fraction < 1 packs several trials on one "
+        "GPU.")
+    workers: Annotated[int, AfterValidator(at_least(1))] = Field(
+        1, description="Data-parallel ranks per trial: 1 trains in one process (the default); N > 1 runs each trial "
+        "as a Ray Train TorchTrainer of N workers (gloo on CPU, NCCL on GPUs), each with `cpu` CPUs and `gpu` GPUs, "
+        "splitting the config's global batch (`train.batch_size` and `train.mu` times it must divide by N). Results "
+        "equal one process's within float summation order; wall time is about 1/N of it plus communication.")
 
     @field_validator("gpu")
     @classmethod
@@ -66,6 +77,13 @@ class Resources(_Strict):
         if v > 1 and v != int(v):
             raise ValueError("must be a fraction in [0, 1] or a whole number of GPUs")
         return v
+
+    @model_validator(mode="after")
+    def _one_device_per_rank(self) -> "Resources":
+        if self.workers > 1 and self.gpu > 1:
+            raise ValueError(f"gpu={self.gpu:g} with workers={self.workers}: each worker trains on one device; use "
+                             f"gpu: 1 and workers: {self.workers * int(self.gpu)}")
+        return self
 
 
 class _RangeParam(_Strict):

@@ -31,13 +31,14 @@ from pydantic import BaseModel, ValidationError
 
 from mutexmatch.config import (SEED_MAX, SWEEP_ONLY_KEY, TRAIN_COMMAND, ConfigError, DataConfig, RunConfig,
                                has_validation, parse_config, search_value)
+from mutexmatch.algorithms import ALGORITHMS
 from mutexmatch.yamlfile import YamlFileError, read_yaml_mapping
 from mutexmatch.checks import validation_error_lines
 from mutexmatch.dotted import deep_merge, flatten_dotted, set_dotted  # noqa: F401  (deep_merge, set_dotted re-exported)
 
 from orchestration.contract import cell_id
 from orchestration.spec.models import (_OWNED, _UNSEARCHABLE, SMOKE_DEFAULT, CategoricalParam, FloatParam, IntParam,
-                                       SearchSpec, SpecError, SweepSpec, _searchable_paths)
+                                       Resources, SearchSpec, SpecError, SweepSpec, _searchable_paths)
 
 __all__ = [
     "Cell",
@@ -190,6 +191,22 @@ def _config_errors(prefix: str, raw: dict[str, Any], folders: _DataFolders | Non
     return []
 
 
+def _split_errors(raw: dict[str, Any], workers: int) -> list[str]:
+    """``resources.workers`` > 1 (issue 30): the global batch must split evenly over the ranks, as the trainer
+    requires (:meth:`mutexmatch.training.distributed.DataParallel.check`); found here before any trial starts."""
+    if workers <= 1:
+        return []
+    try:
+        cfg = parse_config(raw)
+    except ConfigError:
+        return []  # _config_errors reports it
+    unlabeled = cfg.train.batch_size * cfg.train.mu * ALGORITHMS[cfg.algorithm.name].uses_unlabeled
+    return [f": {field}={rows}: must be divisible by resources.workers={workers} (each worker forwards an equal "
+            "share of the global batch); change it or resources.workers"
+            for field, rows in (("train.batch_size", cfg.train.batch_size), ("train.batch_size x train.mu",
+                                                                              unlabeled)) if rows % workers]
+
+
 def _space_path_errors(search: SearchSpec) -> list[str]:
     allowed = _searchable_paths()
     errors = []
@@ -241,7 +258,8 @@ def validate_spec(spec: SweepSpec, project_dir: Path) -> None:
     for cell in cells:
         by_problem: dict[str, list[int]] = {}
         for fold in spec.folds:
-            for line in _config_errors("", trial_config(spec, cell, fold, project_dir=project_dir), folders):
+            raw = trial_config(spec, cell, fold, project_dir=project_dir)
+            for line in _config_errors("", raw, folders) + _split_errors(raw, spec.resources.workers):
                 by_problem.setdefault(line, []).append(fold)
         for line, folds in by_problem.items():
             where = "all folds" if len(folds) == len(spec.folds) > 1 else f"fold {','.join(map(str, folds))}"
@@ -427,4 +445,6 @@ def load_spec(path: str | Path, project_dir: str | Path = ".") -> SweepSpec:
 def spec_hash(spec: SweepSpec) -> str:
     """Short sha256 over what changes the trials (description and report layouts excluded)."""
     d = spec.model_dump(mode="json", exclude={"description", "tables", "figures", "axis_wins"})
+    if d["resources"]["workers"] == Resources.DEFAULT_WORKERS:
+        del d["resources"]["workers"]  # added by issue 30: a one-process sweep keeps the hash it had before
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]

@@ -203,15 +203,18 @@ class TrialRun:
         """A FINISHED run's last metrics and step (what the trial reports to Tune instead of training again)."""
         return {**self._run.data.metrics, "step": max(self.last_logged_step, 0)}
 
-    def start_attempt(self, config: Mapping[str, Any], *, node_id: str, tune_checkpoint: bool) -> None:
+    def start_attempt(self, config: Mapping[str, Any], *, node_id: str, tune_checkpoint: bool,
+                      world_size: int = 1) -> None:
         """This attempt's tags, and the config's params not logged yet: MLflow params are immutable, and
-        ``output_dir`` or the device may differ between attempts (another node), so the first attempt's stay."""
+        ``output_dir`` or the device may differ between attempts (another node), so the first attempt's stay.
+        ``world_size``: the attempt's data-parallel ranks (``resources.workers``; a resumed trial may change it)."""
         logged = self._run.data.params
         params = {k: v for k, v in flatten_params(config).items() if k not in logged}
         log_params_and_tags(self.client, self.run_id, params, {
             C.ATTEMPTS: str(self.attempt), C.WORKER_PID: str(os.getpid()), C.NODE_ID: node_id,
             C.attempt_tag(self.attempt, "node_id"): node_id, C.attempt_tag(self.attempt, "host"): socket.gethostname(),
-            C.attempt_tag(self.attempt, "tune_checkpoint"): "yes" if tune_checkpoint else "none"})
+            C.attempt_tag(self.attempt, "tune_checkpoint"): "yes" if tune_checkpoint else "none",
+            C.attempt_tag(self.attempt, "world_size"): str(world_size)})
 
     def log_start(self, event: StartEvent) -> None:
         tags = {C.SPLIT_DIGEST: event.split_digest, C.attempt_tag(self.attempt, "start_step"): str(event.step)}

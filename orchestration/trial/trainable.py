@@ -49,6 +49,7 @@ from orchestration.trial import tracking  # noqa: E402
 from orchestration.store.store import Store  # noqa: E402
 from orchestration.spec.plan import GridTrial, SearchStudy  # noqa: E402
 from orchestration.spec.sweepfile import deep_merge, with_sampled  # noqa: E402
+from orchestration.trial.spanning import Span, fit_spanning  # noqa: E402
 
 __all__ = ["TrialContext", "run_trial", "TrialCallback", "RUN_DIRNAME", "META_FILE", "SCRATCH_DIRNAME"]
 
@@ -77,6 +78,7 @@ class TrialContext:
     source: str = ""                       # the sweep YAML: MLflow's Source column
     color_axis: str = ""                   # runs are coloured by their level on this axis (contract.run_color)
     color_levels: tuple[str, ...] = ()
+    span: Span | None = None               # resources.workers > 1: the trial's worker group (trial/spanning.py)
 
 
 class TrialCallback(Callback):
@@ -199,14 +201,19 @@ def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
         return
     checkpoint = tune.get_checkpoint()
     trial_run.start_attempt(cfg.to_dict(), node_id=ray.get_runtime_context().get_node_id(),
-                            tune_checkpoint=checkpoint is not None)
+                            tune_checkpoint=checkpoint is not None,
+                            world_size=ctx.span.workers if ctx.span else 1)
     callback = TrialCallback(trial_run, folder, cfg.train.iterations)
     try:
         if checkpoint is not None:
             with checkpoint.as_directory() as d:
                 folder.restore(d)
         setup_s = time.perf_counter() - t_entry
-        Trainer(cfg, callbacks=[callback], resume="auto").fit()
+        if ctx.span is None:
+            Trainer(cfg, callbacks=[callback], resume="auto").fit()
+        else:
+            fit_spanning(ctx.span, deep_merge(raw, {"train": {"device": ctx.device, "num_threads": ident["threads"]}}),
+                         folder, callback, trial_id=trial_id, scratch_dirname=SCRATCH_DIRNAME)
     except SystemExit:
         # tune.report raises SystemExit(0) in the training thread when Tune stops this trial: ASHA stopping it
         # early, or the sweep being interrupted. Only the driver can tell which (TrialRun.stopped).
