@@ -102,6 +102,17 @@ case $action in
          "node $NODE, $CPUS CPUs; export SLURM_CONF=$CONF"
     ;;
   stop)
+    if [ -s "$DIR/slurmctld.pid" ] && kill -0 "$(cat "$DIR/slurmctld.pid")" 2>/dev/null; then
+      # jobs outlive the daemons (slurmstepd keeps running them): cancel this cluster's jobs first
+      export SLURM_CONF=$CONF
+      jobs=$(squeue -h -o %i 2>/dev/null || true)
+      if [ -n "$jobs" ]; then
+        # shellcheck disable=SC2086
+        scancel $jobs || true
+        for _ in $(seq 90); do [ -z "$(squeue -h -o %i 2>/dev/null)" ] && break; sleep 1; done
+        echo "[slurm] cancelled jobs $(echo $jobs)"
+      fi
+    fi
     stop_pid_file "$DIR/slurmd.pid" slurmd
     stop_pid_file "$DIR/slurmctld.pid" slurmctld
     stop_pid_file "$DIR/munged.pid" munged   # only when `start` started it
