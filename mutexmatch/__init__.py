@@ -10,7 +10,7 @@ No Ray and no MLflow here (``orchestration`` drives the trainer through :mod:`mu
 - leaf modules the rest builds on: :mod:`~mutexmatch.losses` (Algorithm 1's losses), :mod:`~mutexmatch.selection`,
   :mod:`~mutexmatch.params`, :mod:`~mutexmatch.metrics` (metric names), :mod:`~mutexmatch.checks`,
   :mod:`~mutexmatch.dotted`, :mod:`~mutexmatch.atomic`, :mod:`~mutexmatch.checksum`, :mod:`~mutexmatch.yamlfile`,
-  :mod:`~mutexmatch.cliwarnings`
+  :mod:`~mutexmatch.cliwarnings`, :mod:`~mutexmatch.cli` (how every command line ends on an unforeseen error)
 - the command lines, thin faces: ``python -m mutexmatch.train`` (:mod:`mutexmatch.train`), ``mutexmatch.datasets``,
   ``mutexmatch.fakedata``, ``mutexmatch.config``
 """

@@ -25,6 +25,7 @@ import torch
 from torchvision.datasets.utils import check_integrity
 
 from mutexmatch.checks import int_arg
+from mutexmatch.cli import entry_point
 from mutexmatch.cliwarnings import one_line_warnings
 from mutexmatch.config import IMAGE_SIZE_MAX, IMAGE_SIZE_MIN
 from mutexmatch.data import imagefolder
@@ -304,6 +305,7 @@ def _one_line(err: BaseException) -> str:
     return text
 
 
+@entry_point(PROG)
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status (0 ok, 2 for any error, printed as one line)."""
     with one_line_warnings():

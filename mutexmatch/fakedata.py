@@ -11,10 +11,12 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
+from mutexmatch.cli import entry_point
 from mutexmatch.data.builtin import DATASETS
 from mutexmatch.data.fake import FAKE_DATASETS, FakeSize, write_fake_root
 
 
+@entry_point("python -m mutexmatch.fakedata")
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mutexmatch.fakedata", description=__doc__.splitlines()[0])
     parser.add_argument("root", help="data root to write (e.g. /tmp/fake-data); use it as data.root")
@@ -24,6 +26,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="test images per class for every dataset (default: each dataset's FAKE_SIZES value)")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.datasets.split(",") if n.strip()]
+    if not names:
+        parser.error(f"--datasets={args.datasets!r}: names no dataset; give some of {','.join(FAKE_DATASETS)}")
     sizes = None
     if args.test_per_class is not None:
         fake = {n: DATASETS[n].fake_size for n in names if n in FAKE_DATASETS}
@@ -32,6 +36,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         root = write_fake_root(args.root, names, sizes=sizes)
     except ValueError as e:
         parser.error(str(e))
+    except OSError as e:  # the root is a file, a read-only folder, a full disk
+        parser.error(f"{args.root}: cannot write the data there ({e.strerror or e}: {e.filename or args.root})")
     print(root)
     return 0
 

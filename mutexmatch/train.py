@@ -6,7 +6,10 @@ The command line's face only; what it does is :mod:`mutexmatch.training.command`
 
 from __future__ import annotations
 
-from mutexmatch.training.command import main
+from mutexmatch.cli import entry_point
+from mutexmatch.training import command
+
+main = entry_point("python -m mutexmatch.train")(command.main)
 
 __all__ = ["main"]
 

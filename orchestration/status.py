@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
+from mutexmatch.cli import entry_point
 from mutexmatch.training import format_duration
 from orchestration.runtime.env import apply_closed_network_env
 
@@ -345,6 +346,7 @@ def _show(store: Store | None, plan: SweepPlan, clear: bool, uri: str = "") -> N
     print(("\033[2J\033[H" if clear else "") + text, flush=True)
 
 
+@entry_point("python -m orchestration.status")
 def main(argv: Sequence[str] | None = None) -> int:
     from orchestration.spec.overrides import load_sweep, plan_sweep
     from orchestration.spec.models import SpecError

@@ -6,7 +6,8 @@ environment's ``env_vars``; the driver and every trial read it: ``tracking.git_c
         --tracking-uri sqlite:////abs/mlflow.db --storage /abs/ray_results
 
 Everything before ``--`` goes to ``ray job submit`` unchanged (``--address``, ``--working-dir``, ``--no-wait`` …);
-a ``--runtime-env-json`` given there keeps its content and gains the variable. The ``ray`` beside this Python is
+a ``--runtime-env-json`` (``--runtime-env-json=JSON`` too) or a ``--runtime-env`` YAML file given there keeps its
+content and gains the variable, as the one ``--runtime-env-json`` Ray is handed (issue 33 item 9). The ``ray`` beside this Python is
 used (the venv's), else the one on ``PATH``.
 """
 
@@ -19,6 +20,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from mutexmatch.cli import entry_point
+
 __all__ = ["COMMIT_ENV", "submit_command", "main"]
 
 COMMIT_ENV = "MUTEXMATCH_GIT_COMMIT"
@@ -30,29 +33,74 @@ def _ray() -> str:
     return str(beside) if beside.is_file() else (shutil.which("ray") or "ray")
 
 
+def _take_option(options: list[str], name: str) -> str | None:
+    """Remove ``name VALUE`` or ``name=VALUE`` from ``options`` and return VALUE (None when absent)."""
+    for i, word in enumerate(options):
+        if word == name:
+            if i + 1 == len(options):
+                raise ValueError(f"{name}: expected a value after it")
+            value = options[i + 1]
+            del options[i:i + 2]
+            return value
+        if word.startswith(name + "="):
+            del options[i]
+            return word[len(name) + 1:]
+    return None
+
+
+def _runtime_env(options: list[str]) -> dict:
+    """The user's runtime environment, from ``--runtime-env-json`` or a ``--runtime-env`` YAML file (Ray takes only
+    one of them, so both become the one ``--runtime-env-json`` that also carries the commit); removed from
+    ``options``. ``ValueError`` for anything Ray would refuse after the upload, in one line."""
+    text, path = _take_option(options, "--runtime-env-json"), _take_option(options, "--runtime-env")
+    if text is not None and path is not None:
+        raise ValueError("--runtime-env and --runtime-env-json: give one of them (Ray takes only one)")
+    where = "--runtime-env-json" if path is None else f"--runtime-env {path}"
+    try:
+        if path is not None:
+            import yaml
+
+            with open(path, encoding="utf-8") as f:
+                env = yaml.safe_load(f)
+        else:
+            env = json.loads(text) if text is not None else {}
+    except OSError as e:
+        raise ValueError(f"{where}: cannot read it ({e.strerror or e})") from None
+    except ValueError as e:  # json's and PyYAML's errors (yaml.YAMLError is not a ValueError: caught below)
+        raise ValueError(f"{where}: not valid {'YAML' if path else 'JSON'} ({e})") from None
+    except Exception as e:  # noqa: BLE001 - yaml.YAMLError, whose module is imported only for a file
+        raise ValueError(f"{where}: not valid YAML ({' '.join(str(e).split())})") from None
+    if env is None and path is not None:
+        env = {}
+    if not isinstance(env, dict):
+        raise ValueError(f"{where}: expected a JSON object, e.g. '{{\"env_vars\": {{\"A\": \"1\"}}}}'")
+    env_vars = env.setdefault("env_vars", {})
+    if not isinstance(env_vars, dict) or not all(isinstance(v, str) for v in env_vars.values()):
+        raise ValueError(f"{where}: env_vars must be an object of strings, e.g. {{\"A\": \"1\"}}; got "
+                         f"{json.dumps(env_vars)[:200]}")
+    return env
+
+
 def submit_command(argv: Sequence[str], commit: str) -> list[str]:
     """The ``ray job submit`` command line for ``argv`` (options ``--`` entrypoint) with ``commit`` in the job's
-    environment; ``ValueError`` without an entrypoint or with a ``--runtime-env-json`` that is not a JSON object."""
+    environment; ``ValueError`` without an entrypoint, with a runtime environment Ray would refuse (see
+    :func:`_runtime_env`) or a ``--working-dir`` that is not a folder."""
     argv = list(argv)
     if "--" not in argv or argv.index("--") == len(argv) - 1:
         raise ValueError("expected: python -m orchestration.submit [ray job submit options] -- python -m "
                          "orchestration.sweep experiments/X.yaml --tracking-uri URI --storage PATH")
     cut = argv.index("--")
     options, entrypoint = argv[:cut], argv[cut + 1:]
-    runtime_env: object = {}
-    if "--runtime-env-json" in options:
-        i = options.index("--runtime-env-json")
-        try:
-            runtime_env = json.loads(options[i + 1])
-        except (IndexError, ValueError):
-            runtime_env = None
-        if not isinstance(runtime_env, dict):
-            raise ValueError("--runtime-env-json: expected a JSON object, e.g. '{\"env_vars\": {\"A\": \"1\"}}'")
-        del options[i:i + 2]
-    runtime_env.setdefault("env_vars", {})[COMMIT_ENV] = commit  # type: ignore[union-attr]
+    runtime_env = _runtime_env(options)
+    runtime_env["env_vars"][COMMIT_ENV] = commit
+    workdir = next((w.split("=", 1)[1] if "=" in w else (options[i + 1] if i + 1 < len(options) else "")
+                    for i, w in enumerate(options) if w.split("=", 1)[0] == "--working-dir"), None)
+    if workdir is not None and not Path(workdir).expanduser().is_dir() and "://" not in workdir:
+        raise ValueError(f"--working-dir {workdir!r}: not an existing folder (the job's code is uploaded from it)")
     return [_ray(), "job", "submit", *options, "--runtime-env-json", json.dumps(runtime_env), "--", *entrypoint]
 
 
+@entry_point("python -m orchestration.submit")
 def main(argv: Sequence[str] | None = None) -> int:
     from orchestration.trial.tracking import git_commit  # imports MLflow: not needed for the usage error
 

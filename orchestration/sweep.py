@@ -37,6 +37,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from mutexmatch.cli import entry_point
 from orchestration.runtime.jobs import check_job_paths, require_packages
 
 if __name__ == "__main__":
@@ -366,6 +367,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+@entry_point("python -m orchestration.sweep")
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     opts = SweepOptions(spec_path=args.spec, tracking_uri=args.tracking_uri, storage=args.storage,

@@ -28,6 +28,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Sequence
 
+from mutexmatch.cli import entry_point
 from orchestration.runtime.env import apply_closed_network_env
 
 apply_closed_network_env()
@@ -99,6 +100,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+@entry_point("python -m orchestration.train")
 def main(argv: Sequence[str] | None = None) -> int:
     ours, rest = _parser().parse_known_args(argv)
     if ours.help:

@@ -36,6 +36,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from orchestration import contract as C
+from orchestration.contract.cli import entry_point
 from orchestration.contract.fileio import atomic_write
 from orchestration.contract import TRACKING_URI_ENV, apply_set_items, settings_digest
 from reports.drawing import DrawnFigure, all_cells, draw_figure, level_labels
@@ -361,6 +362,7 @@ def _summary(result: BuildResult) -> str:
     return "\n".join(lines)
 
 
+@entry_point("python -m reports.build")
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m reports.build", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

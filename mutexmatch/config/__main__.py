@@ -1,9 +1,13 @@
 """``python -m mutexmatch.config``: the default run config as YAML; ``--doc``: the Markdown reference."""
 
+from __future__ import annotations
+
 import argparse
+from collections.abc import Sequence
 
 import yaml
 
+from mutexmatch.cli import entry_point
 from mutexmatch.config.doc import config_markdown
 from mutexmatch.config.schema import RunConfig
 
@@ -12,7 +16,16 @@ parser = argparse.ArgumentParser(
     description="Print the default run config as YAML (a starting point for --config files), or with --doc the "
                 "reference of every field (docs/config.md, `make docs`).")
 parser.add_argument("--doc", action="store_true", help="print the Markdown reference of every field instead")
-if parser.parse_args().doc:
-    print(config_markdown())
-else:
-    print(yaml.safe_dump(RunConfig.model_construct().model_dump(mode="json"), sort_keys=False))
+
+
+@entry_point("python -m mutexmatch.config")
+def main(argv: Sequence[str] | None = None) -> int:
+    if parser.parse_args(argv).doc:
+        print(config_markdown())
+    else:
+        print(yaml.safe_dump(RunConfig.model_construct().model_dump(mode="json"), sort_keys=False))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

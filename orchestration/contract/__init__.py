@@ -19,7 +19,8 @@ here (``from orchestration import contract as C``; ``C.ROLE``):
 and, not re-exported here because they need pydantic: :mod:`~orchestration.contract.layout` (the report-layout
 schema: the ``tables:``/``figures:`` sections the sweep validates at launch and the report builds from; its models
 in ``layout_models``, its table checks in ``layout_checks``) with :mod:`~orchestration.contract.published` (quoted
-paper values); :mod:`~orchestration.contract.fileio` gives the report the project's one YAML reader and atomic
+paper values); :mod:`~orchestration.contract.cli` gives the report the one wrapper of every command line's ``main``;
+:mod:`~orchestration.contract.fileio` gives the report the project's one YAML reader and atomic
 write. The layout itself is described in ``orchestration/README.md`` (MLflow layout).
 
 Who imports it: every module of ``orchestration`` that writes or reads the layout, ``reports`` (its only import
@@ -31,7 +32,8 @@ one place, the trainer's leaf modules that themselves import only the standard l
 :mod:`mutexmatch.metrics` (the metric names a run logs), here at import; and, in the modules named,
 :mod:`mutexmatch.yamlfile` (how a YAML and a ``--set`` value are read: ``settings``, ``fileio``; PyYAML),
 :mod:`mutexmatch.dotted` and :mod:`mutexmatch.checks` (dotted keys and the one-line error style: ``layout``,
-``layout_checks``), :mod:`mutexmatch.atomic` (``fileio``). The trainer may import nothing above it, so their one
+``layout_checks``), :mod:`mutexmatch.atomic` (``fileio``), :mod:`mutexmatch.cli` (how a command line ends on an
+unforeseen error: ``cli``). The trainer may import nothing above it, so their one
 copy lives there; the contract is the one door through which ``reports`` reaches them. ``import
 orchestration.contract`` loads the standard library and :mod:`mutexmatch.metrics` only (``orchestration/__init__.py``
 imports nothing); no module of it imports mlflow, ray or torch.
@@ -53,4 +55,4 @@ from orchestration.contract.ui_links import *  # noqa: F401,F403
 # The trainer's modules the contract may import (each imports only the standard library, yamlfile PyYAML too);
 # tests check that a report loads no other module of mutexmatch.
 TRAINER_MODULES = ("mutexmatch.metrics", "mutexmatch.yamlfile", "mutexmatch.dotted", "mutexmatch.checks",
-                   "mutexmatch.atomic")
+                   "mutexmatch.atomic", "mutexmatch.cli")

@@ -3,6 +3,7 @@ beside it: the sweep, status, report and benchmarks resolve the same store. Stan
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -24,6 +25,37 @@ def optuna_storage_url(storage: str | None, tracking_uri: str, project_dir: str 
     if tracking_uri.startswith("sqlite:///") and not tracking_uri.startswith("sqlite:///:memory:"):
         return f"sqlite:///{Path(tracking_uri[len('sqlite:///'):].partition('?')[0]).parent / OPTUNA_DB}"
     return f"sqlite:///{Path(project_dir).resolve() / OPTUNA_DB}"
+
+
+# The schemes MLflow's tracking store reads (mlflow.tracking._tracking_service.utils), and for a database the
+# module SQLAlchemy imports for it unless the URI names its driver (dialect+driver://).
+STORE_SCHEMES = ("sqlite", "http", "https", "file", "databricks", "postgresql", "mysql", "mssql")
+_DB_DRIVERS = {"postgresql": "psycopg2", "mysql": "MySQLdb", "mssql": "pyodbc"}
+
+
+def _check_scheme(uri: str, source: str) -> None:
+    """One line for a URI no store can be opened from (issue 33's fuzz: an unknown scheme, an in-memory
+    ``sqlite://``, a database whose driver is not installed), instead of MLflow's exception when it is first used."""
+    if "://" not in uri:
+        return
+    dialect, _, driver = uri.partition("://")[0].lower().partition("+")
+    if dialect not in STORE_SCHEMES:
+        raise ValueError(f"{source}={uri!r}: {dialect}:// is not a store MLflow reads; give a *.db file, "
+                         "sqlite:////abs/path/mlflow.db or http(s)://host:port (an mlflow server)")
+    if dialect == "sqlite":
+        raise ValueError(f"{source}={uri!r}: an in-memory store is gone when the command ends and no other "
+                         "process sees it; give a file, e.g. sqlite:////abs/path/mlflow.db")
+    module = {"mysqlconnector": "mysql.connector"}.get(driver, driver) or _DB_DRIVERS.get(dialect)
+    if module and not _importable(module):
+        raise ValueError(f"{source}={uri!r}: the {dialect} driver {module!r} is not installed here; install the "
+                         "package that provides it, or use a sqlite:/// file or an mlflow server")
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a missing parent package of a dotted name
+        return False
 
 
 def resolve_tracking_uri(uri: str | None, project_dir: str | Path | None = None, *, writable: bool = False) -> str:
@@ -52,6 +84,7 @@ def resolve_tracking_uri(uri: str | None, project_dir: str | Path | None = None,
         if path != ":memory:" and not Path(path).is_absolute():
             path = str((base / path).resolve())
         return f"sqlite:///{path}{sep}{query}"
+    _check_scheme(uri, source)
     if writable and (uri.startswith("file:") or "://" not in uri):
         raise ValueError(f"{source}={uri!r}: use sqlite:////abs/path/mlflow.db (one machine) or "
                          "http://host:port (an mlflow server); MLflow 3 refuses the plain file store")
