@@ -32,7 +32,7 @@ import secrets
 import sys
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -58,7 +58,9 @@ from orchestration.launch.interrupts import handle_interrupts  # noqa: E402
 from orchestration.launch.launchlock import LaunchRunning, launch_lock  # noqa: E402
 from orchestration.launch.launch import (Launch, SweepError, SweepOptions, SweepOutcome, check_options,  # noqa: E402
                                          command_line, link_reusable, load_launch_plan, record_expected_runs,
-                                         record_without_launch, resolve_storage, save_launch_plan, select)
+                                         record_without_launch, resolve_storage, resume_or_start,
+                                         save_launch_plan, select)
+from orchestration.launch.notify import Notifier, notify_ended  # noqa: E402
 from orchestration.spec.overrides import load_sweep, plan_sweep  # noqa: E402
 from orchestration.launch.phases import run_phases  # noqa: E402
 from orchestration.spec.plan import SweepPlan  # noqa: E402
@@ -117,11 +119,19 @@ def _run_locked(launch: Launch, name_launch: Callable[[str], None]) -> SweepOutc
     started_ray, launch.request = _start_ray(opts, launch.plan)
     launch.commit = _code_commit()
     launch.parent = _open_parent(launch, chosen)
+    launch.notifier = Notifier(opts.notify)
+    ended = {"exp_name": launch.exp_name, "launch_id": launch.parent.launch_id, "resume": resume_cmd}
     try:
-        return _run_launch(launch, chosen, started_ray, resume_cmd, name_launch)
+        outcome = _run_launch(launch, chosen, started_ray, resume_cmd, name_launch)
     except KeyboardInterrupt:  # a second Ctrl+C: during Ray's shutdown, the final statuses, the summary
         _abort(launch, resume_cmd)
+        notify_ended(launch.notifier, status="aborted", **ended)
         raise interrupts.LaunchAborted from None
+    except BaseException as e:
+        notify_ended(launch.notifier, status="failed", error=e, **ended)
+        raise
+    notify_ended(launch.notifier, status=outcome.status, outcome=outcome, **ended)
+    return outcome
 
 
 def _code_commit() -> str:
@@ -233,6 +243,13 @@ def _check_report_layouts(spec: Any) -> None:
 def _choose(launch: Launch) -> _Selection | SweepOutcome:
     """The trials this launch runs: those of the launch being resumed, else every one not FINISHED already."""
     plan, opts, store = launch.plan, launch.opts, launch.store
+    finished_smoke = False
+    if opts.resume == "auto":  # continue the newest launch of these settings unless it FINISHED; else start
+        found, line = resume_or_start(store, plan, launch.storage)
+        print(f"[sweep] --resume auto: {line}", flush=True)
+        resume = found is not None and found.info.status != "FINISHED"
+        finished_smoke = found is not None and not resume and plan.smoke  # a smoke launch always trains: not again
+        launch.opts = opts = replace(opts, resume=resume)
     if opts.resume:
         found = store.resumable_parent(spec_hash=plan.spec_hash, storage=launch.storage, smoke=plan.smoke)
         if found is None:
@@ -241,7 +258,7 @@ def _choose(launch: Launch) -> _Selection | SweepOutcome:
                              f"{launch.exp_name!r}; start it without --resume (a changed YAML is a new sweep)")
         saved = load_launch_plan(store.client, found.info.run_id)
         return _Selection(saved["grid"], saved["phases"], saved["skipped"], resumed=found)
-    grid_keys, phases, skipped = select(plan, store, force=opts.force)
+    grid_keys, phases, skipped = ([], [], []) if finished_smoke else select(plan, store, force=opts.force)
     if not (opts.force or opts.no_reuse):
         grid_keys, reused = link_reusable(plan, store, grid_keys)
         skipped += reused
@@ -338,13 +355,35 @@ def _finish(launch: Launch, chosen: _Selection, interrupted: bool, errors: int, 
 
 
 # ------------------------------------------------------------------------------------------------ CLI
+_RESUME_AUTO = "--resume-auto"
+
+
+def _resume_auto(argv: Sequence[str]) -> list[str]:
+    """``--resume auto`` (or ``--resume=auto``) as the hidden flag; a bare ``--resume`` stays what it was, so a
+    YAML written after it (``--resume x.yaml``) is still the YAML."""
+    out, args = [], list(argv)
+    while args:
+        arg = args.pop(0)
+        if arg == "--resume=auto" or (arg == "--resume" and args[:1] == ["auto"]):
+            args = args[1:] if arg == "--resume" else args
+            arg = _RESUME_AUTO
+        out.append(arg)
+    return out
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m orchestration.sweep", description=__doc__.split("\n\n")[0])
     p.add_argument("spec", type=Path, help="sweep YAML (experiments/<name>.yaml)")
     p.add_argument("--tracking-uri", help="MLflow tracking URI or a *.db path (default: $MLFLOW_TRACKING_URI, else "
                                           "sqlite:///<cwd>/mlflow.db; the report command uses the same rule)")
     p.add_argument("--storage", help="Ray Tune storage path or URI (default <cwd>/ray_results)")
-    p.add_argument("--resume", action="store_true", help="continue the newest launch of this YAML")
+    p.add_argument("--resume", action="store_true", help="continue the newest launch of this YAML; `--resume auto`: "
+                   "continue it unless it finished, else start a launch (what a job that may be requeued or retried "
+                   "runs: the same command every time)")
+    p.add_argument(_RESUME_AUTO, dest="resume", action="store_const", const="auto",  # `--resume auto`: _resume_auto
+                   help=argparse.SUPPRESS)
+    p.add_argument("--notify", metavar="URL", help="a webhook (Slack-compatible JSON) told when the sweep ends and "
+                   "when a trial has no retry left; never recorded (a webhook URL is a secret)")
     p.add_argument("--force", action="store_true", help="run trials that already have a FINISHED run")
     p.add_argument("--no-reuse", action="store_true", help="train a trial even when another sweep or experiment "
                    "of the store has a FINISHED run of its config (default: reuse that run)")
@@ -355,7 +394,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu-policy", choices=("error", "drop"), default="error",
                    help="a GPU request on a cluster without GPUs: refuse (default) or drop it with a warning")
     p.add_argument("--max-failures", type=int, default=SweepOptions.max_failures,
-                   help="restarts of a failed trial from its last checkpoint (default %(default)s)")
+                   help="restarts of a failed trial from its last checkpoint (default %(default)s; -1: without "
+                        "end), each after a back-off of 10 s doubling per attempt up to 10 min")
     p.add_argument("--experiment-name", help="MLflow experiment name (default: the YAML's name)")
     p.add_argument("--tune-verbose", type=int, choices=(0, 1, 2), default=0,
                    help="Tune's own console output (0: one line per trial event, the default)")
@@ -369,13 +409,14 @@ def _parser() -> argparse.ArgumentParser:
 
 @entry_point("python -m orchestration.sweep")
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = _parser().parse_args(_resume_auto(sys.argv[1:] if argv is None else argv))
     opts = SweepOptions(spec_path=args.spec, tracking_uri=args.tracking_uri, storage=args.storage,
                         resume=args.resume, force=args.force, dry_run=args.dry_run, smoke=args.smoke,
                         n_trials=args.n_trials, max_concurrent=args.max_concurrent, gpu_policy=args.gpu_policy,
                         max_failures=args.max_failures, experiment_name=args.experiment_name,
                         verbose=args.tune_verbose, handle_signals=True, overrides=tuple(args.overrides),
-                        per_trial=args.per_trial, gpus=args.gpus, no_reuse=args.no_reuse)
+                        per_trial=args.per_trial, gpus=args.gpus, no_reuse=args.no_reuse,
+                        notify=args.notify)
     handle_interrupts()
     t0 = time.perf_counter()
     try:

@@ -188,8 +188,13 @@ def _load_study(url: str, name: str) -> Any | None:
 
     if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):].partition("?")[0]).is_file():
         return None
+    journal = C.journal_file(url)
+    if journal is not None and not Path(journal).is_file():
+        return None
     try:
-        return optuna.load_study(study_name=name, storage=url)
+        storage = url if journal is None else optuna.storages.JournalStorage(
+            optuna.storages.journal.JournalFileBackend(journal))
+        return optuna.load_study(study_name=name, storage=storage)
     except KeyError:
         return None
     except sqlalchemy.exc.SQLAlchemyError as e:

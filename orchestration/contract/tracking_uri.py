@@ -7,7 +7,8 @@ import importlib.util
 import os
 from pathlib import Path
 
-__all__ = ["TRACKING_URI_ENV", "DEFAULT_DB", "OPTUNA_DB", "optuna_storage_url", "resolve_tracking_uri"]
+__all__ = ["TRACKING_URI_ENV", "DEFAULT_DB", "OPTUNA_DB", "JOURNAL_PREFIX", "optuna_storage_url", "journal_file",
+           "resolve_tracking_uri"]
 
 
 TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
@@ -17,9 +18,25 @@ DEFAULT_DB = "mlflow.db"
 OPTUNA_DB = "optuna.db"  # the search studies, beside a SQLite MLflow store
 
 
+JOURNAL_PREFIX = "journal:"   # search.storage: journal:///abs/path/studies.journal (or a path relative to the project)
+
+
+def journal_file(url: str) -> str | None:
+    """The file of an Optuna journal storage URL (``journal:///shared/optuna.journal``: Optuna's
+    ``JournalStorage(JournalFileBackend(path))``, one append-only file with its own lock, safe on a shared
+    filesystem where SQLite's locking is not, Optuna #815), or None for a database URL."""
+    if not url.startswith(JOURNAL_PREFIX):
+        return None
+    path = url[len(JOURNAL_PREFIX):]
+    return path[2:] if path.startswith("//") else path
+
+
 def optuna_storage_url(storage: str | None, tracking_uri: str, project_dir: str | Path) -> str:
-    """Where the Optuna studies live: ``search.storage`` when set, else ``optuna.db`` beside the MLflow SQLite file,
-    else (a tracking server) in the project folder. Only the sweep driver opens it (the searcher runs there)."""
+    """Where the Optuna studies live: ``search.storage`` when set (a journal file's relative path made absolute
+    against the project folder), else ``optuna.db`` beside the MLflow SQLite file, else (a tracking server) in the
+    project folder. Only the sweep driver opens it (the searcher runs there)."""
+    if storage and journal_file(storage) is not None:
+        return f"{JOURNAL_PREFIX}//{(Path(project_dir) / journal_file(storage)).resolve()}"
     if storage:
         return storage
     if tracking_uri.startswith("sqlite:///") and not tracking_uri.startswith("sqlite:///:memory:"):

@@ -1,4 +1,7 @@
 """Ctrl+C and SIGTERM during a sweep: the first one stops Tune gracefully and marks the launch interrupted.
+SIGUSR1 (SLURM's ``--signal=B:USR1@<seconds>`` passed on by the job script: the time limit is near) first has every
+running trial write a checkpoint (:data:`PREEMPT_HOOKS`, :mod:`orchestration.launch.trialsignals`), then stops the
+same way, so the requeued job's ``--resume auto`` continues every trial from the step it reached.
 
 The flags are process-wide because the signal handler cannot reach the phase that is running; the phase runner
 (:mod:`orchestration.launch.phases`) reads :data:`INTERRUPTED` to tell an interrupted phase from a finished one.
@@ -12,8 +15,8 @@ import sys
 import threading
 from typing import Any, Callable
 
-__all__ = ["INTERRUPTED", "IN_FIT", "STOP_HOOKS", "on_interrupt", "handle_interrupts", "LaunchAborted",
-           "uninterruptible"]
+__all__ = ["INTERRUPTED", "IN_FIT", "STOP_HOOKS", "PREEMPT_HOOKS", "on_interrupt", "handle_interrupts",
+           "LaunchAborted", "uninterruptible", "route_usr1"]
 
 
 class LaunchAborted(KeyboardInterrupt):
@@ -37,6 +40,10 @@ IN_FIT = threading.Event()
 # Run (in a thread of their own) on the first SIGTERM, before Tune's graceful stop: `ray job stop` and schedulers
 # SIGKILL a few seconds later (Ray: 3 s), often before that stop ends, so what must survive is done first.
 STOP_HOOKS: list[Callable[[], None]] = []
+# Run (in a thread) on the driver's SIGUSR1 during a phase, before Tune's graceful stop: the trials checkpoint.
+PREEMPT_HOOKS: list[Callable[[], None]] = []
+# Set just before this process sends itself SIGUSR1 for Tune's graceful stop: route_usr1's handler passes it on.
+_FOR_TUNE = threading.Event()
 
 
 def on_interrupt(signum: int, frame: Any) -> None:
@@ -52,9 +59,39 @@ def on_interrupt(signum: int, frame: Any) -> None:
     if first and IN_FIT.is_set() and tune_listens:
         print("\n[sweep] interrupted: stopping the trials and saving the state (interrupt again to abort at once)",
               file=sys.stderr, flush=True)
+        _FOR_TUNE.set()
         os.kill(os.getpid(), signal.SIGUSR1)
         return
     raise KeyboardInterrupt
+
+
+def route_usr1() -> None:
+    """Put :func:`_on_usr1` in front of Tune's SIGUSR1 handler. Called in the main thread once Tune installed its
+    handler for a ``fit`` (a Tune callback's set-up: :class:`orchestration.launch.trialsignals.PassOnUsr1`)."""
+    tune_handler = signal.getsignal(signal.SIGUSR1)
+    if getattr(tune_handler, "passes_to_tune", None) is not None or not callable(tune_handler):
+        return
+
+    def on_usr1(signum: int, frame: Any) -> None:
+        if _FOR_TUNE.is_set() or not PREEMPT_HOOKS:
+            _FOR_TUNE.clear()
+            tune_handler(signum, frame)  # Tune's graceful stop: it saves the experiment state and stops the trials
+        elif not INTERRUPTED.is_set():
+            INTERRUPTED.set()
+            print("\n[sweep] SIGUSR1 (a time limit ahead): every running trial writes a checkpoint, then the launch "
+                  "stops; the same command with --resume auto continues it", file=sys.stderr, flush=True)
+            threading.Thread(target=_preempt_then_stop, args=(list(PREEMPT_HOOKS),), name="sweep-usr1",
+                             daemon=True).start()
+        # else: a second SIGUSR1 while the trials write their checkpoints; the stop follows them
+
+    on_usr1.passes_to_tune = tune_handler  # type: ignore[attr-defined]
+    signal.signal(signal.SIGUSR1, on_usr1)
+
+
+def _preempt_then_stop(hooks: list[Callable[[], None]]) -> None:
+    _run_hooks(hooks)
+    _FOR_TUNE.set()
+    os.kill(os.getpid(), signal.SIGUSR1)   # now Tune's graceful stop (handlers run in the main thread)
 
 
 def _run_hooks(hooks: list[Callable[[], None]]) -> None:
@@ -66,9 +103,10 @@ def _run_hooks(hooks: list[Callable[[], None]]) -> None:
 
 
 def handle_interrupts() -> None:
-    """Route SIGINT and SIGTERM (``kill``, a scheduler's preemption) through :func:`on_interrupt`. Called again
-    after ``ray.init``, which installs its own aborting SIGTERM handler."""
+    """Route SIGINT, SIGTERM (``kill``, a scheduler's preemption) and SIGUSR1 through :func:`on_interrupt`. Called
+    again after ``ray.init``, which installs its own aborting SIGTERM handler."""
     if threading.current_thread() is threading.main_thread():
         os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"  # Tune's own SIGINT handler would hide the interrupt
         signal.signal(signal.SIGINT, on_interrupt)
         signal.signal(signal.SIGTERM, on_interrupt)
+        signal.signal(signal.SIGUSR1, on_interrupt)  # outside a phase; during one route_usr1's handler has it

@@ -17,6 +17,7 @@ from orchestration.trial import tracking
 from orchestration.trial.tracking import ParentInfo
 from orchestration.spec.plan import REFIT_PHASE, GridTrial, SweepPlan, expected_runs
 from orchestration.launch.refit import best_by_cell, pending_refits, refit_trials
+from orchestration.launch.notify import check_url
 from orchestration.spec.models import NAME_RULE, is_name
 from orchestration.store.store import Store, as_store
 from orchestration.contract.filters import NEWEST_FIRST
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = ["SweepError", "SweepOptions", "Launch", "SweepOutcome", "check_options", "resolve_storage",
            "command_line", "select", "reusable", "link_reusable", "save_launch_plan", "load_launch_plan",
-           "record_expected_runs", "record_without_launch"]
+           "record_expected_runs", "record_without_launch", "resume_or_start", "AUTO_OTHER_SETTINGS"]
 
 
 class SweepError(RuntimeError):
@@ -38,7 +39,7 @@ class SweepOptions:
     spec_path: Path
     tracking_uri: str | None = None
     storage: str | None = None
-    resume: bool = False
+    resume: bool | str = False        # True: --resume; "auto": --resume auto (resume_or_start decides)
     force: bool = False
     dry_run: bool = False
     smoke: bool = False
@@ -55,6 +56,7 @@ class SweepOptions:
     per_trial: bool = False           # --dry-run: one row per trial instead of one per cell
     gpus: int | None = None           # --dry-run: wall-clock days on this many GPUs
     no_reuse: bool = False            # --no-reuse: train a config even if another sweep of the store finished it
+    notify: str | None = None         # --notify URL: a Slack-compatible webhook (orchestration.launch.notify)
 
 
 @dataclass
@@ -75,6 +77,7 @@ class Launch:
     parent: ParentInfo | None = None  # once the parent run is open
     commit: str = ""
     request: dict[str, float] = field(default_factory=dict)   # per trial, as checked against the cluster
+    notifier: Any = None              # orchestration.launch.notify.Notifier (--notify), once the launch starts
 
     @property
     def spec_path(self) -> Path:
@@ -82,7 +85,7 @@ class Launch:
 
     @property
     def optuna_storage(self) -> str:
-        """The Optuna RDB URL of the search studies (contract.optuna_storage_url)."""
+        """The Optuna storage URL of the search studies, a database or a journal file (contract.optuna_storage_url)."""
         search = self.plan.spec.search
         return C.optuna_storage_url(search.storage if search else None, self.uri, self.project)
 
@@ -110,9 +113,15 @@ class SweepOutcome:
 def check_options(opts: SweepOptions) -> None:
     """Refuse command-line values that cannot work, naming the flag, before anything is read or started."""
     for flag, value, low in (("--max-concurrent", opts.max_concurrent, 1), ("--n-trials", opts.n_trials, 1),
-                             ("--max-failures", opts.max_failures, 0), ("--gpus", opts.gpus, 1)):
+                             ("--max-failures", opts.max_failures, -1), ("--gpus", opts.gpus, 1)):
         if value is not None and value < low:
-            raise ValueError(f"{flag}={value}: must be >= {low}")
+            raise ValueError(f"{flag}={value}: must be >= {low}" + (" (-1: retry without end, as Ray's -1)"
+                                                                     if flag == "--max-failures" else ""))
+    if opts.notify is not None:
+        check_url(opts.notify)
+    if opts.resume not in (False, True, "auto"):
+        raise ValueError(f"--resume {opts.resume!r}: give --resume (continue the newest launch) or --resume auto "
+                         "(continue it if it did not finish, else start)")
     if opts.experiment_name is not None and not is_name(opts.experiment_name):
         # it is also the folder of the launch under --storage: `../x` would write outside it
         raise ValueError(f"--experiment-name={opts.experiment_name!r}: {NAME_RULE}")
@@ -143,8 +152,9 @@ def resolve_storage(storage: str | None, project_dir: Path) -> str:
     return str(p)
 
 
-def command_line(opts: SweepOptions, uri: str, storage: str, *, resume: bool) -> str:
-    """The exact command that repeats (``resume=True``: resumes) this launch."""
+def command_line(opts: SweepOptions, uri: str, storage: str, *, resume: bool | str) -> str:
+    """The exact command that repeats (``resume=True``: resumes) this launch. ``--notify`` is left out: a webhook
+    URL is a secret (Slack's carries its token), and this command is printed and logged to the parent run."""
     parts = ["python", "-m", "orchestration.sweep", str(Path(opts.spec_path)), "--tracking-uri", uri,
              "--storage", storage]
     for item in opts.overrides:  # the same spec hash: --resume finds this launch
@@ -164,7 +174,7 @@ def command_line(opts: SweepOptions, uri: str, storage: str, *, resume: bool) ->
     if opts.no_reuse:
         parts.append("--no-reuse")
     if resume:
-        parts.append("--resume")
+        parts += ["--resume", "auto"] if resume == "auto" else ["--resume"]
     return " ".join(shlex.quote(p) for p in parts)
 
 
@@ -255,6 +265,32 @@ def record_without_launch(store: Store, plan: SweepPlan) -> bool:
         record_expected_runs(store.client, run.info.run_id, plan, refits.values())
         return True
     return False
+
+
+AUTO_OTHER_SETTINGS = ("--resume auto continues only a launch of these settings (the YAML's spec hash after --set, "
+                       "--storage, --smoke): a launch of other settings is left as it is, and without one of these "
+                       "settings a new launch starts, which skips every trial FINISHED with the same config")
+
+
+def resume_or_start(store: Store, plan: SweepPlan, storage: str) -> tuple[Any, str]:
+    """``--resume auto``: (the newest launch of these settings (:meth:`Store.resumable_parent`) or None, the line
+    that says what happens). It is continued unless it FINISHED; a FINISHED one, or none, means a new launch, whose
+    selection skips every trial FINISHED already (after a FINISHED launch: nothing to do; a smoke launch, which
+    always trains, is not started again). When the newest launch of the experiment has other settings,
+    :data:`AUTO_OTHER_SETTINGS` is what happens."""
+    found = store.resumable_parent(spec_hash=plan.spec_hash, storage=storage, smoke=plan.smoke)
+    newest = next(iter(store.sweeps(order_by=NEWEST_FIRST)), None)
+    other = ""
+    if newest is not None and (found is None or newest.info.run_id != found.info.run_id):
+        t = newest.data.tags
+        other = (f"; the newest launch, {t.get(C.LAUNCH_ID)}, has other settings (spec hash "
+                 f"{t.get(C.SPEC_HASH)}, storage {t.get(C.STORAGE)}, smoke {t.get(C.SMOKE)}): {AUTO_OTHER_SETTINGS}")
+    if found is None:
+        return None, f"no earlier launch of these settings: starting one{other}"
+    launch_id = found.data.tags.get(C.LAUNCH_ID)
+    if found.info.status == "FINISHED":
+        return found, f"launch {launch_id} of these settings FINISHED: nothing of it is trained again{other}"
+    return found, f"continuing launch {launch_id} (it ended {found.info.status}){other}"
 
 
 def load_launch_plan(client: MlflowClient, run_id: str) -> dict[str, Any]:

@@ -45,6 +45,7 @@ def run_phase(launch: Launch, phase: Phase, trainable: Any) -> PhaseResult:
     from ray import tune
 
     from orchestration.launch.progress import ProgressPrinter
+    from orchestration.launch.trialsignals import PassOnUsr1, checkpoint_trials
 
     opts, store, parent_run_id, name = launch.opts, launch.store, launch.parent.run_id, phase.name
     exp_root = launch.exp_root
@@ -57,14 +58,16 @@ def run_phase(launch: Launch, phase: Phase, trainable: Any) -> PhaseResult:
         run_config = tune.RunConfig(
             name=name, storage_path=exp_root, verbose=opts.verbose,
             failure_config=tune.FailureConfig(max_failures=opts.max_failures),
-            checkpoint_config=tune.CheckpointConfig(num_to_keep=2), callbacks=[ProgressPrinter()])
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=2), callbacks=[ProgressPrinter(), PassOnUsr1()])
         tuner = tune.Tuner(trainable, param_space=phase.param_space, run_config=run_config,
                            tune_config=tune.TuneConfig(reuse_actors=opts.reuse_actors, **phase.tune_kwargs))
     interrupts.IN_FIT.set()
+    interrupts.PREEMPT_HOOKS[:] = [lambda: checkpoint_trials(store, parent_run_id)]  # the driver's SIGUSR1
     try:
         results = tuner.fit()
     finally:
         interrupts.IN_FIT.clear()
+        interrupts.PREEMPT_HOOKS.clear()
     # After an interrupt Tune returns normally; trials it stopped may even count as terminated, so the signal
     # handler's flag is what tells an interrupted phase from a finished one (the counts cover in-process callers).
     interrupted = (interrupts.INTERRUPTED.is_set() or len(results) < phase.expected
@@ -72,7 +75,23 @@ def run_phase(launch: Launch, phase: Phase, trainable: Any) -> PhaseResult:
     if restored:
         _delete_forgotten_runs(name, results, store, parent_run_id)
     reconcile_phase(results, interrupted, store, parent_run_id, early_stopping=phase.early_stopping)
+    if not interrupted:
+        _notify_failed_trials(launch, name, results)
     return PhaseResult(interrupted, results.num_errors)
+
+
+def _notify_failed_trials(launch: Launch, phase: str, results: Any) -> None:
+    """A trial Tune returns errored from a phase that ran to its end has no retry left: ``--notify`` hears it."""
+    if launch.notifier is None:
+        return
+    from orchestration.launch.notify import trial_text
+
+    for r in results:
+        if r.error is not None:
+            lines = [ln for ln in str(r.error).splitlines() if ln.strip()]
+            trial = f"{Path(str(r.path)).name if r.path else '?'} (phase {phase})"
+            launch.notifier.send(trial_text(launch.exp_name, trial, launch.opts.max_failures,
+                                            (lines[-1] if lines else type(r.error).__name__)[:300]))
 
 
 def _delete_forgotten_runs(name: str, results: Any, store: Store, parent_run_id: str) -> None:
@@ -140,6 +159,7 @@ def _run(launch: Launch, phase: Phase, **trials: Any) -> PhaseResult:
     from ray import tune
 
     from orchestration.trial.spanning import concurrency_cap, trial_request
+    from orchestration.trial.preemption import preemptible
     from orchestration.trial.trainable import TrialContext, run_trial
 
     # resources.workers > 1 (issue 30): the trial's process holds a token, its worker group the checked request
@@ -149,7 +169,7 @@ def _run(launch: Launch, phase: Phase, **trials: Any) -> PhaseResult:
                        git_commit=launch.commit, device="cuda" if launch.request["gpu"] > 0 else "cpu",
                        num_threads=max(1, round(launch.request["cpu"])), source=str(launch.opts.spec_path),
                        **_colors(launch.plan), span=span, **trials)
-    trainable = tune.with_resources(tune.with_parameters(run_trial, ctx=ctx), request)
+    trainable = tune.with_resources(preemptible(tune.with_parameters(run_trial, ctx=ctx)), request)
     if span is not None:
         phase = replace(phase, tune_kwargs=concurrency_cap(phase.tune_kwargs, launch.request["groups"]))
     return run_phase(launch, phase, trainable)

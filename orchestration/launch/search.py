@@ -11,7 +11,7 @@ from orchestration.spec.plan import SearchStudy, SweepPlan
 from orchestration.spec.models import CategoricalParam, FloatParam, IntParam
 from orchestration.store.store import Store
 
-__all__ = ["optuna_space", "search_config", "fail_stale_trials", "log_best"]
+__all__ = ["optuna_space", "search_config", "fail_stale_trials", "log_best", "open_storage"]
 
 
 def optuna_space(study: SearchStudy) -> dict[str, Any]:
@@ -28,9 +28,23 @@ def optuna_space(study: SearchStudy) -> dict[str, Any]:
     return space
 
 
+def open_storage(url: str) -> Any:
+    """The Optuna storage at ``url`` (:func:`orchestration.contract.optuna_storage_url`): a journal file
+    (``journal:///path``: ``JournalStorage(JournalFileBackend(path))``, for a shared filesystem, where SQLite's
+    locks corrupt the file, Optuna #815) or a database (``RDBStorage``)."""
+    import optuna
+
+    path = C.journal_file(url)
+    if path is None:
+        return optuna.storages.RDBStorage(url)
+    from optuna.storages.journal import JournalFileBackend
+
+    return optuna.storages.JournalStorage(JournalFileBackend(path))
+
+
 def search_config(study: SearchStudy, *, storage: str, name: str, finished: int = 0) -> dict[str, Any]:
     """Tune's searcher, scheduler and sample count for ``study``: TPE on the durable Optuna study ``name`` in
-    ``storage`` (an RDB URL), so a relaunch continues the same study — its earlier trials inform the sampler and
+    ``storage`` (an RDB or journal URL, :func:`open_storage`), so a relaunch continues the same study — its earlier trials inform the sampler and
     only the ``n_trials − finished`` missing trials run — and ``optuna.load_study`` or optuna-dashboard can open it.
     (``--resume`` restores Tune's own pickled searcher instead, which holds the same storage.)"""
     import optuna
@@ -42,7 +56,7 @@ def search_config(study: SearchStudy, *, storage: str, name: str, finished: int 
     # TPE needs a few random trials before it models anything; in small searches give it half of them.
     sampler = optuna.samplers.TPESampler(seed=study.index, n_startup_trials=min(10, max(2, study.n_trials // 2)))
     searcher: Any = OptunaSearch(space=optuna_space(study), metric=s.metric, mode=s.mode, sampler=sampler,
-                                 study_name=name, storage=optuna.storages.RDBStorage(storage))
+                                 study_name=name, storage=open_storage(storage))
     if study.max_concurrent:
         searcher = ConcurrencyLimiter(searcher, max_concurrent=study.max_concurrent)
     if s.scheduler.type == "asha":
@@ -59,7 +73,7 @@ def fail_stale_trials(storage: str, name: str) -> None:
     mark it FAIL (with the reason as a user attribute) so the study's history says what happened."""
     import optuna
 
-    rdb = optuna.storages.RDBStorage(storage)
+    rdb = open_storage(storage)
     study = optuna.load_study(study_name=name, storage=rdb)
     for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
         rdb.set_trial_user_attr(trial._trial_id, "mutexmatch", "its sweep driver was killed; the trial was replaced")

@@ -15,6 +15,7 @@ from mutexmatch.checks import at_least
 from mutexmatch.config import ConfigError, RunConfig, owned_fields, search_value, unsearchable_fields
 
 from orchestration.contract import VALIDATION_METRICS
+from orchestration.contract.tracking_uri import journal_file
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*\Z")  # \Z: `$` also matches before a final newline
 NAME_RULE = "must start with a letter or digit and use only letters, digits, `_`, `-`, `.`, `+` (it names a folder)"
@@ -164,6 +165,18 @@ class RefitSpec(_Strict):
     base: Overrides = Field(default_factory=dict, description="Overrides for refit trials only, applied over "
                                  "the grid's config (the search's own `base` is not used).")
 
+def check_journal_url(url: str) -> str:
+    """``url`` if its journal file names a file whose folder exists (a relative path is checked at the launch,
+    against the project folder); else ``ValueError`` saying what is allowed."""
+    path = journal_file(url)
+    if not path or path.endswith("/"):
+        raise ValueError(f"{url!r}: a journal storage names its file: journal:///abs/path/optuna.journal (an Optuna "
+                         "JournalFileBackend, for shared filesystems) or journal:relative/path.journal")
+    if Path(path).is_absolute() and not Path(path).expanduser().parent.is_dir():
+        raise ValueError(f"{url!r}: the folder {Path(path).parent} does not exist; create it first")
+    return url
+
+
 def check_rdb_url(url: str) -> str:
     """``url`` if it is a database URL whose dialect SQLAlchemy (so Optuna) knows and, for SQLite, whose folder exists;
     else ``ValueError`` saying what is allowed (a garbage URL passed --dry-run, then the launch trained the whole
@@ -204,13 +217,16 @@ class SearchSpec(_Strict):
     scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec)
     refit: RefitSpec = Field(default_factory=RefitSpec, description="What follows the search: its best parameters "
                              "trained on every fold (`false` turns it off).")
-    storage: str | None = Field(None, description="Optuna RDB storage URL of the studies (default: `optuna.db` "
-                                "beside the MLflow SQLite store, else in the project folder); a relaunch continues "
-                                "the same study.")
+    storage: str | None = Field(None, description="Optuna storage of the studies: an RDB URL, or "
+                                "`journal:///abs/path/optuna.journal` (one append-only file: on a shared filesystem, "
+                                "where SQLite corrupts) (default: `optuna.db` beside the MLflow SQLite store, else in "
+                                "the project folder); a relaunch continues the same study.")
 
     @field_validator("storage")
     @classmethod
     def _storage(cls, v: str | None) -> str | None:
+        if v is not None and journal_file(v) is not None:
+            return check_journal_url(v)
         return v if v is None else check_rdb_url(v)
 
     @field_validator("refit", mode="before")

@@ -181,6 +181,7 @@ class TrialRun:
         self.client = client
         self.run_id = run.info.run_id
         self.finished = run.info.status == "FINISHED"
+        self.previous_status = run.info.status   # as the last attempt left it (a FAILED one: back off first)
         self.attempt = attempt
         self.last_logged_step = last_logged_step
         self._run = run

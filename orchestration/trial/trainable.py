@@ -49,6 +49,8 @@ from orchestration.trial import tracking  # noqa: E402
 from orchestration.store.store import Store  # noqa: E402
 from orchestration.spec.plan import GridTrial, SearchStudy  # noqa: E402
 from orchestration.spec.sweepfile import deep_merge, with_sampled  # noqa: E402
+from orchestration.trial.preemption import keep_preempted, retry_backoff_s  # noqa: E402
+from mutexmatch.training.preemption import Preempted  # noqa: E402
 from orchestration.trial.spanning import Span, fit_spanning  # noqa: E402
 
 __all__ = ["TrialContext", "run_trial", "TrialCallback", "RUN_DIRNAME", "META_FILE", "SCRATCH_DIRNAME"]
@@ -94,6 +96,7 @@ class TrialCallback(Callback):
         self.folder = folder
         self.iterations = iterations
         self.final: tuple[dict[str, float], Path | None] | None = None
+        self.last_metrics: dict[str, float] | None = None   # this attempt's last evaluation (a preemption reports it)
         self.hooks_s = 0.0  # time spent here, i.e. added to the training run by orchestration
 
     def on_start(self, event: StartEvent) -> None:
@@ -103,7 +106,7 @@ class TrialCallback(Callback):
     def on_eval(self, event: EvalEvent) -> bool | None:
         with self._timed():
             self.trial_run.log_eval(event)
-            metrics = {**event.metrics, "step": event.step}
+            metrics = self.last_metrics = {**event.metrics, "step": event.step}
             stage = self._stage(event) if event.checkpoint is not None else None
             if event.step >= self.iterations:
                 self.final = (metrics, stage)
@@ -124,10 +127,13 @@ class TrialCallback(Callback):
             self.hooks_s += time.perf_counter() - t0
 
     def _stage(self, event: EvalEvent) -> Path:
+        return self.stage(event.step, event.checkpoint)
+
+    def stage(self, step: int, checkpoint: Path) -> Path:
         """A folder Tune can persist as this step's checkpoint, beside the run folder (outside the trial folder)."""
         stage = Path(tempfile.mkdtemp(prefix=".tune_ckpt_", dir=self.folder.path.parent))
-        self.folder.snapshot(stage, event.checkpoint)
-        (stage / META_FILE).write_text(json.dumps({"step": event.step, "run_id": self.trial_run.run_id}))
+        self.folder.snapshot(stage, checkpoint)
+        (stage / META_FILE).write_text(json.dumps({"step": step, "run_id": self.trial_run.run_id}))
         return stage
 
 
@@ -170,8 +176,10 @@ def _open_trial_run(ctx: TrialContext, trial_id: str, ident: dict[str, Any], cfg
                         launch_id=ctx.launch_id, source=ctx.source,
                         color=C.run_color(ident["cell"].levels, ctx.color_axis, ctx.color_levels))
     tags.update(ident["extra"])
-    return tracking.TrialRun.open(Store.at(ctx.tracking_uri, ctx.experiment_id), trial_id=trial_id,
-                                  launch_id=ctx.launch_id, tags=tags, run_name=ident["name"])
+    trial_run = tracking.TrialRun.open(Store.at(ctx.tracking_uri, ctx.experiment_id), trial_id=trial_id,
+                                       launch_id=ctx.launch_id, tags=tags, run_name=ident["name"])
+    _back_off(trial_run)
+    return trial_run
 
 
 def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
@@ -214,6 +222,8 @@ def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
         else:
             fit_spanning(ctx.span, deep_merge(raw, {"train": {"device": ctx.device, "num_threads": ident["threads"]}}),
                          folder, callback, trial_id=trial_id, scratch_dirname=SCRATCH_DIRNAME)
+    except Preempted as stopped:  # SIGTERM/SIGUSR1: every step is in the checkpoint (orchestration.trial.preemption)
+        keep_preempted(stopped, callback, trial_run, report=report, study=ctx.study)
     except SystemExit:
         # tune.report raises SystemExit(0) in the training thread when Tune stops this trial: ASHA stopping it
         # early, or the sweep being interrupted. Only the driver can tell which (TrialRun.stopped).
@@ -232,6 +242,15 @@ def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
             report(*callback.final)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _back_off(trial_run: tracking.TrialRun) -> None:
+    """A trial whose last attempt FAILED waits before training again (``--max-failures -1`` retries without end)."""
+    wait = retry_backoff_s(trial_run.previous_status, trial_run.attempt)
+    if wait:
+        print(f"[trial {trial_run.run_id}] attempt {trial_run.attempt} after a failure: waiting {wait:.0f} s",
+              file=sys.stderr, flush=True)
+        time.sleep(wait)
 
 
 def _scratch(trial_id: str) -> Path:

@@ -340,26 +340,35 @@ class FakeTune:
         self.reports.append(metrics)
 
 
-def test_a_restarted_trial_continues_its_run_outside_the_synced_trial_folder(tmp_path, data_root, monkeypatch):
-    """run_trial in this process with Tune faked: the worker dies after logging step 6 but before Tune kept its
-    checkpoint; the restarted attempt resumes from step 4, logs every evaluation once, ends with the weights of an
-    uninterrupted run, and nothing is ever written into the trial folder Ray syncs; a third call finds the run
-    FINISHED and does not train."""
-    from orchestration.trial import tracking
-    from orchestration.contract import LAST_STEP
+def _in_process_trial(tmp_path: Path, data_root: Path, name: str):
+    """(a client of a new SQLite store, the TrialContext of one 8-step FixMatch grid trial logging to experiment
+    ``name`` of it): what run_trial needs to run in this process."""
     from orchestration.spec.plan import GridTrial
     from orchestration.spec.sweepfile import Cell
-    from orchestration.trial.trainable import TrialContext, run_trial
+    from orchestration.trial import tracking
+    from orchestration.trial.trainable import TrialContext
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
-    exp_id = tracking.ensure_experiment(client, "inproc", uri)
+    exp_id = tracking.ensure_experiment(client, name, uri)
     raw = {"data": {"dataset": "digits", "num_labels": 20, "root": str(data_root)}, "model": {"backbone": "small_cnn"},
            "algorithm": {"name": "fixmatch"},
            "train": {"iterations": 8, "eval_interval": 2, "batch_size": 4, "mu": 2, "progress": False}}
     ctx = TrialContext(tracking_uri=uri, experiment_id=exp_id, parent_run_id="parent", launch_id="L",
                        git_commit="c", device="cpu", num_threads=1,
                        grid={"k": GridTrial("grid", Cell((("method", "fixmatch"),)), 0, raw, "h", 8, 4)})
+    return client, ctx
+
+
+def test_a_restarted_trial_continues_its_run_outside_the_synced_trial_folder(tmp_path, data_root, monkeypatch):
+    """run_trial in this process with Tune faked: the worker dies after logging step 6 but before Tune kept its
+    checkpoint; the restarted attempt resumes from step 4, logs every evaluation once, ends with the weights of an
+    uninterrupted run, and nothing is ever written into the trial folder Ray syncs; a third call finds the run
+    FINISHED and does not train."""
+    from orchestration.contract import LAST_STEP
+    from orchestration.trial.trainable import run_trial
+
+    client, ctx = _in_process_trial(tmp_path, data_root, "inproc")
     fake = FakeTune(tmp_path, die_at_step=6)
     fake.install(monkeypatch)
     (tmp_path / "worker_tmp").mkdir()
@@ -591,3 +600,48 @@ def test_the_next_launch_ends_the_ray_processes_a_killed_driver_left(tmp_path, d
         bystander.wait()
         if not _gone(child):
             os.kill(child, signal.SIGKILL)
+
+
+@pytest.mark.heavy  # ~35 s on 2 loaded cores; CI covers the trainer's side (tests/mutexmatch/training/test_preemption.py)
+def test_a_signalled_trial_hands_tune_the_checkpoint_of_its_step_and_continues_from_it(tmp_path, data_root,
+                                                                                       monkeypatch):
+    """Issue 31: SIGUSR1 (or SIGTERM) to a trial's process after step 5, between evaluations: the trainer writes the
+    step's checkpoint, the trainable hands it to Tune with the last evaluation's metrics and marks the run KILLED by
+    the signal; the next attempt continues from step 5 (not from the evaluation at 4), logs every evaluation once
+    and ends with the weights of an uninterrupted run."""
+    from mutexmatch.training import Trainer
+    from mutexmatch.training import preemption as trainer_preemption
+    from orchestration.contract import ENDED_BY
+    from orchestration.trial import preemption
+    from orchestration.trial.trainable import run_trial
+
+    client, ctx = _in_process_trial(tmp_path, data_root, "signalled")
+    fake = FakeTune(tmp_path, die_at_step=None)
+    fake.install(monkeypatch)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    monkeypatch.setattr(preemption, "WAIT_FOR_STOP_S", 0.0)  # no stop follows here: the attempt ends at once
+    step = Trainer.train_step
+
+    def signalled_after_5(self):
+        step(self)
+        if self.step == 5:
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+    monkeypatch.setattr(Trainer, "train_step", signalled_after_5)
+    previous = trainer_preemption.install()  # what preemptible's set-up does in the Ray actor's main thread
+    try:
+        with pytest.raises(preemption.TrialPreempted, match="stopped by SIGUSR1 at step 5"):
+            run_trial({"trial": "k"}, ctx)
+    finally:
+        trainer_preemption.restore(previous)
+    [run] = grid_runs(client, "signalled")
+    assert run.info.status == "KILLED" and run.data.tags[ENDED_BY] == "signal SIGUSR1 at step 5"
+    assert [r["step"] for r in fake.reports] == [2, 4, 5] and fake.reports[-1]["test/acc"] == fake.reports[1][
+        "test/acc"]  # the step's checkpoint, reported with the last evaluation's metrics
+    monkeypatch.setattr(Trainer, "train_step", step)
+    run_trial({"trial": "k"}, ctx)
+    run = client.get_run(run.info.run_id)
+    assert run.info.status == "FINISHED" and run.data.tags["mutexmatch.attempt.2.start_step"] == "5"
+    assert logged_steps(client, run) == [2, 4, 6, 8]
+    assert_same_tensors(final_weights(client, run, tmp_path / "a"), uninterrupted_weights(client, run, tmp_path / "b"))

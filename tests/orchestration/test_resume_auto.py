@@ -1,0 +1,82 @@
+"""``--resume auto`` (issue 31): which launch it continues, decided on a real MLflow store of parent runs. The launch
+of the tiny sweep relaunched with it (``tests/orchestration/test_sweep.py``) trains nothing; a sweep started by it
+and relaunched by it after a SIGKILLed driver is ``test_resume_auto_e2e`` (heavy)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from mlflow import MlflowClient
+
+from orchestration import contract as C
+from orchestration.launch.launch import AUTO_OTHER_SETTINGS, SweepOptions, command_line, resume_or_start
+from orchestration.store.store import Store
+from orchestration.trial import tracking
+
+
+class _Plan:
+    def __init__(self, spec_hash: str, smoke: bool = False):
+        self.spec_hash, self.smoke = spec_hash, smoke
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory):
+    """One SQLite store for the module (creating its schema takes seconds); an experiment per test."""
+    return MlflowClient(tracking.resolve_tracking_uri(None, tmp_path_factory.mktemp("auto")))
+
+
+@pytest.fixture
+def store(client, request):
+    return Store(client, client.create_experiment(request.node.name))
+
+
+def _launch(store: Store, launch_id: str, status: str, spec_hash: str = "h1", storage: str = "/s",
+            smoke: bool = False) -> str:
+    run = store.client.create_run(store.experiment_id, tags={
+        C.ROLE: C.ROLE_SWEEP, C.LAUNCH_ID: launch_id, C.SPEC_HASH: spec_hash, C.STORAGE: storage,
+        C.SMOKE: str(smoke).lower()})
+    store.client.set_terminated(run.info.run_id, status)
+    time.sleep(0.01)  # distinct start times: "newest" is by start time
+    return run.info.run_id
+
+
+def test_a_first_launch_starts(store):
+    found, line = resume_or_start(store, _Plan("h1"), "/s")
+    assert found is None and line == "no earlier launch of these settings: starting one"
+
+
+@pytest.mark.parametrize("status", ["KILLED", "FAILED", "RUNNING"])
+def test_the_newest_unfinished_launch_of_the_same_settings_is_continued(store, status):
+    _launch(store, "old", "KILLED")
+    newest = _launch(store, "new", status)
+    found, line = resume_or_start(store, _Plan("h1"), "/s")
+    assert found.info.run_id == newest and line == f"continuing launch new (it ended {status})"
+
+
+def test_a_finished_launch_is_not_trained_again(store):
+    _launch(store, "done", "FINISHED")
+    found, line = resume_or_start(store, _Plan("h1"), "/s")
+    assert found.info.status == "FINISHED" and line == "launch done of these settings FINISHED: nothing of it is " \
+                                                       "trained again"
+
+
+def test_a_newest_launch_of_other_settings_is_left_alone_and_said_so(store):
+    mine = _launch(store, "mine", "KILLED")
+    _launch(store, "other", "KILLED", spec_hash="h2")
+    found, line = resume_or_start(store, _Plan("h1"), "/s")
+    assert found.info.run_id == mine
+    assert line == (f"continuing launch mine (it ended KILLED); the newest launch, other, has other settings (spec "
+                    f"hash h2, storage /s, smoke false): {AUTO_OTHER_SETTINGS}")
+    # only launches of other settings (another storage, a smoke run): a new launch starts
+    found, line = resume_or_start(store, _Plan("h1"), "/elsewhere")
+    assert found is None and line.startswith("no earlier launch of these settings: starting one; the newest launch")
+    assert resume_or_start(store, _Plan("h1", smoke=True), "/s")[0] is None
+
+
+def test_the_command_of_an_auto_launch_repeats_it_and_the_resume_command_is_unchanged(tmp_path):
+    opts = SweepOptions(spec_path=tmp_path / "x.yaml", resume="auto", max_failures=-1,
+                        notify="https://hooks.example/secret-token")
+    auto = command_line(opts, "sqlite:///m.db", "/s", resume=opts.resume)
+    assert auto.endswith("--max-failures -1 --resume auto") and "secret-token" not in auto
+    assert command_line(opts, "sqlite:///m.db", "/s", resume=True).endswith("--max-failures -1 --resume")
