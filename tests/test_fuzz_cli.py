@@ -415,13 +415,15 @@ def test_the_fuzz_sees_a_reintroduced_traceback(guarded: Path, capfd, monkeypatc
 
 # The real command lines: the wrapper is what `python -m` runs (a fresh interpreter each, ~3-7 s here). A
 # sitecustomize on PYTHONPATH (imported by Python at start-up) breaks the one YAML reader before the command runs.
-REAL = [("mutexmatch.train", ["--config", "r.yaml"]), ("orchestration.status", ["s.yaml"]),
-        ("reports.build", ["s.yaml", "--out", "o"])]
+REAL = [pytest.param("mutexmatch.train", ["--config", "r.yaml"], False, id="train"),
+        pytest.param("mutexmatch.train", ["--config", "r.yaml"], True, id="train-debug"),
+        pytest.param("reports.build", ["s.yaml", "--out", "o"], False, id="report"),  # through the contract
+        pytest.param("orchestration.status", ["s.yaml"], False, id="status", marks=pytest.mark.heavy)]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("module, argv", REAL, ids=[r[0] for r in REAL])
-def test_python_m_ends_an_unforeseen_error_in_one_line_and_shows_it_with_debug(module, argv, tmp_path) -> None:
+@pytest.mark.parametrize("module, argv, debug", REAL)
+def test_python_m_ends_an_unforeseen_error_in_one_line_and_shows_it_with_debug(module, argv, debug, tmp_path) -> None:
     (tmp_path / "r.yaml").write_text(RUN_YAML)
     (tmp_path / "s.yaml").write_text(SWEEP_YAML)
     (tmp_path / "plant").mkdir()
@@ -432,12 +434,11 @@ def test_python_m_ends_an_unforeseen_error_in_one_line_and_shows_it_with_debug(m
     env = {**os.environ, "PYTHONPATH": f"{tmp_path / 'plant'}:{REPO}", "MLFLOW_DISABLE_TELEMETRY": "true",
            "RAY_USAGE_STATS_ENABLED": "0"}
     env.pop("MUTEXMATCH_DEBUG", None)
-    for debug in ([], ["--debug"]):
-        proc = subprocess.run([sys.executable, "-m", module, *argv, *debug], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 1, proc.stderr[-3000:]
-        if debug:
-            assert "Traceback" in proc.stderr and "ZeroDivisionError: planted" in proc.stderr, proc.stderr[-3000:]
-        else:
-            assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
-            assert f"error: python -m {module} failed unexpectedly: ZeroDivisionError: planted" in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", module, *argv, *(["--debug"] if debug else [])], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    if debug:
+        assert "Traceback" in proc.stderr and "ZeroDivisionError: planted" in proc.stderr, proc.stderr[-3000:]
+    else:
+        assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+        assert f"error: python -m {module} failed unexpectedly: ZeroDivisionError: planted" in proc.stderr

@@ -75,7 +75,11 @@ class ReMixMatch(Algorithm):
         x_lb, x_w, x_s0, x_s1, x_rot = (inp.view(v) for v in self.step.views)
         with torch.no_grad():
             probs_w = torch.softmax(model.tpc(inp.forward(x_w, update_bn=False)), dim=1)
-            guess = sharpen(self.dist_align(probs_w), p.temperature)
+            # da_target=model aligns towards the model's running mean on labeled data: one more forward of the
+            # labeled view, statistics untouched (issue 33: it crashed at step 0); the other targets skip it.
+            probs_lb = (torch.softmax(model.tpc(inp.forward(x_lb, update_bn=False)), dim=1)
+                        if p.da_target == "model" else None)
+            guess = sharpen(self.dist_align(probs_w, probs_lb), p.temperature)
         logits_s0 = model.tpc(inp.forward(x_s0, update_bn=False))
         targets = torch.cat([F.one_hot(inp.targets_lb, self.num_classes).to(guess.dtype), guess, guess, guess])
         inputs = torch.cat([x_lb, x_s0, x_s1, x_w])
