@@ -8,6 +8,7 @@
   failed trial's next attempt.
 - ``tracking.py``: the MLflow runs: the launch's parent run, a trial's run (``TrialRun``), the tracking URI, the
   experiment, the code's commit.
+- ``model_log.py``: a grid, refit or single run's final EMA weights as an MLflow pytorch model (signature, example).
 
 Nothing is imported here: a worker that unpickles ``run_trial`` imports only ``trainable.py``, which closes the
 network (:mod:`orchestration.runtime.env`) before MLflow or Ray is imported.

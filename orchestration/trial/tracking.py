@@ -40,6 +40,7 @@ from orchestration.store import mlflow_ui
 from orchestration.runtime.env import apply_closed_network_env
 from orchestration.store.store import Store, end_run
 from orchestration.store.location import check_artifact_home
+from orchestration.trial.model_log import MODEL_KINDS, log_classifier
 
 apply_closed_network_env()
 
@@ -245,10 +246,13 @@ class TrialRun:
         self.last_logged_step = event.step
 
     def log_end(self, summary: RunSummary) -> None:
-        """The best and final weights; with the final weights, the final checkpoint and its checksum."""
-        for path in (summary.best_weights, summary.final_weights):
-            if path is not None and Path(path).exists():
-                self.client.log_artifact(self.run_id, str(path), C.WEIGHTS_DIR)
+        """The best and final weights, the final (else best) as an MLflow model for a run whose model is used
+        (:mod:`.model_log`); with the final weights, the final checkpoint and its checksum."""
+        kept = [Path(p) for p in (summary.best_weights, summary.final_weights) if p is not None and Path(p).exists()]
+        for path in kept:
+            self.client.log_artifact(self.run_id, str(path), C.WEIGHTS_DIR)
+        if kept and self._run.data.tags.get(C.KIND) in MODEL_KINDS:
+            log_classifier(self.client, self.run_id, kept[-1])
         if summary.final_checkpoint is not None and summary.final_weights is not None:
             for f in checkpoint_pair(summary.final_checkpoint):
                 self.client.log_artifact(self.run_id, str(f), C.CHECKPOINTS_DIR)

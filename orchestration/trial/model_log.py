@@ -1,0 +1,47 @@
+"""A trial's trained model as an MLflow model (issue 34: MLflow's Models column and registry, and
+``mlflow.pytorch.load_model`` give a classifier, not a bare state dict).
+
+The run's final EMA weights (its best ones when it stopped before the end) become
+:class:`mutexmatch.classifier.Classifier` (pixel values 0..255, NCHW float32 → class probabilities: the run's
+normalisation and TPC head inside), logged with MLflow's pytorch flavour under ``model`` with its signature and an
+input example (two blank images of the run's channels and size: a batch of one would make ``torch.export`` fix the
+batch size to 1). MLflow 3 saves it in the ``pt2`` format (``torch.export``, no pickle), so loading it needs only
+torch, not this project."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from orchestration import contract as C
+
+if TYPE_CHECKING:  # mlflow is imported by the caller, after orchestration.runtime.env turned its telemetry off
+    from mlflow import MlflowClient
+
+__all__ = ["MODEL_KINDS", "log_classifier"]
+
+# The runs whose model a user takes away: a grid or refit trial, a single run. Search and smoke trials are many and
+# only scored (logging costs ~1-4 s of torch.export per run on a CPU).
+MODEL_KINDS = (C.KIND_GRID, C.KIND_REFIT, C.KIND_SINGLE)
+
+
+def log_classifier(client: "MlflowClient", run_id: str, weights: Path) -> str:
+    """Log the classifier of the run whose ``weights`` these are (its run folder's ``config.yaml`` and
+    ``dataset.json`` beside them) to run ``run_id`` as ``model``; returns the model's URI."""
+    import mlflow.pytorch
+    import numpy as np
+    import torch
+    from mlflow.models import Model, infer_signature
+    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+
+    from mutexmatch.classifier import load_classifier
+
+    model = load_classifier(weights)
+    example = np.zeros((2, model.mean.shape[1], model.image_size, model.image_size), dtype=np.float32)
+    with torch.no_grad():
+        signature = infer_signature(example, model(torch.from_numpy(example)).numpy())
+    with _use_tracking_uri(client.tracking_uri):  # Model.log reads the global store; the trial's is this client's
+        info = Model.log(artifact_path=None, name=C.MODEL_ARTIFACT, flavor=mlflow.pytorch, run_id=run_id,
+                         pytorch_model=model, signature=signature, input_example=example,
+                         pip_requirements=[f"torch=={torch.__version__.split('+')[0]}"])
+    return info.model_uri
