@@ -229,7 +229,8 @@ def collect(store: Store | None, plan: SweepPlan, now: float | None = None) -> S
         trials.append(_trial_state(store, r.tuned_cell.id, str(r.fold), C.KIND_REFIT, r.iterations, found, now))
     res = plan.spec.resources
     to_go, unknown = _to_go(trials)
-    return SweepStatus(plan.spec.name, "GPU" if res.gpu > 0 else "CPU", res.gpu if res.gpu > 0 else res.cpu,
+    return SweepStatus(plan.spec.name, "GPU" if res.gpu > 0 else "CPU",
+                       (res.gpu if res.gpu > 0 else res.cpu) * res.workers,  # a trial's devices, all its workers
                        trials, _launches(store, plan) if store else [],
                        sum(_duration_s(r, now) for r in used), to_go, unknown, _ignored(runs, used, plan))
 

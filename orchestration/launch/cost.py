@@ -6,7 +6,8 @@ evaluation batch): a :class:`mutexmatch.train.Trainer` is built on the device th
 are run and ``steps`` more are timed; one evaluation is timed on a slice of the test set and scaled to the whole
 evaluation (EMA and raw model on the test set, EMA model on the validation split). A trial then costs
 ``iterations × step_s + evaluations × eval_s``; Ray and MLflow overhead is not included (see
-``benchmarks/orchestration_overhead.py``).
+``benchmarks/orchestration_overhead.py``). A trial of ``resources.workers`` N > 1 data-parallel ranks takes that
+time / N (:func:`trial_wall_s`) and holds N workers' devices (:func:`devices_per_trial`): N × its wall time.
 """
 
 from __future__ import annotations
@@ -17,10 +18,25 @@ from typing import Any
 from mutexmatch.config import parse_config
 from mutexmatch.training import StepCost, measure_cost
 
+from orchestration.spec.models import Resources
 from orchestration.spec.plan import SweepPlan
 from orchestration.spec.sweepfile import deep_merge
 
-__all__ = ["StepCost", "measure_cost", "estimate_plan"]
+__all__ = ["StepCost", "measure_cost", "estimate_plan", "trial_wall_s", "devices_per_trial"]
+
+
+def trial_wall_s(one_process_s: float, workers: int) -> float:
+    """A trial's wall time on ``workers`` data-parallel ranks, from one process's: ``one_process_s / workers``, the
+    ideal scaling and so a lower bound. Not counted: each rank still makes the whole global batch's augmentations
+    (the price of the single process's exact batches, :mod:`mutexmatch.training.distributed`) and the ranks
+    exchange features and gradients every step, a few percent on one node, more across nodes."""
+    return one_process_s / workers
+
+
+def devices_per_trial(resources: Resources) -> float:
+    """What one trial holds while it runs: ``resources.gpu`` per worker (a CPU sweep counts each worker as one
+    unit), times ``resources.workers``; device-hours = wall hours × this."""
+    return (resources.gpu if resources.gpu > 0 else 1.0) * resources.workers
 
 
 def _cost_key(raw: dict[str, Any]) -> str:
@@ -52,5 +68,6 @@ def estimate_plan(plan: SweepPlan, *, device: str, num_threads: int, skip: set[s
                 problems.append(f"{key}: cannot measure ({type(e).__name__}: {e})")
                 costs[ck] = None  # type: ignore[assignment]
         if costs[ck] is not None:
-            per_trial[key] = costs[ck].trial_seconds(iterations, evaluations)
+            per_trial[key] = trial_wall_s(costs[ck].trial_seconds(iterations, evaluations),
+                                          plan.spec.resources.workers)
     return per_trial, {k: v for k, v in costs.items() if v is not None}, problems

@@ -22,6 +22,7 @@ from typing import Any
 from mutexmatch.training import format_duration
 
 from orchestration.trial import tracking
+from orchestration.launch.cost import devices_per_trial, trial_wall_s
 from orchestration.launch.launch import SweepOptions, SweepOutcome, reusable, select
 from orchestration.spec.plan import SweepPlan
 from orchestration.store.store import Store
@@ -236,7 +237,7 @@ def _reused_lines(plan: SweepPlan, reused: dict[str, Any], est: "_Estimator") ->
     if not reused:
         return []
     seconds = [est.trial(t.config, t.iterations, t.evaluations).seconds for t in plan.grid if t.key in reused]
-    saved = sum(s for s in seconds if s is not None)
+    saved = sum(s for s in seconds if s is not None)  # one process's time: the device-hours of any world size
     share = plan.spec.resources.gpu if plan.spec.resources.gpu > 0 else 1.0
     lines = [f"\nreused (a FINISHED run of the same config elsewhere in this store; not trained again, --no-reuse "
              f"trains them): {len(reused)} trial(s), saving ≈ {format_hours(saved * share / 3600)} {est.unit}-hours"]
@@ -266,6 +267,11 @@ def missing_data_warning(plan: SweepPlan) -> str | None:
 
 
 def _rows(plan: SweepPlan, skipped: set[str], est: _Estimator, per_trial: bool) -> list[_Row]:
+    def cost(raw: dict[str, Any], iterations: int, evaluations: int) -> Estimate:
+        """A trial's wall time: one process's, over ``resources.workers`` data-parallel ranks (cost.trial_wall_s)."""
+        one = est.trial(raw, iterations, evaluations)
+        return one if one.seconds is None else Estimate(trial_wall_s(one.seconds, plan.spec.resources.workers))
+
     rows: dict[tuple[str, str, str], _Row] = {}
     for t in plan.grid:
         if t.key in skipped:
@@ -273,14 +279,14 @@ def _rows(plan: SweepPlan, skipped: set[str], est: _Estimator, per_trial: bool) 
         group = (t.cell.id, t.kind, str(t.fold) if per_trial else "")
         if group not in rows:
             rows[group] = _Row(t.cell.id, [], t.kind, str(t.iterations), 0,
-                               est.trial(t.config, t.iterations, t.evaluations))
+                               cost(t.config, t.iterations, t.evaluations))
         rows[group].folds.append(t.fold)
         rows[group].trials += 1
     out = list(rows.values())
     for s in plan.searches:
         if f"search:{s.key}" not in skipped:
             out.append(_Row(s.cell.id, [s.fold], f"search ×{s.n_trials}", f"{s.n_trials}×{s.iterations}",
-                            s.n_trials, est.trial(s.config, s.iterations, s.evaluations)))
+                            s.n_trials, cost(s.config, s.iterations, s.evaluations)))
     refits: dict[str, _Row] = {}
     for r in plan.refits:
         if r.key in skipped:
@@ -289,7 +295,7 @@ def _rows(plan: SweepPlan, skipped: set[str], est: _Estimator, per_trial: bool) 
         if key not in refits:
             # the parameters exist only once the search is done
             refits[key] = _Row(r.tuned_cell.id, [], "refit (parameters chosen by search)", str(r.iterations), 0,
-                               est.trial(r.config, r.iterations, r.evaluations))
+                               cost(r.config, r.iterations, r.evaluations))
         refits[key].folds.append(r.fold)
         refits[key].trials += 1
     return out + list(refits.values())
@@ -359,11 +365,13 @@ def _slots(plan: SweepPlan, opts: SweepOptions, device: str | None) -> tuple[int
     res = plan.spec.resources
     if res.gpu > 0:
         gpus = opts.gpus or torch.cuda.device_count() or 1
-        slots, where = max(1, int(gpus / res.gpu)), f"{gpus} GPU(s) at gpu={res.gpu:g} per trial"
+        slots, where = max(1, int(gpus / (res.gpu * res.workers))), f"{gpus} GPU(s) at gpu={res.gpu:g} per trial"
+        where += f" × {res.workers} workers" if res.workers > 1 else ""
         if not opts.gpus and not torch.cuda.device_count():
             where += " (no GPU here; --gpus N for a cluster)"
     else:
-        slots, where = max(1, int((os.cpu_count() or 1) // res.cpu)), f"this machine's {os.cpu_count()} CPU(s)"
+        slots = max(1, int((os.cpu_count() or 1) // (res.cpu * res.workers)))
+        where = f"this machine's {os.cpu_count()} CPU(s)"
     if opts.max_concurrent:
         slots = min(slots, opts.max_concurrent)
     return slots, f"{slots} concurrent trial(s) on {where}"
@@ -372,8 +380,7 @@ def _slots(plan: SweepPlan, opts: SweepOptions, device: str | None) -> tuple[int
 def plan_hours(plan: SweepPlan, rows: list[_Row]) -> float:
     """Accelerator-hours (CPU-hours for a CPU sweep) of the estimated rows: trial time × the share of a device a
     trial holds (the figure the dry run prints; experiments/paper_cost.py sums it over the paper's YAMLs)."""
-    res = plan.spec.resources
-    share = res.gpu if res.gpu > 0 else 1.0
+    share = devices_per_trial(plan.spec.resources)
     return sum(r.per_trial.seconds * r.trials for r in rows if r.per_trial.seconds is not None) * share / 3600
 
 
@@ -393,7 +400,10 @@ def _totals(plan: SweepPlan, rows: list[_Row], est: _Estimator, opts: SweepOptio
     partial = f" for {n - unknown} of {n} trials ({unknown} unknown, see above)" if unknown else f" for {n} trials"
     return [f"estimated cost{partial}: {format_hours(plan_hours(plan, rows))} {est.unit}-hours"
             + (f" (a trial holds {share:g} of a GPU; shared GPUs assumed as fast as one trial alone)"
-               if share != 1 else ""),
+               if share != 1 else "")
+            + (f" (a trial holds {res.workers} workers: its wall time is one process's / {res.workers}, ideal "
+               "scaling; the replicated augmentation and the ranks' communication are not counted)"
+               if res.workers > 1 else ""),
             f"wall clock: ≈ {format_duration(wall)} at {where}"
             + ("; search trials counted at full length (ASHA stops some early)" if plan.searches else "")
             + "; Ray/MLflow overhead not included"]

@@ -6,6 +6,8 @@
   rank 0's events and files relayed to the trial's process, which keeps its MLflow run and Tune reports.
 - ``preemption.py``: a trial stopped by SIGTERM/SIGUSR1 (its checkpoint handed to Tune) and the back-off before a
   failed trial's next attempt.
+- ``spanning.py``: a trial of ``resources.workers`` > 1 data-parallel ranks as a Ray Train ``TorchTrainer``,
+  rank 0's events and files relayed to the trial's process, which keeps its MLflow run and Tune reports.
 - ``tracking.py``: the MLflow runs: the launch's parent run, a trial's run (``TrialRun``), the tracking URI, the
   experiment, the code's commit.
 - ``model_log.py``: a grid, refit or single run's final EMA weights as an MLflow pytorch model (signature, example).

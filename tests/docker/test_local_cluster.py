@@ -12,7 +12,10 @@ and run top to bottom; `-x` stops at the first failure):
    reports.build` on the host builds the report from the server;
 4. faults on one launch with longer trials: a worker killed mid-trial (the trial continues on the other worker from
    its checkpoint), the head killed (restarted, and `--resume` finishes the sweep), and the MLflow server stopped for
-   30 s during the resumed sweep (trials wait and retry: every evaluation is logged once).
+   30 s during the resumed sweep (trials wait and retry: every evaluation is logged once);
+5. a sweep with `resources.workers: 2` (issue 30): each trial is a Ray Train TorchTrainer whose two ranks (gloo)
+   run one in each worker container; a worker container killed mid-trial fails the attempt, Tune restarts the
+   trial from its checkpoint once the container is back, and every evaluation is logged once.
 Teardown removes the containers, the network and the volume, and fails if any is left.
 """
 
@@ -274,6 +277,51 @@ def test_4_worker_kill_head_kill_resume_and_an_mlflow_outage_lose_nothing(stack)
         steps = [m.step for m in mlc.get_metric_history(run.info.run_id, C.TEST_ACC)]
         assert sorted(steps) == expected_steps, (run.info.run_name, steps)
     say(f"MLflow: {len(trials)} trial runs for {len(trials)} trials, every evaluation logged once, none RUNNING")
+
+
+SPAN_SET = ["--set", "resources.workers=2", "--set", "resources.cpu=1", *FAULT_SET]
+
+
+def _train_workers(stack: Stack, service: str) -> int:
+    """Ray Train worker processes (``ray::RayTrainWorker``) in one container."""
+    code = ("import pathlib\nn = 0\nfor p in pathlib.Path('/proc').glob('[0-9]*/cmdline'):\n    try:\n"
+            "        n += 'RayTrainWorker' in p.read_bytes().decode(errors='ignore')\n    except OSError:\n"
+            "        pass\nprint(n)")
+    return int(docker("exec", stack.container(service), "python", "-c", code).strip() or 0)
+
+
+def test_5_a_trial_spans_both_worker_containers_and_survives_losing_one(stack):
+    from orchestration import contract as C
+
+    overrides = SPAN_SET[1::2]
+    job = _ResumeInBackground(stack, [QUICKSTART, "--smoke", *SPAN_SET, *CLUSTER_ARGS, "--max-failures", "3"])
+
+    def spanning_run():
+        for run in launch_runs(stack, overrides)[1]:
+            if run.info.status == "RUNNING" and int(run.data.tags.get(C.LAST_STEP, "0")) >= 2 * FAULT_EVAL:
+                return run if all(_train_workers(stack, w) for w in WORKERS) else None
+        return None
+
+    victim = _wait("a 2-worker trial with two evaluations, a rank in each worker", spanning_run, 900, stack)
+    assert victim.data.tags[C.attempt_tag(1, "world_size")] == "2", victim.data.tags
+    docker("kill", stack.container(WORKERS[1]))
+    say(f"docker kill {WORKERS[1]} while {victim.info.run_name} was at step {victim.data.tags[C.LAST_STEP]}")
+    time.sleep(10)
+    docker("start", stack.container(WORKERS[1]))
+    stack.wait_workers(len(WORKERS))
+
+    result = job.wait()
+    output = result.stdout + result.stderr
+    assert result.returncode == 0 and "succeeded" in output, output[-8000:]
+    parents, trials = launch_runs(stack, overrides)
+    run = client(stack).get_run(victim.info.run_id)
+    say(f"{run.info.run_name}: attempts {attempts(run)}")
+    assert len(attempts(run)) >= 2 and attempts(run)[1][2] == "yes" and int(attempts(run)[1][1]) > 0
+    assert len(trials) == planned_trials(overrides, smoke=True) and {r.info.status for r in trials} == {"FINISHED"}
+    expected_steps = list(range(FAULT_EVAL, FAULT_ITERATIONS + 1, FAULT_EVAL))
+    for r in trials:
+        steps = [m.step for m in client(stack).get_metric_history(r.info.run_id, C.TEST_ACC)]
+        assert sorted(steps) == expected_steps, (r.info.run_name, steps)  # logged once, through the lost worker
 
 
 def _last_steps(stack: Stack) -> dict[str, str]:

@@ -291,3 +291,21 @@ def _cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
+
+
+def test_the_dry_run_counts_a_spanning_trial_as_its_wall_time_on_all_its_workers(tmp_path):
+    from orchestration.launch.dryrun import _Estimator, _rows, _slots, plan_hours
+    from orchestration.launch.launch import SweepOptions
+    from orchestration.spec.overrides import plan_sweep
+
+    yaml_path = Path(__file__).resolve().parents[2] / "experiments" / "ablation_k.yaml"
+    est = _Estimator(None, 1, tmp_path)  # the committed H200 figures: nothing is measured
+    plans = {n: plan_sweep(load_sweep(yaml_path, tmp_path, (f"resources.workers={n}", "folds=[0]"), need_data=False), tmp_path)
+             for n in (1, 4)}
+    rows = {n: _rows(plan, set(), est, False) for n, plan in plans.items()}
+    one, four = rows[1][0].per_trial.seconds, rows[4][0].per_trial.seconds
+    assert one and four == pytest.approx(one / 4)
+    assert plan_hours(plans[4], rows[4]) == pytest.approx(plan_hours(plans[1], rows[1]))  # 4 × a quarter
+    gpu = plans[1].spec.resources.gpu
+    slots = {n: _slots(plan, SweepOptions(Path("x"), gpus=16), None)[0] for n, plan in plans.items()}
+    assert slots == {1: int(16 / gpu), 4: int(16 / (gpu * 4))}
