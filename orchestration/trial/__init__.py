@@ -2,8 +2,6 @@
 
 - ``trainable.py``: the function trainable ``run_trial`` and its ``TrialContext``: one trainer run watched through
   the trainer's callbacks, Tune checkpoints of its run folder, a restart continuing from the last one.
-- ``spanning.py``: a trial of ``resources.workers`` > 1 data-parallel ranks as a Ray Train ``TorchTrainer``,
-  rank 0's events and files relayed to the trial's process, which keeps its MLflow run and Tune reports.
 - ``preemption.py``: a trial stopped by SIGTERM/SIGUSR1 (its checkpoint handed to Tune) and the back-off before a
   failed trial's next attempt.
 - ``spanning.py``: a trial of ``resources.workers`` > 1 data-parallel ranks as a Ray Train ``TorchTrainer``,
