@@ -49,7 +49,6 @@ from orchestration.trial import tracking  # noqa: E402
 from orchestration.store.store import Store  # noqa: E402
 from orchestration.spec.plan import GridTrial, SearchStudy  # noqa: E402
 from orchestration.spec.sweepfile import deep_merge, with_sampled  # noqa: E402
-from orchestration.trial.spanning import Span, fit_spanning  # noqa: E402
 from orchestration.trial.preemption import keep_preempted, retry_backoff_s  # noqa: E402
 from mutexmatch.training.preemption import Preempted  # noqa: E402
 from orchestration.trial.spanning import Span, fit_spanning  # noqa: E402
