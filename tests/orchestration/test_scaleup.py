@@ -5,6 +5,7 @@ Ray's GCS holds (a real ClusterConfig protobuf, the status a real `ray start --h
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,7 @@ from orchestration.spec.models import Resources
 
 HEAD = {"Alive": True, "Resources": {"CPU": 0.0, "memory": 1e9}}  # docker/cloud/*.yaml's head: no trial there
 GPU_NODE = {"Alive": True, "Resources": {"CPU": 8.0, "GPU": 1.0}}
+REPO = Path(__file__).resolve().parents[2]
 SPOT = Autoscaler((NodeType("head", {"CPU": 0}, 0), NodeType("gpu_spot", {"CPU": 8, "GPU": 1}, 8)))
 # The autoscaler status (`__autoscaling_status`) a `ray start --head` without an autoscaling config wrote (Ray 2.60,
 # recorded for this test): its read-only monitor names each node `node_<node id>`.
@@ -136,6 +138,13 @@ def test_a_bad_limit_is_refused_naming_the_variable(raw):
         scaleup.scale_up_timeout({scaleup.SCALE_UP_TIMEOUT_ENV: raw})
 
 
+def test_the_documented_variable_and_default_are_the_codes():
+    minutes = f"{scaleup.DEFAULT_SCALE_UP_TIMEOUT_S / 60:g} minutes"
+    for doc in ("docker/README.md", "orchestration/README.md"):
+        text = " ".join((REPO / doc).read_text().split())
+        assert scaleup.SCALE_UP_TIMEOUT_ENV in text and minutes in text, doc
+
+
 @pytest.fixture
 def fake_ray(monkeypatch):
     """check_cluster against a faked connected cluster: ray.nodes, the autoscaler and its request API."""
@@ -178,3 +187,83 @@ def test_check_cluster_on_a_fixed_cluster_refuses_at_once(fake_ray, monkeypatch)
     with pytest.raises(SweepError, match="resources.gpu=0.5: the Ray cluster has no GPU"):
         cluster.check_cluster(Resources(cpu=1, gpu=0.5), "error")
     assert fake_ray.requests == [], "a cluster without an autoscaler is asked for nothing"
+
+
+# A real autoscaler: Ray's fake multi-node provider (`fake_multinode`, what Ray's own autoscaler tests use) launches
+# "nodes" as local raylets with the resources their node type declares, GPUs included, when the autoscaler decides to.
+FAKE_CLUSTER = {
+    "cluster_name": "mutexmatch-scaleup-test", "max_workers": 1, "upscaling_speed": 1.0, "idle_timeout_minutes": 1,
+    "provider": {"type": "fake_multinode", "use_node_id_as_ip": True, "disable_node_updaters": True,
+                 "disable_launch_config_check": True},
+    "auth": {"ssh_user": "ubuntu"}, "docker": {},
+    "available_node_types": {
+        "ray.head.default": {"resources": {"CPU": 0}, "node_config": {}, "max_workers": 0},
+        "gpu_spot": {"resources": {"CPU": 1, "GPU": 1}, "node_config": {}, "min_workers": 0, "max_workers": 1}},
+    "head_node_type": "ray.head.default", "file_mounts": {}, "cluster_synced_files": [],
+    "file_mounts_sync_continuously": False, "rsync_exclude": [], "rsync_filter": [], "initialization_commands": [],
+    "setup_commands": [], "head_setup_commands": [], "worker_setup_commands": [], "head_start_ray_commands": [],
+    "worker_start_ray_commands": []}
+DRIVER = """
+import json, sys, ray
+from orchestration.launch import cluster, scaleup
+from orchestration.spec.models import Resources
+ray.init(address=sys.argv[1])
+print("AUTOSCALER", scaleup.read_autoscaler(), flush=True)
+request, warns = cluster.check_cluster(Resources(cpu=1, gpu=0.5), "error")
+print("REQUEST", json.dumps(request), flush=True)
+"""
+
+
+@pytest.mark.heavy
+def test_a_real_autoscaler_is_recognised_and_grows_the_cluster_to_a_gpu_node():
+    """`ray start --head --autoscaling-config` with a CPU-0 head and a GPU node type from zero (the shape of
+    docker/cloud/*.yaml): the launch check recognises the autoscaler, asks it for a trial's resources, waits, and
+    passes once the GPU node joined. About 1-2 minutes on 2 cores."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+    import time
+
+    from ray._private.services import get_node_ip_address
+
+    from tests.orchestration.test_job_submit import free_ports, processes_mentioning
+
+    gcs, dashboard, client = free_ports(3)
+    address = f"{get_node_ip_address()}:{gcs}"
+    short = Path(tempfile.mkdtemp(prefix="mmscale", dir="/tmp"))  # Ray's socket paths must stay under 108 bytes
+    config = short / "cluster.json"
+    config.write_text(json.dumps({**FAKE_CLUSTER, "provider": {**FAKE_CLUSTER["provider"], "gcs_address": address}}))
+    env = {**os.environ, "RAY_FAKE_CLUSTER": "1", "AUTOSCALER_UPDATE_INTERVAL_S": "1", "RAY_AUTH_MODE": "disabled",
+           "RAY_USAGE_STATS_ENABLED": "0", "RAY_USAGE_STATS_REPORT_URL": "http://127.0.0.1:9/",
+           scaleup.SCALE_UP_TIMEOUT_ENV: "300"}
+    ray_bin = str(Path(sys.executable).with_name("ray"))
+    log = (short / "head.log").open("w")
+    head = subprocess.Popen([ray_bin, "start", "--head", f"--port={gcs}", f"--temp-dir={short / 'ray'}",
+                             "--num-cpus=0", f"--dashboard-port={dashboard}", f"--ray-client-server-port={client}",
+                             "--disable-usage-stats", f"--autoscaling-config={config}", "--block"], env=env,
+                            stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while "--block" not in (short / "head.log").read_text() and head.poll() is None:
+            assert time.monotonic() < deadline, (short / "head.log").read_text()[-3000:]
+            time.sleep(1)
+        assert head.poll() is None, (short / "head.log").read_text()[-3000:]
+        driver = subprocess.run([sys.executable, "-c", DRIVER, address], env=env, cwd=REPO, capture_output=True,
+                                text=True, timeout=420)
+        out = driver.stdout
+        assert driver.returncode == 0, out + driver.stderr[-3000:]
+        assert "AUTOSCALER Autoscaler(" in out and "waiting up to 5 min 0 s" in out, out
+        assert "the Ray cluster holds 1 CPU, 0.5 GPU after" in out, out
+        assert json.loads(out.split("REQUEST ", 1)[1]) == {"cpu": 1, "gpu": 0.5}
+    finally:
+        head.send_signal(signal.SIGTERM)
+        head.wait(timeout=60)
+        for pid in processes_mentioning(f":{gcs}") + processes_mentioning(str(short)):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(short, ignore_errors=True)
