@@ -15,7 +15,10 @@ and run top to bottom; `-x` stops at the first failure):
    30 s during the resumed sweep (trials wait and retry: every evaluation is logged once);
 5. a sweep with `resources.workers: 2` (issue 30): each trial is a Ray Train TorchTrainer whose two ranks (gloo)
    run one in each worker container; a worker container killed mid-trial fails the attempt, Tune restarts the
-   trial from its checkpoint once the container is back, and every evaluation is logged once.
+   trial from its checkpoint once the container is back, and every evaluation is logged once;
+6. issue 31: one trial's process sent SIGTERM in its container checkpoints its step within seconds and continues
+   from it; the head killed and the same job command (``--resume auto``) resubmitted finishes the launch with no
+   duplicate runs and no checkpointed trial restarted from 0; the command once more trains nothing.
 Teardown removes the containers, the network and the volume, and fails if any is left.
 """
 
@@ -344,3 +347,74 @@ class _ResumeInBackground:
         self.thread.join(timeout=1800)
         assert self.result is not None, "the resumed job did not finish within 30 min"
         return self.result
+
+
+# Issue 31's launch: the same command every time (--resume auto, retries without end), long smoke trials again
+# (other --set items than test 4's, so its launch is its own).
+AUTO_ITERATIONS = FAULT_ITERATIONS + FAULT_EVAL
+AUTO_SET = ["--set", f"smoke.train.iterations={AUTO_ITERATIONS}", "--set", f"smoke.train.eval_interval={FAULT_EVAL}"]
+
+
+def _auto_trial(stack: Stack, min_step: int, status: str = "RUNNING"):
+    from orchestration import contract as C
+
+    for run in launch_runs(stack, AUTO_SET[1::2])[1]:
+        if run.info.status == status and int(run.data.tags.get(C.LAST_STEP, "0")) >= min_step:
+            return run
+    return None
+
+
+def test_6_sigterm_to_a_trial_then_the_head_killed_and_the_same_command_resubmitted(stack):
+    """Issue 31: a trial container's trial process sent SIGTERM writes the step's checkpoint within seconds and
+    continues from that step; the head killed mid-sweep and the same job command (``--resume auto``) resubmitted
+    finishes with no duplicate runs and no checkpointed trial restarted from step 0; the command once more trains
+    nothing."""
+    from orchestration import contract as C
+
+    args = [QUICKSTART, "--smoke", *AUTO_SET, *CLUSTER_ARGS, "--max-failures", "-1", "--resume", "auto"]
+    job = submit(stack, *args, wait=False)
+    assert job.returncode == 0, job.stdout + job.stderr
+
+    # (a) SIGTERM to one trial's process in its worker container, between evaluations
+    victim = _wait("a RUNNING trial with an evaluation", lambda: _auto_trial(stack, FAULT_EVAL), 600, stack)
+    host, pid = attempts(victim)[-1][0], victim.data.tags[C.WORKER_PID]
+    docker("exec", stack.container(host), "kill", "-TERM", pid)
+    sent = time.monotonic()
+    say(f"kill -TERM {pid} in {host} ({victim.info.run_name} at step {victim.data.tags[C.LAST_STEP]})")
+    ended = _wait("the signalled trial's checkpoint", lambda: client(stack).get_run(victim.info.run_id).data.tags.get(
+        C.ENDED_BY, "").startswith("signal SIGTERM at step") or None, 120, stack)
+    assert ended and time.monotonic() - sent < 30, "no checkpoint within 30 s of SIGTERM"
+    step = int(client(stack).get_run(victim.info.run_id).data.tags[C.ENDED_BY].rsplit(" ", 1)[1])
+    say(f"checkpoint of step {step} written {time.monotonic() - sent:.0f} s after the signal")
+    again = _wait("the signalled trial's next attempt", lambda: (lambda r: r if len(attempts(r)) >= 2 else None)(
+        client(stack).get_run(victim.info.run_id)), 600, stack)
+    assert attempts(again)[1][1:] == (str(step), "yes"), attempts(again)  # from the signal's step, not an evaluation
+
+    # (b) the head dies with the driver; the same command is submitted again
+    _wait("a RUNNING trial with two evaluations", lambda: _auto_trial(stack, 2 * FAULT_EVAL), 600, stack)
+    docker("kill", stack.container("ray-head"))
+    say("docker kill ray-head (the sweep's driver runs there)")
+    stack.restart("ray-head")
+    stack.wait_workers(len(WORKERS))
+    job = submit(stack, *args)
+    output = job.stdout + job.stderr
+    assert job.returncode == 0 and "succeeded" in output and "--resume auto: continuing launch" in output, \
+        output[-8000:]
+
+    parents, trials = launch_runs(stack, AUTO_SET[1::2])
+    for run in sorted(trials, key=lambda r: r.info.run_name):
+        say(f"  {run.info.run_name}: {run.info.status}, attempts {attempts(run)}")
+    planned = planned_trials(AUTO_SET[1::2], smoke=True)
+    assert len(parents) == 1, [p.info.run_id for p in parents]  # continued, not a second launch
+    assert len(trials) == planned and len({r.info.run_name for r in trials}) == planned  # no duplicate runs
+    assert {r.info.status for r in trials} == {"FINISHED"}
+    for run in trials:  # a later attempt that had a checkpoint never started from step 0
+        assert all(int(start) > 0 for _, start, ckpt in attempts(run)[1:] if ckpt == "yes"), attempts(run)
+        steps = [m.step for m in client(stack).get_metric_history(run.info.run_id, C.TEST_ACC)]
+        assert sorted(steps) == list(range(FAULT_EVAL, AUTO_ITERATIONS + 1, FAULT_EVAL)), (run.info.run_name, steps)
+
+    # (c) the same command on the finished sweep trains nothing
+    job = submit(stack, *args)
+    output = job.stdout + job.stderr
+    assert job.returncode == 0 and "nothing of it is trained again" in output, output[-4000:]
+    assert len(launch_runs(stack, AUTO_SET[1::2])[1]) == planned

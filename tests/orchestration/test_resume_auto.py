@@ -80,3 +80,50 @@ def test_the_command_of_an_auto_launch_repeats_it_and_the_resume_command_is_unch
     auto = command_line(opts, "sqlite:///m.db", "/s", resume=opts.resume)
     assert auto.endswith("--max-failures -1 --resume auto") and "secret-token" not in auto
     assert command_line(opts, "sqlite:///m.db", "/s", resume=True).endswith("--max-failures -1 --resume")
+
+
+@pytest.mark.heavy  # two sweep launches (minutes on 2 cores)
+def test_resume_auto_twice_in_a_row_trains_once_and_the_webhook_hears_the_end(tmp_path, data_root, run_cli):
+    """The same command twice, as a requeued job runs it: the first ``--resume auto`` starts and finishes the sweep
+    (a local webhook is told "finished"), the second trains nothing and adds no run."""
+    import http.server
+    import json
+    import threading
+
+    received: list[dict] = []
+
+    class Hook(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+    (tmp_path / "auto.yaml").write_text(
+        f"name: auto\nbase:\n  data: {{dataset: digits, num_labels: 20, root: {data_root}}}\n"
+        "  model: {backbone: small_cnn}\n  train: {iterations: 4, eval_interval: 2, batch_size: 4, mu: 2}\n"
+        "folds: [0, 1]\naxes:\n  method:\n    fixmatch: {algorithm: {name: fixmatch}}\nresources: {cpu: 1, gpu: 0}\n")
+    args = ("auto.yaml", "--resume", "auto", "--max-failures", "-1", "--max-concurrent", "1", "--notify", url)
+    try:
+        first = run_cli(tmp_path, *args, timeout=600)
+        assert first.returncode == 0, first.output
+        assert "--resume auto: no earlier launch of these settings: starting one" in first.output, first.output
+        client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+        exp = client.get_experiment_by_name("auto")
+        runs = client.search_runs([exp.experiment_id], max_results=100)
+        assert len(runs) == 3 and {r.info.status for r in runs} == {"FINISHED"}  # the parent and two trials
+        [parent] = [r for r in runs if r.data.tags.get(C.ROLE) == C.ROLE_SWEEP]
+        assert received == [{"text": f"mutexmatch sweep 'auto' (launch {parent.data.tags[C.LAUNCH_ID]}) finished: "
+                                     "2 finished"}]
+        second = run_cli(tmp_path, *args, timeout=300)
+        assert second.returncode == 0, second.output
+        assert "FINISHED: nothing of it is trained again" in second.output and "nothing to do" in second.output
+        assert len(client.search_runs([exp.experiment_id], max_results=100)) == 3
+    finally:
+        server.shutdown()
+        server.server_close()
