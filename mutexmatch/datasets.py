@@ -222,6 +222,12 @@ def _prepare_target(to: Path, overwrite: bool, source: Path | None) -> None:
         raise CLIError(f"export: --to {to} is a file; give a new or empty folder")
     if source is not None and to.resolve() == source.resolve():
         raise CLIError(f"export: --to {to} is the source folder --root; give another folder")
+    if source is not None and source.resolve() in to.resolve().parents:  # issue 33: its splits became classes
+        raise CLIError(f"export: --to {to} lies inside the source folder --root {source}; its split folders would "
+                       "be read as classes of the source next time; give a folder outside --root")
+    if source is not None and to.resolve() in source.resolve().parents:
+        raise CLIError(f"export: --to {to} holds the source folder --root {source}; writing (or --overwrite "
+                       "replacing) its split folders would change the source; give a folder outside it")
     if to.is_dir() and any(to.iterdir()) and not overwrite:
         raise CLIError(f"export: --to {to} is not empty; give a new or empty folder, or pass --overwrite (which "
                        f"replaces its {', '.join(SPLITS)} folders)")
