@@ -125,6 +125,19 @@ Fraction = Annotated[float, _within(0.0, 1.0)]
 AboveOne = Annotated[float, _within(1.0, math.inf, lo_open=True, hi_open=True)]
 Steps = Annotated[int, AfterValidator(_allows("integer >= 0")(at_least(0)))]
 PositiveSteps = Annotated[int, AfterValidator(_allows("integer >= 1")(at_least(1)))]
+# USB's "epoch" in its classic-CV configs: num_train_iter // epoch = 2^20 // 1024 steps (issue 32). The algorithms
+# whose schedule switches at an epoch boundary (SimMatch, CoMatch's `usb` start) take it as `epoch_steps`; 0 there
+# means one pass over the unlabeled pool, ceil(N_u / muB) steps (TrainContext.steps_per_epoch), the earlier rule.
+USB_EPOCH_STEPS = 1024
+# A parameter added after runs were stored with the behaviour it now makes optional declares the value that
+# reproduces that behaviour (``json_schema_extra=earlier(value)``); a config at that value is also found by the hash
+# of its algorithm section without the parameter (mutexmatch.config.identity), so stored runs keep their identity.
+EARLIER = "earlier"
+
+
+def earlier(value: Any) -> dict[str, Any]:
+    """``json_schema_extra`` of a parameter added after stored runs: ``value`` is what the code before it computed."""
+    return {EARLIER: value}
 
 
 class AlgorithmParams(BaseModel):
@@ -133,6 +146,16 @@ class AlgorithmParams(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
     pinned: ClassVar[dict[str, Any]] = {}   # parameters of a parent fixed by :meth:`without` (not settable)
     GOVERNED: ClassVar[dict[str, tuple[str, ...]]] = {}   # an on/off switch -> the parameters only it reads
+    # Above 0 where the algorithm's computation changed with no parameter to ask for the old one: the config hash then
+    # holds it, so runs stored before are not taken for this algorithm's (mutexmatch.config.identity; issue 32).
+    hash_revision: ClassVar[int] = 0
+
+    def stored_before(self) -> tuple[str, ...] | None:
+        """The parameters added since runs were stored (declared with :func:`earlier`) when every one of them is at
+        the value that reproduces the code before it (those runs compute what this config does), else None."""
+        added = {n: f.json_schema_extra[EARLIER] for n, f in type(self).model_fields.items()
+                 if isinstance(f.json_schema_extra, dict) and EARLIER in f.json_schema_extra}
+        return tuple(added) if all(getattr(self, n) == v for n, v in added.items()) else None
 
     @classmethod
     def parse(cls, values: Mapping[str, Any], algorithm: str, num_classes: int | None) -> "AlgorithmParams":
@@ -175,14 +198,15 @@ class AlgorithmParams(BaseModel):
         return errors
 
     @classmethod
-    def without(cls, name: str, **pinned: Any) -> type["AlgorithmParams"]:
+    def without(cls, name: str, *, keep: tuple[str, ...] = (), **pinned: Any) -> type["AlgorithmParams"]:
         """A model ``name`` with this one's parameters minus ``pinned``, which are fixed at the given values (read as
         attributes, not accepted as input): how an ablation drops a parameter of the method it modifies. A switch
         pinned off (``dist_align=False``) takes the parameters it governs (``GOVERNED``) with it, at their defaults:
-        a setting nothing reads is no parameter (nor part of the config hash)."""
+        a setting nothing reads is no parameter (nor part of the config hash), unless named in ``keep`` (a
+        governed setting the algorithm reads without the switch, redeclared by the subclass: AdaMatch's da_ratio)."""
         for switch, governed in cls.GOVERNED.items():
             if pinned.get(switch) is False:
-                pinned = {**{g: cls.model_fields[g].default for g in governed}, **pinned}
+                pinned = {**{g: cls.model_fields[g].default for g in governed if g not in keep}, **pinned}
         fields: dict[str, Any] = {n: (f.annotation, f) for n, f in cls.model_fields.items() if n not in pinned}
         model = create_model(name, __base__=AlgorithmParams, __module__=cls.__module__, __doc__=cls.__doc__,
                              **fields)
@@ -213,7 +237,8 @@ class DistAlignParams(AlgorithmParams):
     da_ratio: Literal["filled", "usb"] = Field(
         "filled", description="Form of p(y) / p̃(y): `filled` = p(y) / max(p̃(y), 1e-12), a queue averaged over "
         "its filled slots (ours); `usb` = (p(y) + 1e-6) / (p̃(y) + 1e-6), a queue averaged over all slots, empty "
-        "ones as zeros (USB 0.3.2). They differ only while the queue fills (docs/training.md).")
+        "ones as zeros (USB 0.3.2, the authors' code). They differ while the queue fills and, at any time, for a class "
+        "the model never predicts (docs/training.md, Distribution alignment).")
 
 
 class RampUpParams(AlgorithmParams):

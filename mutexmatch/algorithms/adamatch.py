@@ -7,15 +7,18 @@ aligned weak predictions and whose threshold is relative to the labeled batch's 
     L = L_sup + lambda_p * 1/muB sum 1(max p~^w >= c_tau) H(argmax p~^w, p^s)
 
 p_model is an EMA (momentum ``ema_p``) of the batch-mean weak unlabeled predictions, p_target an EMA of the labeled
-ones (USB's DistAlignEMAHook with p_target_type "model"). The paper instead aligns with the current batch's
-labeled/unlabeled means, interpolates labeled logits between the two BatchNorm passes (random logit
-interpolation) and warms the unlabeled weight up with 1/2 - cos(min(pi, 2 pi t/T))/2; USB, whose numbers this
+ones (USB's DistAlignEMAHook with p_target_type "model"). The quotient is ``da_ratio``: ``usb`` (the default since
+issue 32), (p_target + 1e-6) / (p_model + 1e-6) as USB and the authors' code (google-research/adamatch) compute it,
+whose published numbers it produced; ``filled``, p_target / p_model as the paper prints it, lifts a class the model
+never predicts by up to 1e12 instead of ~1e5 (:mod:`mutexmatch.algorithms.alignment`). The paper instead aligns with
+the current batch's labeled/unlabeled means, interpolates labeled logits between the two BatchNorm passes (random
+logit interpolation) and warms the unlabeled weight up with 1/2 - cos(min(pi, 2 pi t/T))/2; USB, whose numbers this
 project compares with, does none of the three, and neither do we (docs/training.md, AdaMatch).
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from pydantic import Field
@@ -24,15 +27,19 @@ from torch import nn
 from mutexmatch.algorithms.alignment import DistributionAlignment
 from mutexmatch.algorithms.base import StepInputs, TrainContext, Views, register_algorithm
 from mutexmatch.algorithms.fixmatch import FixMatch
-from mutexmatch.params import FixMatchParams, Probability
+from mutexmatch.params import FixMatchParams, Probability, earlier
 from mutexmatch.selection import relative_confidence_mask
 
 
-class AdaMatchParams(FixMatchParams.without("AdaMatchParams", dist_align=False)):
+class AdaMatchParams(FixMatchParams.without("AdaMatchParams", dist_align=False, keep=("da_ratio",))):
     """AdaMatch: tau (relative to the labeled confidence), lambda_p and the momentum of its EMA alignment."""
 
     ema_p: Probability = Field(0.999, description="AdaMatch: momentum of the EMAs of the labeled and unlabeled "
                                "mean predictions its distribution alignment divides.")
+    da_ratio: Literal["filled", "usb"] = Field(
+        "usb", description="AdaMatch: form of p_target / p_model: `usb` = (p_target + 1e-6) / (p_model + 1e-6) (USB, "
+        "the authors' code; their published numbers); `filled` = the quotient as printed (the rule before issue 32). "
+        "They differ when the model never predicts a class (docs/training.md).", json_schema_extra=earlier("filled"))
 
 
 @register_algorithm("adamatch")
@@ -47,7 +54,7 @@ class AdaMatch(FixMatch):
         super().__init__(params, ctx)
         # p_model: EMA of the unlabeled batch means (from the first batch's); p_target: EMA of the labeled ones
         self.dist_align = DistributionAlignment(self.num_classes, estimate="ema", momentum=self.params.ema_p,
-                                                target="model")
+                                                target="model", ratio=self.params.da_ratio)
 
     def views(self, model: nn.Module, inp: StepInputs) -> Views:
         b, u = self._split(inp)

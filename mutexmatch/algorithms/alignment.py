@@ -9,13 +9,20 @@
   :class:`~mutexmatch.algorithms.base.TrainContext`); or ``model``, the same running estimate of the model's
   predictions on the labeled batch (AdaMatch).
 - ``ratio`` names the two forms of the quotient in use (issue 22):
-  ``filled`` (ours, the default): p(y) / max(p~(y), 1e-12) with the queue mean taken over the slots filled so far;
+  ``filled`` (the generic ``dist_align`` switch's default): p(y) / max(p~(y), 1e-12), the queue mean taken over the
+  slots filled so far;
   ``usb``: (p(y) + 1e-6) / (p~(y) + 1e-6) with the queue mean over all ``window`` slots, empty ones counting as zero
   (USB 0.3.2's ``DistAlignQueueHook``/``DistAlignEMAHook``, Google's ReMixMatch/FixMatch-DA code).
   They differ while the queue fills (aligned probabilities by up to 0.6-0.8 in a run's first steps, as a class whose
-  mean probability is below 1e-6 * window is pulled towards the epsilon) and by ~1e-7 once it is full; with the
-  EMA estimate they differ only by the epsilon. ``filled`` is the default because a p~(y) that averages empty slots is
-  not the running mean ReMixMatch defines. See docs/training.md.
+  mean probability is below 1e-6 * window is pulled towards the epsilon). Once it is full, and always with the EMA
+  estimate, they differ by the epsilon alone, which is negligible only while every class keeps a mean probability
+  well above 1e-6: a class the model never predicts (p~(y) << 1e-6, the normal state of a confident model late in a
+  run and AdaMatch's domain-shift case) is multiplied by p(y) / p~(y), up to 1e12 at the floor, under ``filled`` but
+  by at most (p(y) + 1e-6) / 1e-6, ~1e5, under ``usb``, and far fewer rows then pass tau (issue 32 measured 31 % vs
+  100 % of rows above 0.95 with a full queue, AdaMatch 22 % vs 100 %; tests/mutexmatch/algorithms/usb/
+  test_adamatch_lockstep.py: 0 % vs 61 %). ``filled`` is the equation as ReMixMatch and AdaMatch print it; the
+  authors' code (google-research remixmatch, adamatch) and USB compute ``usb``, which produced their published
+  numbers. Which algorithm defaults to which, and why: docs/training.md, "Distribution alignment".
 
 Works on detached probabilities, without host synchronisation (the queue position is a host counter). The state
 (the estimates and the counter) is saved in checkpoints.

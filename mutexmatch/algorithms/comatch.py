@@ -33,7 +33,8 @@ from mutexmatch.algorithms.base import StepInputs, StepOutput, StepSpec, TrainCo
 from mutexmatch.algorithms.fixmatch import FixMatch
 from mutexmatch.checks import check_int
 from mutexmatch.losses import soft_cross_entropy
-from mutexmatch.params import FixMatchParams, Fraction, Positive, PositiveSteps, Probability, Weight
+from mutexmatch.params import (USB_EPOCH_STEPS, FixMatchParams, Fraction, Positive, PositiveSteps, Probability, Steps,
+                               Weight, earlier)
 
 ACTIVATIONS = ("leaky_relu", "relu")
 
@@ -65,6 +66,15 @@ class CoMatchParams(FixMatchParams):
     smoothing_start: Literal["queue_full", "usb"] = Field(
         "queue_full", description="When memory smoothing starts: `queue_full` = from step queue_batch + 1, once the "
         "bank is full (salesforce/CoMatch); `usb` = also not before the second epoch (USB 0.3.2).")
+    epoch_steps: Steps = Field(USB_EPOCH_STEPS, description="Steps of the epoch `smoothing_start: usb` waits: USB's "
+                               "1024 (num_train_iter // epoch, classic CV); 0 = one pass over the unlabeled pool, "
+                               "ceil(N_u / muB) (the rule before issue 32). Not read by `queue_full`.",
+                               json_schema_extra=earlier(0))
+
+    def stored_before(self) -> tuple[str, ...] | None:
+        """``queue_full`` reads no epoch: any ``epoch_steps`` computes what the code before issue 32 did."""
+        same = self if self.smoothing_start == "usb" else self.model_copy(update={"epoch_steps": 0})
+        return super(CoMatchParams, same).stored_before()
 
 
 def l2_normalize(x: Tensor) -> Tensor:
@@ -177,9 +187,11 @@ class CoMatch(FixMatch):
         self.bank = MemoryBank(self.params.queue_batch, self.params.proj_dim, self.num_classes)
 
     def smoothing_on(self, step: int) -> bool:
-        """Memory smoothing from step queue_batch + 1 (the bank is full); ``usb``: also not in the first epoch."""
+        """Memory smoothing from step queue_batch + 1 (the bank is full); ``usb``: also not in the first epoch
+        (``epoch_steps`` steps)."""
         started = step > self.params.queue_batch
-        return started and (self.params.smoothing_start != "usb" or step >= self.ctx.steps_per_epoch)
+        epoch = self.params.epoch_steps or self.ctx.steps_per_epoch
+        return started and (self.params.smoothing_start != "usb" or step >= epoch)
 
     def compute(self, model: nn.Module, inp: StepInputs) -> StepOutput:
         """One forward's features of [labeled | weak | strong 0 | strong 1] -> TPC logits and embeddings -> the

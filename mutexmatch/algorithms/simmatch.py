@@ -11,7 +11,9 @@ the labeled set) and its label. Per step, with p^w the weak view's probabilities
 - unfolding (Sec. 3.3): q^u_bk = q_bk p^w_b[y_k] / sum_k' q_bk' p^w_b[y_k'], the instance target;
 - aggregation: p^a_b = alpha p^w_b + (1 - alpha) sum_k q_bk onehot(y_k), the class target;
 - L_in = mean_b H(q^u_b, softmax(z^s_b . Z / t)); L_u = mean_b 1(max p^a_b >= tau) H(p^a_b, p^s_b);
-- L = L_sup + lambda_p L_u + lambda_in L_in; in the first epoch L_in is 0 and p^a = p^w (USB's warm-up);
+- L = L_sup + lambda_p L_u + lambda_in L_in; in the first epoch L_in is 0 and p^a = p^w (USB's warm-up), an epoch
+  being ``epoch_steps`` steps: USB's 1,024 (num_train_iter // epoch in its classic-CV configs), not a pass over the
+  unlabeled pool (~112 steps on CIFAR-10 at B 64, mu 7), which would switch ~9x earlier than the reference;
 - then each labeled row's bank entry becomes normalise(0.7 z + 0.3 z^lb) (USB's ``ema_bank`` 0.7), its label y.
   USB 0.3.2 normalises that (d, batch) matrix with F.normalize's default dim 1, i.e. each coordinate across the
   batch's rows, so its bank rows are not unit vectors; ``bank_norm: usb`` reproduces that for the lockstep test,
@@ -35,7 +37,8 @@ from mutexmatch.algorithms.base import StepInputs, StepOutput, TrainContext, reg
 from mutexmatch.algorithms.comatch import ProjectionHead
 from mutexmatch.algorithms.fixmatch import FixMatch
 from mutexmatch.losses import soft_cross_entropy
-from mutexmatch.params import FixMatchParams, Fraction, Positive, PositiveSteps, Weight
+from mutexmatch.params import (USB_EPOCH_STEPS, FixMatchParams, Fraction, Positive, PositiveSteps, Steps, Weight,
+                               earlier)
 
 BANK_MOMENTUM = 0.7   # USB's ema_bank for the datasets without an EMA teacher
 
@@ -57,6 +60,10 @@ class SimMatchParams(FixMatchParams):
         "embedding", description="SimMatch bank update normalise(0.7 old + 0.3 new): per embedding (`embedding`), "
         "or as USB 0.3.2 does, F.normalize's default dim 1 of its (d, batch) matrix, i.e. each coordinate across "
         "the batch's rows (`usb`).")
+    epoch_steps: Steps = Field(USB_EPOCH_STEPS, description="Steps of SimMatch's first epoch, without L_in and label "
+                               "propagation: USB's 1024 (num_train_iter // epoch, classic CV); 0 = one pass over the "
+                               "unlabeled pool, ceil(N_u / muB) (the rule before issue 32).",
+                               json_schema_extra=earlier(0))
 
 
 class LabeledBank:
@@ -128,7 +135,7 @@ class SimMatch(FixMatch):
         emb_lb, emb_w, emb_s = model.heads["proj"](inp.feats).split([b, u, u])
         self.bank.to(emb_s.device)
         sup = F.cross_entropy(logits_lb, inp.targets_lb)
-        first_epoch = inp.step < self.ctx.steps_per_epoch
+        first_epoch = inp.step < (p.epoch_steps or self.ctx.steps_per_epoch)
         with torch.no_grad():
             probs_w = self.align(torch.softmax(logits_w.detach(), dim=1), logits_lb)
             unfolded, aggregated = propagate(probs_w, emb_w.detach(), self.bank, temperature=p.temperature,

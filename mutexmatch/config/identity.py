@@ -1,5 +1,7 @@
 """What identifies a config: the field roles' derived lists (what the hash leaves out, what a search may not vary,
-what orchestration owns) and the config hashes, current and legacy (issue 22), that stored runs are found by."""
+what orchestration owns) and the config hashes, current and legacy (issue 22), that stored runs are found by, and
+the earlier ones of algorithms whose behaviour changed (issue 32: a parameter added since runs were stored, declared
+with ``mutexmatch.params.earlier``; an algorithm whose step changed with no way back, ``Params.hash_revision``)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from mutexmatch.config.schema import LEGACY_ALGORITHM_SECTION, NO_RESULT, OWNED, RunConfig
+from mutexmatch.params import EARLIER
 
 
 def _field_extras() -> dict[str, dict[str, Any]]:
@@ -53,28 +56,65 @@ def _hash(d: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def _revised(d: dict[str, Any]) -> dict[str, Any]:
+    """``d`` with its algorithm's ``hash_revision`` in the algorithm section where it is above 0: an algorithm whose
+    computation changed with no parameter to ask for the old one (Pseudo-Label's step, issue 32) is hashed apart from
+    its stored runs, and every other algorithm's hash stays as it was."""
+    from mutexmatch.algorithms import ALGORITHMS
+
+    revision = ALGORITHMS[d["algorithm"]["name"]].Params.hash_revision
+    if revision:
+        d["algorithm"]["hash_revision"] = revision
+    return d
+
+
 def config_hash(cfg: RunConfig) -> str:
     """Short sha256 over the fields that change results (paths, device and display options excluded): the current
     rule, under which new runs are tagged. Whether a stored run or checkpoint IS this config: :func:`config_hashes`."""
-    return _hash(cfg.to_dict())
+    return _hash(_revised(cfg.to_dict()))
 
 
 def legacy_config_hash(cfg: RunConfig) -> str | None:
     """The hash the code before issue 22 gave this config (its algorithm section held every built-in algorithm's
     parameters, :data:`LEGACY_ALGORITHM_SECTION`, the chosen one's values over their defaults), or None where that
     section cannot express it (a parameter outside it not at its default)."""
+    return _legacy_hash(_revised(cfg.to_dict()))
+
+
+def _legacy_hash(d: dict[str, Any]) -> str | None:
+    """:func:`legacy_config_hash` of a config's dict."""
     from mutexmatch.algorithms import ALGORITHMS
 
     from mutexmatch.params import DistAlignParams
 
-    section = {f: v for f, v in cfg.to_dict()["algorithm"].items() if f != "name"}
-    fields = ALGORITHMS[cfg.algorithm.name].Params.model_fields
+    name = d["algorithm"]["name"]
+    section = {f: v for f, v in d["algorithm"].items() if f != "name"}
+    fields = ALGORITHMS[name].Params.model_fields
     new = [f for f in DistAlignParams.model_fields if f not in LEGACY_ALGORITHM_SECTION]   # issue 22's own fields
-    if any(f in section and section[f] != fields[f].default for f in new):
+    # a field declared with `earlier` (issue 32) was computed at that value by the code of the time, not the default
+    then = {f: (fields[f].json_schema_extra or {}).get(EARLIER, fields[f].default) for f in new if f in fields}
+    if any(f in section and section[f] != then[f] for f in new):
         return None
     # that code appended a parameter only a newly registered algorithm declared to the section
     legacy = {**LEGACY_ALGORITHM_SECTION, **{f: v for f, v in section.items() if f not in new}}
-    return _hash({**cfg.to_dict(), "algorithm": {"name": cfg.algorithm.name, **legacy}})
+    return _hash({**d, "algorithm": {"name": name, **legacy}})
+
+
+def earlier_config_hashes(cfg: RunConfig) -> tuple[str, ...]:
+    """The hashes (current rule, then legacy) the code before issue 32 gave this config, where its algorithm's
+    parameters added since (``earlier``) all ask for what that code computed (``AlgorithmParams.stored_before``);
+    () where one asks for the new behaviour: a run stored under the old default is found by a config that asks for
+    the old behaviour, never by one that takes the new default."""
+    from mutexmatch.algorithms import ALGORITHMS
+
+    params = ALGORITHMS[cfg.algorithm.name].Params.model_validate(dict(cfg.algorithm.__pydantic_extra__))
+    added = params.stored_before()
+    if not added:
+        return ()
+    d = _revised(cfg.to_dict())
+    d["algorithm"] = {f: v for f, v in d["algorithm"].items() if f not in added}
+    legacy = _legacy_hash(json.loads(json.dumps(d)))
+    return (_hash(d),) if legacy is None else (_hash(d), legacy)
 
 
 def config_hashes(cfg: RunConfig) -> tuple[str, ...]:
@@ -83,7 +123,9 @@ def config_hashes(cfg: RunConfig) -> tuple[str, ...]:
     checkpoint made with this config?": the sweep's skip (``orchestration.spec.plan.GridTrial.hashes``, used by launch,
     refit, status and summary), the expected runs the report reads, a search study's identity (its oldest hash,
     so a study keeps its name across hash rules) and the trainer's resume check all call it, so a store written
-    before a hash-rule change re-runs nothing finished and resumes what was in flight."""
+    before a hash-rule change re-runs nothing finished and resumes what was in flight. The earlier hashes of issue
+    32 (:func:`earlier_config_hashes`) come last, the oldest last (a search study's identity)."""
     legacy = legacy_config_hash(cfg)
-    current = config_hash(cfg)
-    return (current,) if legacy is None or legacy == current else (current, legacy)
+    hashes = [config_hash(cfg), legacy, *earlier_config_hashes(cfg)]
+    kept = dict.fromkeys(h for h in reversed(hashes) if h is not None)   # a hash met twice keeps its oldest place
+    return tuple(reversed(kept))

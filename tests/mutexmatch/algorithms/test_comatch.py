@@ -120,15 +120,24 @@ def _comatch(**params) -> CoMatch:
                            TrainContext.synthetic(C, U, steps_per_epoch=4))
 
 
-@pytest.mark.parametrize("rule,first", [("queue_full", 3), ("usb", 4)])
-def test_memory_smoothing_starts_once_the_bank_is_full_or_with_usb_in_the_second_epoch(rule, first):
-    alg, net = _comatch(queue_batch=2, smoothing_start=rule), HeadNet()
+@pytest.mark.parametrize("rule,epoch,first", [("queue_full", 1024, 3), ("usb", 4, 4), ("usb", 0, 4)],
+                         ids=["queue_full", "usb-epoch-4", "usb-pool-pass"])
+def test_memory_smoothing_starts_once_the_bank_is_full_or_with_usb_in_the_second_epoch(rule, epoch, first):
+    """``epoch_steps`` 0: the context's pass over the pool (4 steps here), the rule before issue 32."""
+    alg, net = _comatch(queue_batch=2, smoothing_start=rule, epoch_steps=epoch), HeadNet()
     assert [s for s in range(8) if alg.smoothing_on(s)] == list(range(first, 8))
     for step in range(first + 1):
         out = alg.compute(net, _inputs(step, seed=step))
         start = (alg.bank.ptr - B - U) % alg.bank.size
         unsmoothed = alg.bank.probs[start:start + U]   # this step's aligned p^w, as the bank got it
         assert torch.allclose(out.soft_target, unsmoothed) == (step < first), step
+
+
+def test_usbs_start_waits_usbs_epoch_of_1024_steps_by_default():
+    """USB's classic-CV epoch (num_train_iter // epoch = 1024), not the trainer's pass over the pool (issue 32)."""
+    alg = _comatch(queue_batch=2, smoothing_start="usb")
+    assert alg.params.epoch_steps == 1024 and alg.ctx.steps_per_epoch == 4
+    assert (alg.smoothing_on(1023), alg.smoothing_on(1024)) == (False, True)
 
 
 def test_the_bank_gets_the_aligned_unsmoothed_weak_probabilities_and_one_hot_labels():

@@ -1,6 +1,7 @@
-"""Pseudo-Label (mutexmatch/algorithms/pseudolabel.py): the weak view is both prediction and pseudo-label, the strong
-view gets no gradient, the unlabeled weight ramps up over the run's first ``unsup_warm_up`` fraction. Equality
-with USB step for step: usb/test_pseudolabel_lockstep.py."""
+"""Pseudo-Label (mutexmatch/algorithms/pseudolabel.py): the weak view is both prediction and pseudo-label, there is
+no strong view, the labeled batch alone updates BatchNorm's statistics (USB's two forwards, issue 32), the unlabeled
+weight ramps up over the run's first ``unsup_warm_up`` fraction. Equality with USB step for step:
+usb/test_pseudolabel_lockstep.py."""
 from __future__ import annotations
 
 import pytest
@@ -11,22 +12,34 @@ from mutexmatch.algorithms import StepInputs, TrainContext, build_algorithm
 from .test_adamatch import Heads
 
 
+def _inputs(x_lb, x_w, y, step, calls=None) -> StepInputs:
+    """A separate step whose backbone is the identity; ``calls`` records (view rows, update_bn) per forward."""
+    def forward(x, update_bn=True):
+        if calls is not None:
+            calls.append((len(x), update_bn))
+        return x
+    return StepInputs(feats=None, num_lb=len(x_lb), num_ulb=len(x_w), targets_lb=y, step=step,
+                      ulb_idx=torch.arange(len(x_w)), images={"lb": x_lb, "weak": x_w}, forward=forward)
+
+
 def test_weak_view_only_and_the_ramp() -> None:
     g = torch.Generator().manual_seed(0)
     alg = build_algorithm("pseudolabel", {"tau": 0.6, "unsup_warm_up": 0.5}, TrainContext.synthetic(4, 16,
                                                                                                   total_steps=100))
-    feats = torch.cat([3 * torch.randn(8, 4, generator=g), 3 * torch.randn(32, 4, generator=g)]).requires_grad_()
+    assert alg.step.views == ("lb", "weak") and alg.step.forward == "separate"    # no strong view is made
+    x_lb = (3 * torch.randn(8, 4, generator=g)).requires_grad_()
+    x_w = (3 * torch.randn(16, 4, generator=g)).requires_grad_()
     y = torch.randint(4, (8,), generator=g)
-    losses = []
+    losses, calls = [], []
     for step in (0, 25, 50, 90):
-        out = alg.compute(Heads(), StepInputs(feats=feats, num_lb=8, num_ulb=16, targets_lb=y, step=step,
-                                              ulb_idx=torch.arange(16)))
+        out = alg.compute(Heads(), _inputs(x_lb, x_w, y, step, calls))
         weight = min(step / 50, 1.0)
         torch.testing.assert_close(out.loss, out.terms["sup"] + weight * out.terms["p"])
         losses.append(out.loss)
+    assert calls[:2] == [(8, True), (16, False)]     # labeled: BatchNorm statistics updated; weak: frozen
     assert 0 < out.mask.mean() < 1 and out.terms["p"] > 0
-    (grad,) = torch.autograd.grad(losses[-1], feats)
-    assert grad[8:24].abs().sum() > 0 and torch.equal(grad[24:], torch.zeros_like(grad[24:]))   # strong: none
+    grad_lb, grad_w = torch.autograd.grad(losses[-1], (x_lb, x_w))
+    assert grad_lb.abs().sum() > 0 and grad_w.abs().sum() > 0
 
 
 @pytest.mark.parametrize("warm_up", [0.0, 0.5], ids=["ramp-off", "ramp-on"])
@@ -36,10 +49,9 @@ def test_the_ramp_can_be_switched_off(warm_up) -> None:
     g = torch.Generator().manual_seed(1)
     alg = build_algorithm("pseudolabel", {"tau": 0.6, "unsup_warm_up": warm_up, "lambda_p": 2.0},
                           TrainContext.synthetic(4, 16, total_steps=100))
-    feats = torch.cat([3 * torch.randn(8, 4, generator=g), 3 * torch.randn(32, 4, generator=g)])
+    x_lb, x_w = 3 * torch.randn(8, 4, generator=g), 3 * torch.randn(16, 4, generator=g)
     y = torch.randint(4, (8,), generator=g)
-    out = alg.compute(Heads(), StepInputs(feats=feats, num_lb=8, num_ulb=16, targets_lb=y, step=0,
-                                          ulb_idx=torch.arange(16)))
+    out = alg.compute(Heads(), _inputs(x_lb, x_w, y, 0))
     assert out.terms["p"] > 0
     weight = 2.0 if warm_up == 0.0 else 0.0
     torch.testing.assert_close(out.loss, out.terms["sup"] + weight * out.terms["p"])

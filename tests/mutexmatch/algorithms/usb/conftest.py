@@ -39,7 +39,11 @@ for further assertions (a deliberate deviation from USB is asserted there). The 
   ``gen_ulb_targets`` hook returns (every hook's keyword arguments are recorded as ``<hook>.kwargs``).
 
 USB's epoch advances as its training loop advances it (``it // num_iter_per_epoch``; ``usb_args`` ``epoch`` sets
-how many steps an epoch has: ``steps // epoch``).
+how many steps an epoch has: ``total_steps // epoch``). Ours gets the trainer's context: ``steps_per_epoch`` is one
+pass over the unlabeled pool (``ceil(ulb_size / (batch mu))``), never USB's epoch, so an algorithm whose schedule
+switches at an epoch boundary must find USB's epoch itself (its ``epoch_steps``, issue 32). To compare such a switch
+at a real run's epoch length, an adapter sets ``total_steps`` (USB's num_train_iter, 2^20 in classic CV) with
+``epoch`` 1024 and ``first_step`` just before the boundary: both sides then start at that iteration.
 
 Where we deviate from USB on purpose, the ``usb_side_by_side`` fixture runs both sides on the same fixed weights and
 the same views, step after step, and compares nothing: the test asserts the deviation (and what still agrees) from
@@ -421,6 +425,8 @@ class Lockstep:
     lb_size: int = 16
     ulb_size: int = 64
     steps: int = 6
+    first_step: int = 0             # the iteration both sides start at (USB's ``it``; ours' step)
+    total_steps: int | None = None  # the run's length (USB's num_train_iter, ours' total_steps); None: ``steps``
     lr: float = 0.05
     seed: int = 0
     min_mixed: int | None = None    # steps whose mask is not constant; None: every step
@@ -455,10 +461,13 @@ def _both_sides(adapter: Any) -> tuple[Lockstep, nn.Module, nn.Module, dict[str,
     torch.manual_seed(cfg.seed)
     ours_net, usb_net, names = _models(adapter, cfg)
     sizes = {"num_classes": cfg.num_classes, "ulb_size": cfg.ulb_size}
+    total = cfg.total_steps or cfg.steps
     usb = build_usb(adapter.usb_name, usb_net, adapter.usb_args, lb_size=cfg.lb_size,
-                    total_steps=cfg.steps, **sizes)
-    ours = build_ours(adapter.name, adapter.ours_params, total_steps=cfg.steps, lb_size=cfg.lb_size,
-                      steps_per_epoch=usb.num_iter_per_epoch, **sizes)
+                    total_steps=total, **sizes)
+    ours = build_ours(adapter.name, adapter.ours_params, total_steps=total, lb_size=cfg.lb_size,
+                      steps_per_epoch=-(-cfg.ulb_size // (cfg.batch * cfg.mu)), **sizes)   # the trainer's rule
+    usb.it = cfg.first_step
+    usb.epoch = usb.it // usb.num_iter_per_epoch
     if hasattr(adapter, "prepare"):
         adapter.prepare(ours, usb, torch.Generator().manual_seed(cfg.seed + 2))
     return cfg, ours_net, usb_net, names, ours, usb
@@ -473,7 +482,7 @@ def run_side_by_side(adapter: Any) -> tuple[nn.Module, list[tuple[Views, Record]
         v = data.next()
         with torch.no_grad():
             usb_loss, usb_log, hooks = _usb_step(usb, v, cfg.seed + 100 + step)
-            out = _our_step(adapter, ours, ours_net, v, step, cfg.seed + 100 + step)
+            out = _our_step(adapter, ours, ours_net, v, cfg.first_step + step, cfg.seed + 100 + step)
         steps.append((v, Record(out, usb_loss, usb_log, hooks)))
     return ours_net, steps
 
@@ -486,7 +495,7 @@ def run_lockstep(adapter: Any) -> list[Record]:
         v = data.next()
         usb_loss, usb_log, hooks = _usb_step(usb, v, cfg.seed + 100 + step)
         usb_loss.backward()
-        out = _our_step(adapter, ours, ours_net, v, step, cfg.seed + 100 + step)
+        out = _our_step(adapter, ours, ours_net, v, cfg.first_step + step, cfg.seed + 100 + step)
         out.loss.backward()
         rec = Record(out, usb_loss.detach(), usb_log, hooks)
         _check_step(adapter, step, ours, usb, rec, (_grads(ours_net), _grads(usb_net, names)))

@@ -1,7 +1,10 @@
 """SimMatch equals USB's SimMatch (the CIFAR/SVHN form: no EMA teacher, labeled bank updated with momentum 0.7) step
 for step: loss, logged terms, every gradient (backbone with BatchNorm, TPC, projection head), BatchNorm's running
 statistics, mask, the aggregated pseudo-labels, the labeled bank (embeddings and labels) and the alignment queue,
-over 8 steps across USB's first epoch (L_in off, no aggregation) into the second (2 steps per epoch here)."""
+over 8 steps across USB's first epoch (L_in off, no aggregation) into the second, at a real run's epoch length:
+USB's classic-CV 2^20 iterations in 1024 epochs of 1024 steps, both sides started at iteration 1022. Ours finds the
+boundary from its own ``epoch_steps`` (default 1024); the trainer's context says an epoch is 4 steps here (one pass
+over the pool), which the code before issue 32 used, so this test fails on that code."""
 from __future__ import annotations
 
 from argparse import Namespace
@@ -17,13 +20,14 @@ class SimMatchLockstep:
     terms = {"sup": "train/sup_loss", "p": "train/unsup_loss"}
     logit_scale = 3.0
     steps = 8
+    total_steps, first_step = 2**20, 1022
     batchnorm = True
     min_mixed = 5
     proj_dim = 8
     ours_params = {"tau": 0.7, "lambda_p": 1.0, "lambda_in": 0.5, "temperature": 0.2, "alpha": 0.8,
                    "proj_dim": proj_dim, "da_window": 3, "da_ratio": "usb", "bank_norm": "usb"}
     usb_args = {"p_cutoff": 0.7, "ulb_loss_ratio": 1.0, "in_loss_ratio": 0.5, "T": 0.2, "smoothing_alpha": 0.8,
-                "proj_size": proj_dim, "da_len": 3, "dataset": "cifar10", "epoch": 4}
+                "proj_size": proj_dim, "da_len": 3, "dataset": "cifar10", "epoch": 1024}
 
     def models(self, ours: nn.Module, usb_backbone: nn.Module):
         from semilearn.algorithms.simmatch.simmatch import SimMatch_Net

@@ -1,5 +1,6 @@
 """VAT equals USB's step for step: the noise drawn identically on both sides, the adversarial direction, the KL
-and entropy terms, BatchNorm statistics from the labeled batch only, the ramp-up (the harness is conftest.py)."""
+and entropy terms, BatchNorm statistics from the labeled batch only, the ramp-up (the harness is conftest.py). Ours
+with ``vat_probe: usb``, USB's probe length; the default ``relative`` probe is tests/mutexmatch/algorithms/test_vat.py's."""
 from __future__ import annotations
 
 import torch
@@ -9,7 +10,7 @@ from .conftest import separate_step
 
 class VATLockstep:
     name = usb_name = "vat"
-    ours_params = {"lambda_u": 1.0, "unsup_warm_up": 0.5, "vat_eps": 6.0, "lambda_ent": 0.06}
+    ours_params = {"lambda_u": 1.0, "unsup_warm_up": 0.5, "vat_eps": 6.0, "lambda_ent": 0.06, "vat_probe": "usb"}
     usb_args = {"ulb_loss_ratio": 1.0, "unsup_warm_up": 0.5, "vat_eps": 6.0, "ent_loss_ratio": 0.06}
     terms = {"sup": "train/sup_loss", "vat": "train/unsup_loss", "ent": "train/loss_entmin"}
     logit_scale = 3.0
