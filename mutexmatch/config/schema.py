@@ -214,6 +214,13 @@ class TrainConfig(_Section):
                               "stay eager). Refused on the CPU. With train.deterministic a graphed step equals the "
                               "compiled step bitwise (tests/mutexmatch/training/test_compiled.py, a device check).",
                               json_schema_extra=roles(NO_RESULT, RESUMABLE))
+    # Left out of the config (and so of its hash) at its default, whose results are the single process's at any
+    # world size; off changes results under data parallelism, so it then enters the hash.
+    sync_bn: bool = Field(True, exclude_if=lambda v: v is True,
+                          description="Data parallel (several processes, e.g. torchrun): BatchNorm normalises with "
+                          "the statistics of the global batch, as one process does (on), or of each rank's rows, "
+                          "rank 0's running statistics kept (off: what TorchSSL/USB do; results differ). No effect "
+                          "in a single process. docs/training.md, \"Data parallel\".")
     num_threads: Annotated[int, AfterValidator(within(0, MAX_THREADS))] = Field(
         0, description=f"torch CPU threads; 0 keeps torch's default (at most {MAX_THREADS}).",
                                    json_schema_extra=roles(NO_RESULT, RESUMABLE))

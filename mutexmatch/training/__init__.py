@@ -16,6 +16,7 @@ import).
 ``rng``             seeding the global generators, their state in a checkpoint
 ``memory``          will the run fit: checks before decoding, before the first step, at a failing step
 ``checkpoint``      atomic checksummed checkpoints and finding the newest good one
+``distributed``     data-parallel training: the process group, forwards of this rank's rows gathered, synced BatchNorm
 ``preemption``      SIGTERM/SIGUSR1 as a flag the loop checks between steps: a checkpoint, then :class:`Preempted`
 ``runfolder``       every file name of a run folder, the lock, the metrics log, snapshots
 ``run_files``       the config, split, marker and dataset facts a run writes, and their checks on resume

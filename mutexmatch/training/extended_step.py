@@ -56,11 +56,14 @@ def features_forward(run: Callable[[Tensor], Tensor], model: nn.Module,
     return forward
 
 
-def teacher_forward(teacher: nn.Module, autocast: Callable[[], Any] = contextlib.nullcontext) -> Callable[..., Tensor]:
+def teacher_forward(teacher: nn.Module, autocast: Callable[[], Any] = contextlib.nullcontext,
+                    run: Callable[[Tensor], Tensor] | None = None) -> Callable[..., Tensor]:
     """``StepInputs.teacher``: ``teacher(x, head=None)`` = the TPC logits of ``x`` by ``teacher`` (the EMA model),
     or ``head(teacher, features)``, as USB's Mean Teacher computes them: train mode (batch statistics), no gradient,
-    no running statistics touched; fp32."""
+    no running statistics touched; fp32. ``run``: the features forward (default ``teacher`` itself; data parallel:
+    its forward of this rank's rows, gathered)."""
     layers = bn_layers(teacher)
+    run = teacher if run is None else run
 
     @torch.no_grad()
     def forward(x: Tensor, head: Callable[[nn.Module, Tensor], Tensor] | None = None) -> Tensor:
@@ -68,7 +71,7 @@ def teacher_forward(teacher: nn.Module, autocast: Callable[[], Any] = contextlib
         teacher.train()
         try:
             with bn_frozen(layers), autocast():
-                feats = teacher(x)
+                feats = run(x)
         finally:
             teacher.train(was_training)
         feats = feats.float()

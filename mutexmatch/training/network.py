@@ -18,6 +18,7 @@ from mutexmatch.algorithms import Algorithm
 from mutexmatch.config import RunConfig
 from mutexmatch.models import build_model
 from mutexmatch.training.compiled import compiled_forward
+from mutexmatch.training.distributed import DataParallel, sync_batchnorm
 from mutexmatch.training.ema import ModelEMA
 from mutexmatch.training.extended_step import features_forward, teacher_forward
 
@@ -34,17 +35,23 @@ class Network:
 
 
 def build_network(cfg: RunConfig, alg_cls: type[Algorithm], num_classes: int, in_channels: int, image_size: int,
-                  device: torch.device, autocast: Callable[[], AbstractContextManager]) -> Network:
+                  device: torch.device, autocast: Callable[[], AbstractContextManager],
+                  dp: DataParallel | None = None) -> Network:
     """The network (with the algorithm's extra heads, after its :meth:`~Algorithm.setup_model`) on ``device``,
-    its EMA and the (optionally compiled) forward."""
+    its EMA and the (optionally compiled) forward. Data parallel (``dp`` active): the backbone's BatchNorm synced
+    (``train.sync_bn``) and the features and teacher forwards run on this rank's rows, gathered
+    (:mod:`.distributed`)."""
+    dp = dp or DataParallel()
     model = build_model(cfg.model.backbone, num_classes=num_classes, in_channels=in_channels, image_size=image_size,
                         with_tnc=alg_cls.uses_tnc)
     params = alg_cls.Params.parse(alg_cls.params_from(cfg.algorithm), alg_cls.name, num_classes)
     model.add_heads(alg_cls.heads(params, model.feat_dim, num_classes))
     alg_cls.setup_model(params, model, cfg.train.ema)
+    if dp.active and cfg.train.sync_bn:   # the backbone's forward is the sliced one; heads see every row already
+        sync_batchnorm(model.backbone)
     memory_format = torch.channels_last if cfg.model.channels_last else torch.contiguous_format
     model.to(device, memory_format=memory_format)
     ema = ModelEMA(model, cfg.train.ema)
     forward = compiled_forward(model, cfg.train, device)
-    return Network(model, ema, forward, features_forward(forward, model, autocast),
-                   teacher_forward(ema.module, autocast))
+    return Network(model, ema, forward, features_forward(dp.sliced(forward), model, autocast),
+                   teacher_forward(ema.module, autocast, dp.sliced(ema.module)))

@@ -13,6 +13,7 @@ The trainer, torch and the datasets are imported where a measurement needs them,
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -67,8 +68,8 @@ def measure_cost(raw: dict[str, Any], *, device: str, num_threads: int, warmup: 
 def measure_run(cfg: RunConfig, done: int) -> tuple[StepCost | None, Any]:
     """(the cost of ``cfg`` on its own device, the dataset the measurement loaded for the run to reuse); (None,
     None) when fewer than :data:`MEASURED_FROM_STEPS` steps are left."""
-    if cfg.train.iterations - done < MEASURED_FROM_STEPS:
-        return None, None
+    if cfg.train.iterations - done < MEASURED_FROM_STEPS or int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        return None, None   # data parallel (torchrun): one process's step is not the run's; nor ranks' agreement
     import torch
 
     from mutexmatch.data.load import load_dataset
