@@ -30,9 +30,14 @@ from mutexmatch.selection import rampup_weight
 
 
 def sharpen(probs: Tensor, temperature: float) -> Tensor:
-    """Eq. 7: p^(1/T), renormalised per row."""
+    """Eq. 7: p^(1/T), renormalised per row. A row whose powers all underflow to 0 (T near its documented edge 0;
+    in float32 from T ~ 0.01 on) takes the same value computed in log space, softmax(log p / T), whose limit is the
+    one-hot argmax, instead of 0/0 = NaN (issue 33: MixMatch and ReMixMatch stopped at step 0). ``torch.where``
+    keeps every other row bit-identical and adds no host sync."""
     p = probs ** (1.0 / temperature)
-    return p / p.sum(dim=-1, keepdim=True)
+    total = p.sum(dim=-1, keepdim=True)
+    in_log_space = torch.softmax(torch.log(probs.clamp_min(torch.finfo(probs.dtype).tiny)) / temperature, dim=-1)
+    return torch.where(total > 0, p / total, in_log_space)
 
 
 def draw_mixup(rows: int, alpha: float) -> tuple[float, Tensor]:

@@ -118,3 +118,14 @@ def test_the_edges_are_found_from_the_schema() -> None:
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
 def test_every_algorithm_trains_at_its_parameters_edge_values(name, tmp_path) -> None:
     _check(name, tmp_path)
+
+
+def test_mixmatch_sharpen_at_a_tiny_temperature_is_the_one_hot_argmax_and_the_usual_rows_unchanged() -> None:
+    import torch
+
+    from mutexmatch.algorithms.mixmatch import sharpen
+
+    probs = torch.tensor([[0.2, 0.5, 0.3], [0.1, 0.1, 0.8]])
+    assert torch.equal(sharpen(probs, 1e-6), torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]))
+    usual = probs ** 2.0
+    assert torch.equal(sharpen(probs, 0.5), usual / usual.sum(dim=-1, keepdim=True))
