@@ -18,6 +18,9 @@ are named in one line), and writes to ``--out`` (default ``reports/out/<name>``)
 - ``<figure>.png`` / ``.pdf`` / ``.svg``: learning curves, class-distribution heat maps, sensitivity plots;
 - ``index.md``: links to all of the above, the cells with no finished run and the MLflow run ids behind every cell.
 
+``--preview`` reads no store: the tables as the YAML lays them out, with the paper's numbers and an empty cell (—)
+for each of ours, every file saying it is a preview (what a table will look like before a sweep is paid for).
+
 Refuses, with one line and exit code 2, before writing anything: a YAML that is broken, has a duplicate key or a bad
 layout; a store that is missing, not a database or a server that does not answer; an experiment with no finished
 run of the YAML's cells; a table or figure metric no run logged; an ``--out`` below a file.
@@ -43,7 +46,7 @@ from reports.drawing import DrawnFigure, all_cells, draw_figure, level_labels
 from reports.latex import TEX_INSTALL, compile_pdf, latex_document, pdflatex
 from orchestration.contract.layout import (PROTOCOLS, CurvesFigure, ReportLayout, SensitivityFigure, cell_id,
                                           validate_report)
-from reports.runs import (MetricCache, RunSource, open_run_source, read_settings, resolve_tracking_uri,
+from reports.runs import (MetricCache, RunSource, empty_trials, open_run_source, read_settings, resolve_tracking_uri,
                           select_trials, split_by_settings)
 from reports.search import SearchOutput, with_refit_trials, write_searches
 from reports.specfile import load_spec
@@ -117,13 +120,14 @@ def _check_formats(formats: Sequence[str]) -> list[str]:
 
 def build_report(spec_path: str | Path, tracking_uri: str | None = None, out_dir: str | Path | None = None,
                  protocol: str | None = None, formats: Sequence[str] = DEFAULT_FORMATS,
-                 experiment_name: str | None = None, overrides: Sequence[str] = ()) -> BuildResult:
+                 experiment_name: str | None = None, overrides: Sequence[str] = (), preview: bool = False
+                 ) -> BuildResult:
     """Build every table and figure the YAML lays out; see the module docstring for the files written.
 
     ``protocol`` overrides every table's and sensitivity figure's protocol; ``formats`` is any of md, tex, pdf, png;
     ``overrides`` are the sweep's ``--set key=value`` items (the same rule: :func:`orchestration.contract.apply_set_items`),
     which choose the runs of those settings. Raises ``ValueError`` (one line per problem) for a bad YAML, layout,
-    argument, store, experiment or metric.
+    argument, store, experiment or metric. ``preview``: no store is read (:func:`_preview`).
     """
     if protocol is not None and protocol not in PROTOCOLS:
         raise ValueError(f"--protocol {protocol!r}: must be one of {', '.join(PROTOCOLS)}")
@@ -134,6 +138,8 @@ def build_report(spec_path: str | Path, tracking_uri: str | None = None, out_dir
     uri = resolve_tracking_uri(tracking_uri)
     out = Path(out_dir) if out_dir is not None else Path("reports") / "out" / layout.name
     _check_out(out)
+    if preview:
+        return _preview(layout, out, protocol, formats, tuple(overrides))
     with open_run_source(uri, label=_uri_label(tracking_uri)) as source:
         return _build(layout, source, uri, out, protocol, formats, experiment_name, digest, tuple(overrides))
 
@@ -156,7 +162,8 @@ def _require_runs(layout: ReportLayout, source: RunSource, name: str, trials: pd
     if ignored:
         found += f"; {C.other_settings_line(ignored, shown=2)}"
     raise ValueError(f"experiment {name!r} at {source.tracking_uri}: no FINISHED grid trial run of this YAML's cells "
-                     f"and folds {folds} ({found}); experiments there: {', '.join(source.experiment_names())}")
+                     f"and folds {folds} ({found}); experiments there: {', '.join(source.experiment_names())}; "
+                     "--preview builds the tables with the paper's numbers and empty cells for ours")
 
 
 def _check_metrics(layout: ReportLayout, logged: set[str], name: str) -> None:
@@ -194,23 +201,28 @@ def _missing_cells(data: TableData, layout: ReportLayout) -> list[str]:
     return out
 
 
-def _tables(layout: ReportLayout, metrics: MetricCache, used: pd.DataFrame, protocol: str | None,
-            formats: Sequence[str], out: Path, result: BuildResult) -> None:
+def _tables(layout: ReportLayout, metrics: MetricCache | None, used: pd.DataFrame, protocol: str | None,
+            formats: Sequence[str], out: Path, result: BuildResult, banner: str = "") -> None:
+    """Every table of the layout from the ``used`` runs; ``banner`` (a preview's) heads each Markdown file, as a
+    comment each LaTeX file."""
+    tex_banner = "".join(f"% {line}\n" for line in banner.splitlines())
+    md_banner = f"> {banner}\n\n" if banner else ""
     for t in layout.tables:
         proto = protocol or t.protocol
         table_cells = {cell_id(t.cell(layout.axes, g, r, c), layout.axes) for g in t.group_keys(layout.axes)
                        for r in t.row_keys(layout.axes) for c in t.column_keys(layout.axes)}
         runs = used[used["cell"].isin(table_cells)]
-        valued = metrics.values(t.metric, proto, runs) if not runs.empty else runs.assign(value=pd.Series(dtype=float))
+        valued = metrics.values(t.metric, proto, runs) if metrics is not None and not runs.empty \
+            else runs.assign(value=pd.Series(dtype=float))
         data = build_table_data(t, layout.axes, layout.folds, valued, proto)
         result.tables[t.id] = data
         result.missing[t.id] = _missing_cells(data, layout)
         if "md" in formats:
-            _write(out / f"{t.id}.md", render_markdown(data), result)
-            _write(out / f"{t.id}_folds.md", render_folds_markdown(data), result)
+            _write(out / f"{t.id}.md", md_banner + render_markdown(data), result)
+            _write(out / f"{t.id}_folds.md", md_banner + render_folds_markdown(data), result)
         if "tex" in formats:
-            _write(out / f"{t.id}.tex", render_latex(data), result)
-            _write(out / f"{t.id}_folds.tex", render_folds_latex(data), result)
+            _write(out / f"{t.id}.tex", tex_banner + render_latex(data), result)
+            _write(out / f"{t.id}_folds.tex", tex_banner + render_folds_latex(data), result)
 
 
 def _figures(layout: ReportLayout, metrics: MetricCache, used: pd.DataFrame, uri: str, protocol: str | None,
@@ -258,6 +270,27 @@ def _build(layout: ReportLayout, source: RunSource, uri: str, out: Path, protoco
         result.files.append(result.pdf)
     _write(result.index, _index(layout, result, formats, uri, experiment_id, used, duplicates, unfinished, protocol)
            + (f"\n{result.searches.markdown}" if result.searches.markdown else ""), result)
+    return result
+
+
+PREVIEW = ("Preview: no run was read (python -m reports.build --preview); the paper's numbers are quoted and each "
+           "cell of ours is empty (—) until the sweep runs.")
+
+
+def _preview(layout: ReportLayout, out: Path, protocol: str | None, formats: Sequence[str],
+             overrides: tuple[str, ...]) -> BuildResult:
+    """The tables with no run: what the layout, the quoted and published numbers give; no figure, no search."""
+    out.mkdir(parents=True, exist_ok=True)
+    result = BuildResult(out_dir=out, index=out / "index.md", overrides=overrides, settings_note=PREVIEW)
+    _tables(layout, None, empty_trials(list(layout.axes)), protocol, formats, out, result, banner=PREVIEW)
+    if "tex" in formats or "pdf" in formats:
+        _write(out / "report.tex", latex_document(f"Preview: {layout.name}", [t.id for t in layout.tables], [], []),
+               result)
+    if "pdf" in formats:
+        result.pdf = compile_pdf(out / "report.tex")
+        result.files.append(result.pdf)
+    lines = [f"# Preview: {layout.name}", "", f"**{PREVIEW}**", "", *_files_section(layout, result, formats)]
+    _write(result.index, "\n".join(lines) + "\n", result)
     return result
 
 
@@ -355,7 +388,7 @@ def _summary(result: BuildResult) -> str:
     lines = [f"wrote {len(result.files)} files to {result.out_dir} (index: {result.index})"]
     lines += [line for line in (C.other_settings_line(result.ignored), result.settings_note) if line]
     empty = [f"{tid}: {'; '.join(cells)}" for tid, cells in result.missing.items() if cells]
-    if empty:
+    if empty and result.settings_note != PREVIEW:   # a preview's cells are all empty, as it says
         lines.append(f"cells with no finished run (shown as —): {' | '.join(empty)}")
     if result.skipped_figures:
         lines.append(f"figures not drawn: {', '.join(result.skipped_figures)} (why: index.md)")
@@ -378,6 +411,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="comma-separated subset of md,tex,pdf,png (png: every figure as PNG, PDF and SVG; "
                              "pdf: report.pdf, needs pdflatex)")
     parser.add_argument("--experiment-name", default=None, help="MLflow experiment (default: the YAML's name)")
+    parser.add_argument("--preview", action="store_true",
+                        help="read no store: the tables with the paper's numbers and empty cells for ours")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="the --set items of the sweep launch to report (repeatable); the tables count only the "
                              "runs whose config these settings give")
@@ -388,7 +423,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result = build_report(args.spec, tracking_uri=args.tracking_uri, out_dir=args.out, protocol=args.protocol,
                               formats=[f.strip() for f in args.format.split(",") if f.strip()],
-                              experiment_name=args.experiment_name, overrides=args.overrides)
+                              experiment_name=args.experiment_name, overrides=args.overrides,
+                              preview=args.preview)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

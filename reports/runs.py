@@ -55,6 +55,7 @@ __all__ = [
     "select_trials",
     "summarise",
     "MetricCache",
+    "empty_trials",
 ]
 
 MEDIAN_WINDOW = 20
@@ -112,6 +113,11 @@ def _trial_frame(records: list[dict], axes: Sequence[str]) -> pd.DataFrame:
     frame["fold"] = frame["fold"].astype("int64")
     frame["start_time"] = frame["start_time"].astype("int64")
     return frame.sort_values("run_id", kind="stable").reset_index(drop=True)
+
+
+def empty_trials(axes: Sequence[str]) -> pd.DataFrame:
+    """A trials frame with no run (:meth:`RunSource.trials`' columns): a preview's tables read it."""
+    return _trial_frame([], axes)
 
 
 def _history_frame(names: Sequence[str], codes: np.ndarray, steps: np.ndarray, timestamps: np.ndarray,
