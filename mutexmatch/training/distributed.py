@@ -201,6 +201,13 @@ class DataParallel:
             raise DataParallelError(f"train.compile=True: not supported under data parallelism (world size "
                                     f"{self.world_size}) yet; set train.compile=false")
 
+    def check_model(self, name: str, backbone: nn.Module) -> None:
+        """Refuse a backbone with dropout: each rank would draw its rows' masks from the same generator state, so
+        the masks would repeat across ranks and differ from the single process's."""
+        if self.active and any(isinstance(m, nn.Dropout) and m.p > 0 for m in backbone.modules()):
+            raise DataParallelError(f"model.backbone={name!r}: has dropout, which data-parallel training does not "
+                                    f"support yet (world size {self.world_size}); train it in one process")
+
     def sliced(self, run: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
         """``run`` on this rank's contiguous share of the rows, the outputs gathered back into all rows."""
         if not self.active:

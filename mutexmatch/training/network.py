@@ -47,8 +47,10 @@ def build_network(cfg: RunConfig, alg_cls: type[Algorithm], num_classes: int, in
     params = alg_cls.Params.parse(alg_cls.params_from(cfg.algorithm), alg_cls.name, num_classes)
     model.add_heads(alg_cls.heads(params, model.feat_dim, num_classes))
     alg_cls.setup_model(params, model, cfg.train.ema)
-    if dp.active and cfg.train.sync_bn:   # the backbone's forward is the sliced one; heads see every row already
-        sync_batchnorm(model.backbone)
+    if dp.active:
+        dp.check_model(cfg.model.backbone, model.backbone)
+        if cfg.train.sync_bn:   # the backbone's forward is the sliced one; heads see every row already
+            sync_batchnorm(model.backbone)
     memory_format = torch.channels_last if cfg.model.channels_last else torch.contiguous_format
     model.to(device, memory_format=memory_format)
     ema = ModelEMA(model, cfg.train.ema)

@@ -1,0 +1,191 @@
+"""One rank of the data-parallel equality tests (``test_distributed.py`` starts two of them with torchrun's
+environment: ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``).
+
+``python dp_worker.py OUT CONFTEST NAME[,NAME...] [extras]``: joins a gloo group itself (as Ray Train does, so the trainer
+uses a group it did not make) and, for every named algorithm, trains :data:`STEPS` steps at the global batch of
+:func:`config` in lock-step with a single-process trainer on rank 0: after each step both trainers' weights, BatchNorm
+statistics, EMA, optimiser and algorithm state and loss are saved (``OUT/<name>.rank0.pt``) and the single process
+then continues from the 2-rank state, so each step is compared from the same start (over several steps a tiny
+network at a small batch turns float rounding into visible differences: a pseudo-label argmax near a tie at
+initialisation flips, and a 1e-7 relative nudge of the initial weights moves ReMixMatch's 5-step weights by 6e-3,
+as much as 2 ranks do). With ``extras``, then a 2-rank run stopped at step 3 and resumed beside the uninterrupted one
+(``OUT/resume.rank<r>.pt``) and the deliberate break, a distribution-alignment mean over each rank's rows only
+(``OUT/broken.rank0.pt``).
+"""
+from __future__ import annotations
+
+import copy
+import importlib.util
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+STEPS = 5
+BREAK_ALGORITHM = "fixmatch"   # with dist_align: the break's per-rank mean changes its state and loss
+
+
+def config(name: str, out: Path, iterations: int = STEPS, tau: float = 0.5, **train):
+    """The tiny run every equality test trains: digits, small_cnn, global batch B 4 and muB 8 (even: two ranks),
+    thresholds low enough to select rows, distribution alignment on where the algorithm has it."""
+    from mutexmatch.algorithms import ALGORITHMS
+    from mutexmatch.config import parse_config
+
+    fields = ALGORITHMS[name].Params.model_fields
+    alg = {"name": name, **({"tau": tau} if "tau" in fields else {}),
+           **({"dist_align": True} if "dist_align" in fields else {})}
+    return parse_config({
+        "data": {"dataset": "digits", "num_labels": 20, "fold": 1}, "model": {"backbone": "small_cnn"},
+        "algorithm": alg,
+        "train": {"iterations": iterations, "eval_interval": iterations, "batch_size": 4, "mu": 2,
+                  "num_threads": 1, "progress": False, "keep_checkpoints": 10, **train},
+        "output_dir": str(out / name),
+    })
+
+
+def tensors(trainer) -> dict[str, torch.Tensor]:
+    """Every weight, BatchNorm statistic, EMA weight and tensor of the algorithm's state, by name."""
+    out = {f"model.{k}": v.detach().clone() for k, v in trainer.model.state_dict().items()}
+    out.update({f"ema.{k}": v.detach().clone() for k, v in trainer.ema.state_dict().items()})
+
+    def walk(prefix, value):
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(f"{prefix}.{k}", v)
+        elif torch.is_tensor(value):
+            out[prefix] = value.detach().clone()
+        elif isinstance(value, (int, float)):
+            out[prefix] = torch.tensor(value)
+    walk("alg", trainer.algorithm.state_dict())
+    walk("stats", trainer.stats.state_dict())   # the loss terms' and diagnostics' sums since the last evaluation
+    return out
+
+
+def train(cfg, bundle, stop_at=None, resume=False):
+    """The trainer after fit; its tensors and last evaluation's metrics."""
+    from mutexmatch.training import Trainer
+    from mutexmatch.training.callbacks import Callback
+
+    events = []
+
+    class Everywhere(Callback):
+        all_ranks = True
+
+        def on_eval(self, event):
+            events.append(event.metrics)
+
+    trainer = Trainer(cfg, [Everywhere()], bundle=bundle, resume=resume)
+    trainer.fit(stop_at=stop_at)
+    return {"tensors": tensors(trainer), "metrics": events[-1] if events else {}, "step": trainer.step}
+
+
+def lock_step(cfg, out: Path, bundle, tamper=None) -> list[dict]:
+    """:data:`STEPS` steps of a 2-rank trainer and, on rank 0, of a single-process one (``dp`` inactive) from the
+    same state each step: per step both trainers' tensors and loss (rank 0; rank 1: its own), then the evaluation's
+    metrics of both. ``tamper(trainer)`` changes the 2-rank trainer only (the deliberate break)."""
+    from mutexmatch.training import Trainer, loop
+    from mutexmatch.training.distributed import DataParallel
+    from mutexmatch.training.rng import rng_state, set_rng_state
+
+    two = Trainer(cfg, bundle=bundle)
+    if tamper is not None:
+        tamper(two)
+    one = None
+    if two.dp.is_main:
+        joined, loop.join_process_group = loop.join_process_group, lambda device: DataParallel()
+        try:
+            one = Trainer(cfg.model_copy(update={"output_dir": str(out / "one" / cfg.algorithm.name)}), bundle=bundle)
+        finally:
+            loop.join_process_group = joined
+    record = []
+    for _ in range(STEPS):
+        before = rng_state()
+        two.train_step()
+        row = {"two": {"tensors": tensors(two)}}
+        if one is not None:
+            after = rng_state()
+            set_rng_state(before)   # the global generators (MixMatch's permutation, VAT's noise) as two had them
+            one.train_step()
+            row["one"] = {"tensors": tensors(one)}
+            adopt(one, two)
+            set_rng_state(after)
+        record.append(row)
+    record.append({"two": {"metrics": two.evaluate().metrics},
+                   **({"one": {"metrics": one.evaluate().metrics}} if one is not None else {})})
+    for trainer in (one, two):
+        if trainer is not None:
+            trainer.close()
+    return record
+
+
+def adopt(one, two) -> None:
+    """``one`` continues from ``two``'s state (the next step's comparison starts from the same point)."""
+    for part in ("model", "ema", "optimizer", "algorithm", "stats"):   # copies: an optimiser keeps the tensors
+        getattr(one, part).load_state_dict(copy.deepcopy(getattr(two, part).state_dict()))
+
+
+def steady_vat_probe() -> None:
+    """VAT's finite-difference probe at ||d|| = 0.5 instead of 1e-6 (USB's): at 1e-6 the fp32 adversarial direction
+    is mostly rounding noise (mutexmatch/algorithms/vat.py: cosine 0.28 to float64's), so any other summation order,
+    2 ranks' included, changes it; at 0.5 the comparison checks the data-parallel path, not rounding."""
+    from mutexmatch.algorithms.vat import VAT
+
+    VAT.probe_length = lambda self, x_w: 0.5
+
+
+def per_rank_alignment(trainer) -> None:
+    """The deliberate break: ``trainer``'s distribution alignment takes its running mean from this rank's rows only
+    (what a naive DDP port computes)."""
+    from mutexmatch.algorithms.alignment import DistributionAlignment
+
+    rank, world = trainer.dp.rank, trainer.dp.world_size
+
+    class PerRank(DistributionAlignment):
+        def __call__(self, probs, probs_lb=None):
+            share = len(probs) // world
+            update = self.model.update
+            self.model.update = lambda mean: update(probs[rank * share:(rank + 1) * share].detach().float().mean(0))
+            try:
+                return super().__call__(probs, probs_lb)
+            finally:
+                del self.model.update
+    trainer.algorithm.dist_align.__class__ = PerRank
+
+
+def main(out: Path, conftest: Path, names: list[str], extras: bool) -> None:
+    spec = importlib.util.spec_from_file_location("dp_conftest", conftest)   # the test-only algorithms
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    from mutexmatch.data.load import load_dataset
+
+    steady_vat_probe()
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    bundle = load_dataset("digits", "data")
+    for name in names:
+        torch.save(lock_step(config(name, out), out, bundle), out / f"{name}.rank{rank}.pt")
+    if extras:
+        resume_and_break(out, bundle, rank)
+    dist.destroy_process_group()
+
+
+def resume_and_break(out: Path, bundle, rank: int) -> None:
+    """A 2-rank run stopped at step 3 and resumed beside the uninterrupted one; then the deliberate break."""
+    resume_out = out / "resume"
+    full = train(config(BREAK_ALGORITHM, resume_out / "full", iterations=6, eval_interval=3), bundle)
+    half_cfg = config(BREAK_ALGORITHM, resume_out / "half", iterations=6, eval_interval=3)
+    train(half_cfg, bundle, stop_at=3)
+    if rank == 0:   # for the parent: a 2-rank checkpoint resumed by one process
+        shutil.copytree(Path(half_cfg.output_dir), out / "half_at_3")
+    dist.barrier()
+    resumed = train(half_cfg, bundle, resume=True)
+    torch.save({"full": full, "resumed": resumed}, out / f"resume.rank{rank}.pt")
+    # every row above tau = 0.1 (of 10 classes): the aligned pseudo-labels all enter the loss
+    broken = config(BREAK_ALGORITHM, out / "broken", tau=0.1)
+    torch.save(lock_step(broken, out / "broken", bundle, per_rank_alignment),
+               out / f"broken.rank{rank}.pt")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3].split(","), sys.argv[4:] == ["extras"])

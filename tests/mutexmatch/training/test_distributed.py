@@ -1,0 +1,192 @@
+"""Data-parallel training (issue 30, mutexmatch/training/distributed.py): two gloo ranks on the CPU against one
+process at the same global batch, for every registered algorithm.
+
+One 2-process group (``dp_worker.py``, started with torchrun's environment) trains every algorithm of the registry
+for 5 steps while this process trains each alone; the loss terms, test accuracy, every weight, BatchNorm running
+statistic, EMA weight and tensor of the algorithm's state must agree within float summation order (1e-5
+relative), the two ranks bitwise. The same group checks that a 2-rank run stopped and resumed equals the
+uninterrupted 2-rank run bitwise, and that a deliberate break (a distribution-alignment mean of each rank's rows)
+fails the comparison. The torchrun command line is the heavy test at the end.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from mutexmatch import metrics as M
+from mutexmatch.algorithms import ALGORITHMS
+from mutexmatch.data.load import load_dataset
+from mutexmatch.training import Trainer
+from mutexmatch.training.distributed import DataParallel, DataParallelError
+
+HERE = Path(__file__).parent
+ROOT = HERE.parents[2]
+_spec = importlib.util.spec_from_file_location("dp_worker", HERE / "dp_worker.py")
+worker = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(worker)
+
+RTOL, ATOL = 1e-5, 1e-6    # float summation order: 2 ranks sum a gradient or a BatchNorm statistic in 2 parts
+NAMES = sorted(ALGORITHMS)
+# CI's share: a concatenated step with distribution alignment, a teacher with forwards that leave BatchNorm alone,
+# an input gradient (VAT's adversarial direction); make test-heavy runs the whole registry.
+CI_NAMES = ["fixmatch", "meanteacher", "vat"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_env(rank: int, world: int, port: int) -> dict[str, str]:
+    """torchrun's environment for one rank."""
+    return {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
+            "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+            "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+
+
+def two_ranks(out: Path, names: list[str], extras: bool) -> dict[str, list]:
+    """Both ranks' records of ``dp_worker.py`` (one 2-process gloo group), by algorithm (and resume, broken)."""
+    out.mkdir(parents=True)
+    port = _free_port()
+    procs = [subprocess.Popen([sys.executable, str(HERE / "dp_worker.py"), str(out), str(HERE.parent / "conftest.py"),
+                               ",".join(names), *(["extras"] if extras else [])],
+                              cwd=ROOT, env=_rank_env(r, 2, port), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True) for r in (0, 1)]
+    logs = [p.communicate(timeout=1800)[0] for p in procs]
+    for p, log in zip(procs, logs):
+        assert p.returncode == 0, log[-3000:]
+    keys = names + (["resume", "broken"] if extras else [])
+    return {k: [torch.load(out / f"{k}.rank{r}.pt", weights_only=False) for r in (0, 1)] for k in keys}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    out = tmp_path_factory.mktemp("dp")
+    return {"two": two_ranks(out / "two", CI_NAMES, extras=True), "out": out}
+
+
+def mismatches(ref: dict, got: dict) -> list[str]:
+    """What differs beyond float summation order between two runs' tensors and loss and accuracy metrics."""
+    ref_t, got_t = ref.get("tensors", {}), got.get("tensors", {})
+    bad = [f"{k}: missing" for k in ref_t.keys() ^ got_t.keys()]
+    for k, a in ref_t.items():
+        b = got_t.get(k)
+        scale = a.double().abs().max().item() if a.numel() else 0.0   # relative to the tensor's magnitude
+        if b is not None and not torch.allclose(a.double(), b.double(), rtol=RTOL, atol=ATOL + RTOL * scale):
+            bad.append(f"{k}: max |difference| {(a.double() - b.double()).abs().max():.3g}")
+    metrics = ref.get("metrics", {})
+    for k in [k for k in metrics if k.startswith("train/") or k in (M.TEST_ACC, M.TEST_ACC_RAW)]:
+        a, b = metrics[k], got["metrics"].get(k, float("nan"))
+        if not (abs(a - b) <= ATOL + RTOL * abs(a) or math.isnan(a) and math.isnan(b)):   # nan: no rows of it
+            bad.append(f"{k}: {a!r} vs {b!r}")
+    return bad
+
+
+def check_lock_step(records: list, name: str) -> None:
+    """Every step of the 2-rank trainer equals the single process's from the same state; rank 1 holds rank 0's."""
+    rank0, rank1 = records
+    assert len(rank0) == worker.STEPS + 1
+    for step, row in enumerate(rank0):
+        assert mismatches(row["one"], row["two"]) == [], (name, step + 1)
+    assert any(k.startswith("stats.") for k in rank0[0]["two"]["tensors"])   # the loss sums are compared
+    assert {M.term_metric(M.TOTAL), M.TEST_ACC} <= rank0[-1]["one"]["metrics"].keys()
+    for k, a in rank0[-2]["two"]["tensors"].items():
+        assert torch.equal(a, rank1[-2]["two"]["tensors"][k]), (name, k)
+
+
+@pytest.mark.parametrize("name", CI_NAMES)
+def test_two_ranks_train_as_one_process(runs, name):
+    check_lock_step(runs["two"][name], name)
+
+
+@pytest.mark.heavy
+def test_two_ranks_train_as_one_process_for_every_algorithm(tmp_path):
+    """The whole registry (a new algorithm joins by registering), in one 2-process group (~2 min on 2 cores)."""
+    records = two_ranks(tmp_path / "two", NAMES, extras=False)
+    for name in NAMES:
+        check_lock_step(records[name], name)
+
+
+def test_the_comparison_sees_a_per_rank_alignment_mean(runs):
+    """The deliberate break: distribution alignment fed each rank's rows; the comparison fails at step 1 (the
+    alignment's state) and the weights follow."""
+    rows = runs["two"]["broken"][0][:-1]
+    assert "alg.dist_align.history" in rows[0]["one"]["tensors"]
+    assert any(k.startswith("alg.dist_align") for k in mismatches(rows[0]["one"], rows[0]["two"]))
+    assert any(k.startswith("model.") for row in rows for k in mismatches(row["one"], row["two"]))
+
+
+def test_a_two_rank_run_stopped_and_resumed_equals_the_uninterrupted_one(runs):
+    for rank in (0, 1):
+        full, resumed = runs["two"]["resume"][rank]["full"], runs["two"]["resume"][rank]["resumed"]
+        assert resumed["step"] == full["step"] == 6
+        for k, a in full["tensors"].items():
+            assert torch.equal(a, resumed["tensors"][k]), (rank, k)
+        same = [k for k in full["metrics"] if not k.startswith("perf/")]   # perf: timings
+        assert json.dumps([full["metrics"][k] for k in same]) == json.dumps([resumed["metrics"][k] for k in same])
+
+
+def test_a_two_rank_checkpoint_resumes_in_one_process(runs, tmp_path):
+    """Resume on another world size: the step-3 checkpoint of the 2-rank run, continued by one process, ends
+    where the 2-rank run ends (float summation order)."""
+    folder = tmp_path / "half"
+    shutil.copytree(runs["out"] / "two" / "half_at_3", folder)
+    cfg = worker.config(worker.BREAK_ALGORITHM, tmp_path, iterations=6, eval_interval=3)
+    cfg = cfg.model_copy(update={"output_dir": str(folder)})
+    lines = (folder / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["step"] for x in lines] == [3]   # only rank 0 wrote it, once
+    resumed = worker.train(cfg, load_dataset("digits", str(ROOT / "data")), resume=True)
+    assert resumed["step"] == 6
+    assert mismatches(runs["two"]["resume"][0]["full"], resumed) == []
+
+
+def test_a_batch_that_does_not_split_is_refused_before_any_work():
+    dp = DataParallel(rank=0, world_size=4)
+    with pytest.raises(DataParallelError, match=r"train\.batch_size=6: must be divisible by the world size 4"):
+        dp.check(6, 42, False)
+    with pytest.raises(DataParallelError, match=r"train\.batch_size x train\.mu=42: must be divisible"):
+        dp.check(8, 42, False)
+    dp.check(8, 56, False)
+    DataParallel().check(7, 21, True)   # one process: anything goes
+
+
+@pytest.mark.heavy
+def test_torchrun_command_line_logs_the_single_process_numbers(tmp_path):
+    """``torchrun --standalone --nproc-per-node 2 -m mutexmatch.train`` on digits: train/loss and test accuracy of
+    each evaluation as the single process's, within float summation order."""
+    sets = ["--set", "train.iterations=40", "--set", "train.eval_interval=20", "--set", "train.progress=false",
+            "--set", "train.num_threads=1"]
+    cmd = ["--config", "experiments/runs/digits.yaml", *sets]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    torchrun = Path(sys.executable).with_name("torchrun")
+    for label, prefix in (("one", [sys.executable, "-m", "mutexmatch.train"]),
+                          ("two", [str(torchrun), "--standalone", "--nproc-per-node", "2", "-m",
+                                   "mutexmatch.train"])):
+        done = subprocess.run([*prefix, *cmd, "--set", f"output_dir={tmp_path / label}"], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=1200)
+        assert done.returncode == 0, done.stderr[-3000:]
+    one, two = ([json.loads(x) for x in (tmp_path / d / "metrics.jsonl").read_text().splitlines()]
+                for d in ("one", "two"))
+    assert [x["step"] for x in one] == [x["step"] for x in two] == [20, 40]
+    for a, b in zip(one, two):
+        for k in (M.term_metric(M.TOTAL), M.TEST_ACC):
+            assert abs(a[k] - b[k]) <= ATOL + RTOL * abs(a[k]), (a["step"], k, a[k], b[k])
+
+
+def test_trainer_outside_a_group_is_the_single_process(tmp_path):
+    """No process group, no WORLD_SIZE: world size 1 and every data-parallel hook a no-op (weights_equal.py checks
+    the trained weights bit for bit)."""
+    trainer = Trainer(worker.config("fixmatch", tmp_path, iterations=1))
+    assert not trainer.dp.active and trainer.dp.is_main
+    trainer.close()
