@@ -22,7 +22,8 @@ import jsonschema
 import pytest
 import yaml
 
-from tests.docker.test_deploy_config import _mlflow_server_command, _option_names, _ray_start_options
+from tests.docker.test_deploy_config import (_mlflow_server_command, _option_names, _option_value,
+                                             _ray_start_options)
 
 REPO = Path(__file__).resolve().parents[2]
 CLOUD = REPO / "docker" / "cloud"
@@ -69,15 +70,6 @@ def _command(commands: list[str], program: tuple[str, ...]) -> list[str]:
         found += [tokens[i:] for i in starts]
     assert len(found) == 1, f"{' '.join(program)}: {len(found)} commands in {commands}"
     return found[0]
-
-
-def _value(tokens: list[str], flag: str) -> str:
-    for i, token in enumerate(tokens):
-        if token == flag:
-            return tokens[i + 1]
-        if token.startswith(flag + "="):
-            return token.split("=", 1)[1]
-    raise AssertionError(f"{flag} not in {tokens}")
 
 
 def test_there_is_a_config_per_cloud():
@@ -139,9 +131,9 @@ def test_ray_start_commands_are_real_and_the_head_runs_the_autoscaler(path):
     for tokens in (head, worker):
         unknown = {t.split("=", 1)[0] for t in tokens[2:] if t.startswith("--")} - _ray_start_options()
         assert not unknown, f"`ray start` has no {sorted(unknown)}"
-    assert "--head" in head and _value(head, "--autoscaling-config") == "~/ray_bootstrap_config.yaml"
-    assert _value(head, "--dashboard-host") == "127.0.0.1", "reach the dashboard through `ray dashboard` (SSH)"
-    assert _value(worker, "--address") == f"$RAY_HEAD_IP:{_value(head, '--port')}"
+    assert "--head" in head and _option_value(head, "--autoscaling-config") == "~/ray_bootstrap_config.yaml"
+    assert _option_value(head, "--dashboard-host") == "127.0.0.1", "reach the dashboard through `ray dashboard` (SSH)"
+    assert _option_value(worker, "--address") == f"$RAY_HEAD_IP:{_option_value(head, '--port')}"
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
@@ -158,16 +150,16 @@ def test_mlflow_server_on_the_head_and_storage_in_the_providers_object_store(pat
     tracking = urlparse(env["MLFLOW_TRACKING_URI"])
     compose = yaml.safe_load((REPO / "docker" / "compose.yaml").read_text())
     assert env["MLFLOW_TRACKING_URI"] == compose["x-ray-env"]["MLFLOW_TRACKING_URI"] == "http://mlflow:5000"
-    assert _value(server, "--port") == str(tracking.port)
-    allowed = _value(server, "--allowed-hosts").split(",")
+    assert _option_value(server, "--port") == str(tracking.port)
+    allowed = _option_value(server, "--allowed-hosts").split(",")
     assert is_allowed_host_header(allowed, tracking.netloc) and is_allowed_host_header(allowed, "127.0.0.1:5000")
     # the name the nodes use resolves to the head: workers get RAY_HEAD_IP, the head itself loopback
     assert any("mlflow" in c and "/etc/hosts" in c and "${RAY_HEAD_IP:-127.0.0.1}" in c
                for c in config["initialization_commands"])
 
     scheme = STORES[config["provider"]["type"]]
-    storage, artifacts = urlparse(env["MUTEXMATCH_STORAGE"]), urlparse(_value(server, "--artifacts-destination"))
+    storage, artifacts = urlparse(env["MUTEXMATCH_STORAGE"]), urlparse(_option_value(server, "--artifacts-destination"))
     assert storage.scheme == artifacts.scheme == scheme and storage.netloc == artifacts.netloc
-    backend = _value(server, "--backend-store-uri")
+    backend = _option_value(server, "--backend-store-uri")
     mounted = config["docker"]["head_run_options"][0].split()[-1].split(":")[1]
     assert backend.startswith(f"sqlite:///{mounted}/"), "the MLflow store must sit on the head's mounted volume"

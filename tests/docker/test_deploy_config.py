@@ -557,7 +557,8 @@ def test_readme_ray_job_submit_commands_target_the_cluster_and_its_services():
     assert len(submits) >= 3
     # the Tune storage each `ray up` config gives its nodes (docker/cloud/*.yaml, tests/docker/test_cloud_configs.py)
     cloud = {o.split("=", 1)[1] for p in (DOCKER / "cloud").glob("*.yaml")
-             for o in yaml.safe_load(p.read_text())["docker"]["run_options"] if o.startswith("--env MUTEXMATCH_STORAGE=")}
+             for o in yaml.safe_load(p.read_text())["docker"]["run_options"]
+             if o.startswith("--env MUTEXMATCH_STORAGE=")}
     for cmd in submits:
         options = cmd[3:cmd.index("--")]
         assert not set(_flags(options)) - _ray_job_submit_options(), cmd
