@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import re
 import shlex
 import tomllib
 from pathlib import Path
@@ -142,7 +143,7 @@ def test_mlflow_server_on_the_head_and_storage_in_the_providers_object_store(pat
 
     config = _config(path.name)
     server = _command(config["head_start_ray_commands"], ("mlflow", "server"))
-    server = server[:server.index(">")] if ">" in server else server
+    server = server[:next((i for i, t in enumerate(server) if t.startswith(">")), len(server))]
     unknown = {t for t in server[2:] if t.startswith("--")} - _option_names(_mlflow_server_command())
     assert not unknown, f"`mlflow server` has no {sorted(unknown)}"
 
@@ -151,6 +152,9 @@ def test_mlflow_server_on_the_head_and_storage_in_the_providers_object_store(pat
     compose = yaml.safe_load((REPO / "docker" / "compose.yaml").read_text())
     assert env["MLFLOW_TRACKING_URI"] == compose["x-ray-env"]["MLFLOW_TRACKING_URI"] == "http://mlflow:5000"
     assert _option_value(server, "--port") == str(tracking.port)
+    # started only if nothing answers on that port yet (a second `ray up` restarts Ray, not MLflow)
+    probe = re.search(r"create_connection\(\('127\.0\.0\.1', (\d+)\)", " ".join(config["head_start_ray_commands"]))
+    assert probe and probe.group(1) == str(tracking.port)
     allowed = _option_value(server, "--allowed-hosts").split(",")
     assert is_allowed_host_header(allowed, tracking.netloc) and is_allowed_host_header(allowed, "127.0.0.1:5000")
     # the name the nodes use resolves to the head: workers get RAY_HEAD_IP, the head itself loopback
