@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from orchestration.contract.layout import Axes, PairedSpec, PublishedValue, QuotedRow, TableLayout, cell_id, metric_name
+from orchestration.contract.layout import (TUNED_ROW, Axes, PairedSpec, PublishedValue, QuotedRow, TableLayout, cell_id,
+                                           metric_name)
 from reports.stats import CellStats, FoldValue, PairedResult, cell_stats, paired_comparison
 
 __all__ = [
@@ -157,11 +158,14 @@ def build_table_data(layout: TableLayout, axes: Axes, folds: list[int], runs: pd
 
 
 def _marks(data: TableData) -> dict[Key, str]:
-    """Best and second-best per column within each row group, on the printed (2-decimal) means; needs ≥ 2 cells."""
+    """Best and second-best per column within each row group, on the printed (2-decimal) means; needs ≥ 2 cells. A
+    tuned row (``<level>+tuned``) is never ranked: its parameters were searched on validation labels and no other
+    row's were, so it would win by a budget the others did not get (issue 34)."""
     marks: dict[Key, str] = {}
     for g in data.groups:
         for c in data.columns:
-            shown = {r: round(data.cells[(g, r, c)].mean, 2) for r in data.rows if data.cells[(g, r, c)].n}
+            shown = {r: round(data.cells[(g, r, c)].mean, 2) for r in data.rows
+                     if data.cells[(g, r, c)].n and not r.endswith(TUNED_ROW)}
             if len(shown) < 2:
                 continue
             ranked = sorted(set(shown.values()), reverse=True)
@@ -250,6 +254,11 @@ def _note(data: TableData, markdown: bool) -> str:
                                                                            else [])
     if shown:
         parts.append("; ".join(shown) + ".")
+    tuned = [lay.row_label(r) for r in data.rows if r.endswith(TUNED_ROW)]
+    if tuned:
+        parts.append(f"{', '.join(tuned)}: parameters searched on validation labels (the search section of index.md: "
+                     "space, trials, objective), then retrained on these folds; no other row was tuned, so "
+                     f"{'it is' if len(tuned) == 1 else 'they are'} never ranked.")
     if data.has_quoted:
         where = "above the line" if markdown else "above the rule"
         parts.append(f"Rows {where} in each block: quoted from the paper (its printed numbers in the Paper column), "

@@ -1,0 +1,33 @@
+"""A tuned row in a table (issue 34 item 5): its parameters were searched on validation labels and no other row's
+were, so it is never bold or italic, and the note says what tuning used; the other rows rank among themselves."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from orchestration.contract.layout import TUNED_ROW, cell_id, validate_report
+from reports.tables import build_table_data, render_markdown
+
+AXES = {"method": {m: {"algorithm": {"name": m}} for m in ("supervised", "fixmatch", "mutexmatch")},
+        "setting": {"d20": {"data": {"num_labels": 20}}}}
+SEARCH = {"cells": [{"method": "mutexmatch"}], "metric": "val/best_acc", "n_trials": 4,
+          "space": {"algorithm.tau": {"type": "float", "low": 0.5, "high": 0.99}}}
+TABLE = {"id": "main", "rows": "method", "columns": "setting", "metric": "test/acc",
+         "row_labels": {"supervised": "Supervised", "fixmatch": "FixMatch", "mutexmatch": "MutexMatch"},
+         "tuned_rows": {"mutexmatch": "MutexMatch (tuned)"}}
+
+
+def test_a_tuned_row_is_never_ranked_and_the_note_says_why():
+    layout = validate_report({"name": "t", "axes": AXES, "folds": [0, 1], "search": SEARCH, "tables": [TABLE],
+                              "figures": []})
+    table = layout.tables[0]
+    means = {"supervised": 50.0, "fixmatch": 80.0, "mutexmatch": 85.0, "mutexmatch" + TUNED_ROW: 95.0}
+    runs = pd.DataFrame([{"cell": cell_id(table.cell(layout.axes, None, row, "d20"), layout.axes), "fold": f,
+                          "value": v + f, "run_id": f"{row}{f}", "split_digest": f"s{f}"}
+                         for row, v in means.items() for f in (0, 1)])
+    data = build_table_data(table, layout.axes, layout.folds, runs, "best")
+    marks = {r: data.marks.get((None, r, "d20")) for r in means}
+    assert marks == {"supervised": None, "fixmatch": "second", "mutexmatch": "best", "mutexmatch" + TUNED_ROW: None}
+    text = render_markdown(data)
+    assert "| MutexMatch (tuned) | 95.50±0.71 (n=2) |" in text and "| MutexMatch | **85.50±0.71** (n=2) |" in text
+    assert "MutexMatch (tuned): parameters searched on validation labels" in text and "never ranked" in text
