@@ -23,7 +23,7 @@ from mutexmatch.training import format_duration
 
 from orchestration.trial import tracking
 from orchestration.launch.cost import devices_per_trial, trial_wall_s
-from orchestration.launch.launch import SweepOptions, SweepOutcome, reusable, select
+from orchestration.launch.launch import SweepError, SweepOptions, SweepOutcome, reusable, select
 from orchestration.spec.plan import SweepPlan
 from orchestration.store.store import Store
 from orchestration.launch.summary import format_hours
@@ -40,6 +40,10 @@ _TABLE_B, _TABLE_MU = 64, 7
 # fp32 parameter copies a trial stores: best + final weights and the final checkpoint (model, EMA, momentum)
 # in MLflow; Tune keeps the last two checkpoints (num_to_keep=2) in its storage.
 _MLFLOW_COPIES, _TUNE_COPIES = 5, 6
+
+
+def _first_line(err: BaseException) -> str:
+    return f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:200]}"
 
 
 def _norm(name: str) -> str:
@@ -117,6 +121,7 @@ def _step_images(cfg: Any) -> int:
 class Estimate:
     seconds: float | None             # one trial; None: unknown
     reason: str = ""                  # why unknown
+    crashed: bool = False             # the measured step failed: the configuration cannot train (issue 33)
 
 
 class _Estimator:
@@ -168,13 +173,17 @@ class _Estimator:
         if ck not in self.measured:
             try:
                 local, scale = self._local_data(raw)
-                cost = measure_cost(local, device=self.device, num_threads=self.threads)
-                self.measured[ck] = (cost.step_s, cost.eval_s * scale)
-            except Exception as e:  # noqa: BLE001 - reported in the plan, the rest is still estimated
-                self.measured[ck] = f"cannot measure ({type(e).__name__}: {str(e).splitlines()[0][:200]})"
+            except Exception as e:  # noqa: BLE001 - no data here to measure on: the plan may still run elsewhere
+                self.measured[ck] = Estimate(None, f"cannot measure ({_first_line(e)})")
+            else:
+                try:
+                    cost = measure_cost(local, device=self.device, num_threads=self.threads)
+                    self.measured[ck] = (cost.step_s, cost.eval_s * scale)
+                except Exception as e:  # noqa: BLE001 - its step fails on generated data: so would every trial
+                    self.measured[ck] = Estimate(None, f"cannot train ({_first_line(e)})", crashed=True)
         got = self.measured[ck]
-        if isinstance(got, str):
-            return Estimate(None, got)
+        if isinstance(got, Estimate):
+            return got
         return Estimate(iterations * got[0] + evaluations * got[1])
 
     def _local_data(self, raw: dict[str, Any]) -> tuple[dict[str, Any], float]:
@@ -434,4 +443,9 @@ def dry_run(plan: SweepPlan, opts: SweepOptions, uri: str, storage: str, exp_nam
     print()
     for line in _totals(plan, rows, est, opts) + [_disk_line(plan, skipped | set(reused))]:
         print(line)
+    crashed = [r for r in rows if r.per_trial.crashed]
+    if crashed:  # a launch would start these, retry each and fail them all: the plan is refused (exit 2)
+        raise SweepError(f"{len(crashed)} row(s) of the plan cannot train: their step failed on generated data, "
+                         "as every launched trial would; fix their settings\n"
+                         + "\n".join(f"cell {r.cell} ({r.kind}): {r.per_trial.reason}" for r in crashed))
     return SweepOutcome(status="dry-run", skipped=sorted(skipped | set(reused)))

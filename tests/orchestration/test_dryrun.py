@@ -1,0 +1,54 @@
+"""The dry run refuses a plan whose cells cannot train (issue 33 item 2): exit 2, one line per such row.
+
+Before, a cell whose measured step raised printed ``unknown: cannot measure (…)`` and the dry run exited 0, while a
+launch would start its trials, retry each and fail them all. The measurement is replaced here by one that fails
+for one algorithm (a real measured step costs seconds per setup on 2 cores)."""
+
+from __future__ import annotations
+
+import pytest
+
+SPEC = """name: dryfail
+base: {data: {dataset: digits, num_labels: 20}, train: {iterations: 2, eval_interval: 2, batch_size: 4, mu: 2}}
+folds: [0, 1]
+axes: {method: {fm: {algorithm: {name: fixmatch}}, mm: {algorithm: {name: mutexmatch}}}}
+"""
+
+
+@pytest.fixture
+def measured(monkeypatch):
+    import orchestration.launch.cost as cost
+
+    def fake(raw, *, device, num_threads):
+        if raw["algorithm"]["name"] == "mutexmatch":
+            raise ValueError("dist_align target='model': the labeled batch's probabilities are needed\nmore")
+        return cost.StepCost(step_s=0.01, eval_s=0.1, device="cpu")
+
+    monkeypatch.setattr(cost, "measure_cost", fake)
+
+
+def test_a_cell_that_cannot_train_fails_the_dry_run_with_one_line_per_row(tmp_path, monkeypatch, capsys,
+                                                                          measured) -> None:
+    from orchestration.sweep import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.yaml").write_text(SPEC)
+    assert main(["s.yaml", "--dry-run"]) == 2
+    out, err = capsys.readouterr()
+    assert "cannot train (ValueError: dist_align target='model'" in out  # the table says it too
+    lines = err.strip().splitlines()
+    assert lines[0] == ("error: 1 row(s) of the plan cannot train: their step failed on generated data, as every "
+                        "launched trial would; fix their settings")
+    assert lines[1:] == ["cell method=mm (grid): cannot train (ValueError: dist_align target='model': the labeled "
+                         "batch's probabilities are needed)"]
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_a_plan_whose_cells_all_train_still_exits_0(tmp_path, monkeypatch, capsys, measured) -> None:
+    from orchestration.sweep import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.yaml").write_text(SPEC.replace("mm: {algorithm: {name: mutexmatch}}", "fm2: {algorithm: "
+                                                                                           "{name: fixmatch, tau: 0.9}}"))
+    assert main(["s.yaml", "--dry-run"]) == 0
+    assert "cannot" not in capsys.readouterr().out
