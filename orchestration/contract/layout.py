@@ -38,6 +38,7 @@ Tables::
           - {label: MixMatch, mark: "†", values: {digits-20: "52.46±11.50", digits-40: "-"}}
           - {label: CoMatch, mark: "*", level: comatch, values: {...}}   # a run row once `comatch` is a level
         footnotes: {"†": "reported in FixMatch", "*": "the paper authors' reimplementation"}   # per mark used
+        row_marks: {fixmatch: "*"}      # the paper's mark after a run row's label, where no quoted row gives it
 
 Figures (``type`` picks the kind; ``id`` defaults to ``<type><index>``)::
 

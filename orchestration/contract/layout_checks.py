@@ -111,7 +111,20 @@ def _check_table(t: TableLayout, where: str, axes: Axes, terms: Terms) -> list[s
                           f"{pair.a!r} is `a` of {[p.a for p in t.paired].count(pair.a)} pairs; keep one, or set "
                           "paired_column: false")
     errors += _check_published(t, where, axes, groups, rows, cols)
-    errors += _check_quoted(t, where, axes, rows) + _check_footnotes(t, where)
+    errors += _check_quoted(t, where, axes, rows) + _check_footnotes(t, where) + _check_row_marks(t, where, rows)
+    return errors
+
+
+def _check_row_marks(t: TableLayout, where: str, rows: set) -> list[str]:
+    """Each ``row_marks`` entry: a row of the table, one of :data:`MARKS`, footnoted."""
+    errors: list[str] = []
+    for level, mark in t.row_marks.items():
+        if level not in rows:
+            errors.append(f"{where}.row_marks.{level}: not a row of the table; rows: {', '.join(sorted(rows))}")
+        elif mark not in MARKS:
+            errors.append(f"{where}.row_marks.{level}={mark!r}: not a mark; marks: {', '.join(MARKS)}")
+        elif mark not in t.footnotes:
+            errors.append(_no_footnote(f"{where}.row_marks.{level}", mark, mark))
     return errors
 
 
@@ -239,7 +252,8 @@ def _check_quoted_values(t: TableLayout, at: str, q: QuotedRow, columns: list[st
 def _check_footnotes(t: TableLayout, where: str) -> list[str]:
     """Footnotes only for the marks :data:`MARKS`, each with a text, each carried by a row or a cell."""
     errors: list[str] = []
-    used = {q.mark for q in t.quoted_rows} | _value_marks([t.published] + [q.values for q in t.quoted_rows])
+    used = {q.mark for q in t.quoted_rows} | set(t.row_marks.values())
+    used |= _value_marks([t.published] + [q.values for q in t.quoted_rows])
     for mark, text in t.footnotes.items():
         if mark not in MARKS:
             errors.append(f"{where}.footnotes.{mark}: not a mark; marks: {', '.join(MARKS)}")

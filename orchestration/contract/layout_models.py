@@ -123,6 +123,7 @@ class TableLayout(_Strict):
     tuned_rows: dict[str, str] = Field(default_factory=dict)   # row level → label of its refit (tuned) row
     quoted_rows: list[QuotedRow] = Field(default_factory=list)  # rows the paper prints and we do not run
     footnotes: dict[str, str] = Field(default_factory=dict)     # mark (†, ‡, *) → what it means
+    row_marks: dict[str, str] = Field(default_factory=dict)     # a run row's level → the paper's mark (FixMatch*)
 
     @field_validator("id")
     @classmethod
@@ -162,8 +163,10 @@ class TableLayout(_Strict):
         return self.row_labels.get(level, quoted)
 
     def row_mark(self, group: str | None, level: str) -> str | None:
-        """The paper's mark after a run row's label: the mark of the quoted row that became it (CoMatch*)."""
-        return next((q.mark for q in self.quoted_rows if q.level == level and q.group == group), None)
+        """The paper's mark after a run row's label: the mark of the quoted row that became it (CoMatch*), else its
+        ``row_marks`` entry (a row the paper prints marked without a quoted row: FixMatch*, issue 32)."""
+        quoted = next((q.mark for q in self.quoted_rows if q.level == level and q.group == group), None)
+        return quoted if quoted is not None else self.row_marks.get(level)
 
     def quoted(self, axes: Axes, group: str | None) -> list[QuotedRow]:
         """The quoted rows printed as such in ``group``: those whose ``level`` is not a row the table runs."""

@@ -35,7 +35,7 @@ QUOTED = {   # Table 1 of the paper, as printed: label and mark → the nine col
 COMATCH = ("69.87±11.82 88.43±7.22 93.21±1.55 94.08±0.31 40.10±2.99 58.04±1.39 72.45±0.44 96.47±1.29 "   # a run row
            "96.98±1.29")
 FOOTNOTES = ("† reported in FixMatch (Sohn et al., 2020). ‡ reported in SLA (Tai et al., 2021). \\* the paper authors' "
-             "own reimplementation (as is the paper's FixMatch).")
+             "own reimplementation.")
 
 
 def _store(root: Path, spec: dict, methods: list[str]) -> str:
@@ -94,6 +94,7 @@ def test_every_quoted_row_of_table1_is_printed_with_its_mark(fixmatch_mutexmatch
     assert comatch[1::3] == COMATCH.split() and set(comatch[0::3] + comatch[2::3]) == {"—"}
     assert lines.index(next(ln for ln in lines if ln.startswith("| CoMatch\\* |"))) > run_at
     assert FOOTNOTES in lines
+    assert _row(md, "FixMatch\\*")[:2] == ["*82.00±1.58*", "45.91±28.46"]   # the paper's FixMatch* (issue 32)
     assert "second best per column among the rows run here" in md
 
 
@@ -104,7 +105,7 @@ def test_the_latex_table_and_pdf_print_the_quoted_rows_and_footnotes(fixmatch_mu
         assert tex.count(f"\n{label} & ") == 4, label           # once in each of the four column blocks
     # in each block the rule between the paper's rows and ours, right under SLA and above FixMatch; CoMatch, a run
     # row, below it
-    assert len(re.findall(r"\nSLA\$\^\{\\ddagger\}\$ [^\n]*\n\\cmidrule\{1-(7|10)\}\nFixMatch & [^\n]*\n"
+    assert len(re.findall(r"\nSLA\$\^\{\\ddagger\}\$ [^\n]*\n\\cmidrule\{1-(7|10)\}\nFixMatch\$\^\{\\ast\}\$ & [^\n]*\n"
                           r"CoMatch\$\^\{\\ast\}\$ & ", tex)) == 4
     assert "$^{\\dagger}$ reported in FixMatch (Sohn et al., 2020). $^{\\ddagger}$ reported in SLA" in tex
     pdf = fixmatch_mutexmatch_only.pdf

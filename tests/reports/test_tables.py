@@ -293,3 +293,16 @@ def test_a_quoted_row_whose_level_runs_shows_ours_beside_the_papers():
     assert "| CoMatch\\* | **99.00±1.58** | 99.00±0.25 | 0.00 |" in md
     assert md.splitlines()[-1] == "| p | n/a | n/a | n/a |"
     assert "\\* the paper authors' reimplementation." in md
+
+
+def test_a_run_row_carries_the_papers_mark_from_row_marks():
+    """The paper's FixMatch* (its authors' reimplementation) is a run row with no quoted row to take a mark from:
+    ``row_marks`` puts the mark after its label (issue 32); an unknown row or an unfootnoted mark is refused."""
+    md = render_markdown(quoted_table(row_marks={"fm": "*"}))
+    assert "| FixMatch\\* | **91.00±1.41** (n=2) | — | — | — | — | — | — | — | — |" in md
+    assert "| FixMatch\\* | *95.00±1.58* | — | — | — | — | — | — | — | — |" in md
+    assert r"FixMatch$^{\ast}$ & \textbf{91.00$\pm$1.41}" in render_latex(quoted_table(row_marks={"fm": "*"}))
+    with pytest.raises(Exception, match=r"row_marks\.nope: not a row of the table"):
+        quoted_table(row_marks={"nope": "*"})
+    with pytest.raises(Exception, match=r"row_marks\.fm.*has no footnote"):
+        quoted_table(row_marks={"fm": "‡"})
