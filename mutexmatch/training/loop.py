@@ -87,7 +87,7 @@ class Trainer:
 
         seed_everything(cfg.train.seed)
         if bundle is None:
-            check_memory(cfg, self.device)
+            check_memory(cfg, self.device, self.dp.world_size)
         self.bundle = bundle or load_dataset(cfg.data.dataset, cfg.data.root, download=cfg.data.download,
                                              svhn_extra=cfg.data.svhn_extra, image_size=cfg.data.image_size,
                                              normalization=cfg.data.normalization)

@@ -73,29 +73,32 @@ def step_images(cfg: RunConfig, forwards: bool = True) -> int:
     return alg.step.images_per_step(t.batch_size, t.mu, alg.uses_unlabeled, forwards)
 
 
-def _step_bytes(cfg: RunConfig, fp: Footprint) -> int:
-    """A lower bound of one training step's memory: its saved activations, else its float32 input batch."""
+def _step_bytes(cfg: RunConfig, fp: Footprint, world_size: int = 1) -> int:
+    """A lower bound of one training step's memory on one rank: its saved activations (data parallel: of this rank's
+    1/``world_size`` of the rows), else its float32 input batch (every rank makes the whole batch)."""
     per_pixel = BACKBONES[cfg.model.backbone].activation_bytes_per_pixel
     if per_pixel is None:
         return step_images(cfg) * fp.nbytes(1) * 4
-    return int(step_images(cfg) * per_pixel * ACTIVATION_SHARE[cfg.train.precision] * fp.size ** 2)
+    return int(step_images(cfg) * per_pixel * ACTIVATION_SHARE[cfg.train.precision] * fp.size ** 2) // world_size
 
 
-def _memory_needs(cfg: RunConfig, device: torch.device, fp: Footprint) -> dict[str, tuple[int, int]]:
-    """Memory -> (images it holds, bytes of one step in it) once the trainer is built."""
+def _memory_needs(cfg: RunConfig, device: torch.device, fp: Footprint,
+                  world_size: int = 1) -> dict[str, tuple[int, int]]:
+    """Memory -> (images it holds, bytes of one step in it) once the trainer is built (one rank's)."""
     ulb_copy = fp.train + fp.unlabeled if fp.unlabeled else 0  # the trainer's cat of train and unlabeled images
     if device.type == "cuda":  # the training images move to the device; the test images stay on the host
-        return {"host": (fp.loaded_images, 0), "cuda": (fp.train + ulb_copy, _step_bytes(cfg, fp))}
-    return {"host": (fp.loaded_images + ulb_copy, _step_bytes(cfg, fp))}
+        return {"host": (fp.loaded_images, 0), "cuda": (fp.train + ulb_copy, _step_bytes(cfg, fp, world_size))}
+    return {"host": (fp.loaded_images + ulb_copy, _step_bytes(cfg, fp, world_size))}
 
 
-def check_memory(cfg: RunConfig, device: torch.device) -> None:
+def check_memory(cfg: RunConfig, device: torch.device, world_size: int = 1) -> None:
     """Refuse, before any image is decoded, a run whose images and one training step need more memory than is
-    available (:class:`MemoryBudgetError`, one line with both figures and what to change)."""
+    available (:class:`MemoryBudgetError`, one line with both figures and what to change); data parallel, one
+    rank's share of ``world_size``."""
     d = cfg.data
     fp = footprint(d.dataset, d.root, svhn_extra=d.svhn_extra, image_size=d.image_size)
     have = _available_memory(device)
-    for where, (images, step) in _memory_needs(cfg, device, fp).items():
+    for where, (images, step) in _memory_needs(cfg, device, fp, world_size).items():
         free = have.get(where)
         need = fp.nbytes(images) + step
         if free is None or need <= free:
@@ -104,8 +107,12 @@ def check_memory(cfg: RunConfig, device: torch.device) -> None:
         parts = f"{_size(fp.nbytes(images))} for {images:,} decoded images of {side}"
         fix = "use a smaller data.image_size or fewer images"
         if step:
-            parts += f", at least {_size(step)} for one step of {step_images(cfg)} images ({cfg.model.backbone})"
+            rank = f" (this rank's 1/{world_size})" if world_size > 1 else ""
+            parts += (f", at least {_size(step)} for one step of {step_images(cfg)} images{rank} "
+                      f"({cfg.model.backbone})")
             fix += ", or a smaller train.batch_size or train.mu"
+            if BACKBONES[cfg.model.backbone].activation_bytes_per_pixel is not None:
+                fix += ", or more data-parallel processes (torchrun --nproc-per-node)"
         raise MemoryBudgetError(f"data.image_size={fp.size}: {d.dataset} needs {_size(need)} of {where} memory "
                                 f"({parts}), but {_size(free)} is available; {fix}")
 

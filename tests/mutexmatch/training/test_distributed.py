@@ -27,6 +27,11 @@ from mutexmatch import metrics as M
 from mutexmatch.algorithms import ALGORITHMS
 from mutexmatch.data.load import load_dataset
 from mutexmatch.training import Trainer
+from mutexmatch.config import parse_config
+from mutexmatch.data.builtin.digits import NUM_TRAIN as DIGITS_NUM_TRAIN
+from mutexmatch.models import BACKBONES
+import mutexmatch.training.memory as memory
+from mutexmatch.training import MemoryBudgetError
 from mutexmatch.training.distributed import DataParallel, DataParallelError
 
 HERE = Path(__file__).parent
@@ -159,6 +164,27 @@ def test_a_batch_that_does_not_split_is_refused_before_any_work():
         dp.check(8, 42, False)
     dp.check(8, 56, False)
     DataParallel().check(7, 21, True)   # one process: anything goes
+
+
+def test_the_memory_check_counts_one_ranks_activations(tmp_path, monkeypatch):
+    """Data parallel: a rank holds the activations of its 1/W of the rows (and every image); the refusal says so
+    and names more processes as a way out."""
+    cfg = parse_config({"data": {"dataset": "digits", "num_labels": 20, "image_size": 32},
+                        "model": {"backbone": "wrn28_2"}, "train": {"batch_size": 4, "mu": 2},
+                        "output_dir": str(tmp_path / "run")})
+    activations = 20 * BACKBONES["wrn28_2"].activation_bytes_per_pixel * 32 * 32   # 20 images, fp32
+    trained = DIGITS_NUM_TRAIN * 32 * 32
+    monkeypatch.setattr(memory, "_available_memory", lambda device: {"host": 10 << 30,
+                                                                      "cuda": trained + activations // 2})
+    cuda = torch.device("cuda")   # only the estimate runs: no CUDA call is made
+    with pytest.raises(MemoryBudgetError, match=r"one step of 20 images \(wrn28_2\).*, or more data-parallel "
+                       r"processes \(torchrun --nproc-per-node\)$"):
+        memory.check_memory(cfg, cuda)
+    memory.check_memory(cfg, cuda, world_size=2)
+    monkeypatch.setattr(memory, "_available_memory", lambda device: {"host": 10 << 30,
+                                                                      "cuda": trained + activations // 4 - 1})
+    with pytest.raises(MemoryBudgetError, match=r"one step of 20 images \(this rank's 1/4\) \(wrn28_2\)"):
+        memory.check_memory(cfg, cuda, world_size=4)
 
 
 @pytest.mark.heavy
