@@ -75,7 +75,7 @@ def check_cluster(resources: Resources, policy: str) -> tuple[dict[str, float], 
     from orchestration.launch import scaleup
 
     nodes = ray.nodes()
-    bundles = scaleup.trial_bundles(resources.cpu, resources.gpu, getattr(resources, "workers", 1))
+    bundles = scaleup.trial_bundles(resources.cpu, resources.gpu, resources.workers)
     try:
         autoscaler = scaleup.read_autoscaler()
     except Exception as exc:  # noqa: BLE001 - an unreadable autoscaler state must not block a fixed cluster

@@ -182,6 +182,14 @@ def test_check_cluster_stops_when_no_node_joins_in_time_or_drops_the_gpu(fake_ra
         cluster.check_cluster(Resources(cpu=1, gpu=0.5), "drop")
 
 
+def test_check_cluster_waits_for_every_worker_of_a_trial_that_spans_workers(fake_ray, monkeypatch):
+    monkeypatch.setenv(scaleup.SCALE_UP_TIMEOUT_ENV, "0.01")
+    fake_ray.joins_after = 0  # one GPU node is up: it holds one of the two workers
+    with pytest.raises(SweepError, match="did not grow to hold 2 workers of 4 CPU, 1 GPU"):
+        cluster.check_cluster(Resources(cpu=4, gpu=1, workers=2), "error")
+    assert fake_ray.requests[0] == [{"CPU": 4.0, "GPU": 1.0}] * 2
+
+
 def test_check_cluster_on_a_fixed_cluster_refuses_at_once(fake_ray, monkeypatch):
     monkeypatch.setattr(scaleup, "read_autoscaler", lambda: None)
     with pytest.raises(SweepError, match="resources.gpu=0.5: the Ray cluster has no GPU"):
