@@ -19,7 +19,11 @@ command -v slurmctld >/dev/null && command -v munged >/dev/null \
 
 CLUSTER=$(mktemp -d /tmp/mm-slurm-test.XXXXXX)
 chmod 755 "$CLUSTER"
-stop_cluster() { "$REPO/docker/slurm/local-cluster.sh" stop "$CLUSTER"; }
+stop_cluster() {
+  local rc=$?
+  "$REPO/docker/slurm/local-cluster.sh" stop "$CLUSTER"
+  if [ $rc = 0 ]; then rm -rf "$CLUSTER"; else echo "[test-slurm] failed: logs kept in $CLUSTER" >&2; fi
+}
 trap stop_cluster EXIT
 "$REPO/docker/slurm/local-cluster.sh" start "$CLUSTER"
 export SLURM_CONF=$CLUSTER/slurm.conf MM_SLURM_TEST_DIR=$CLUSTER

@@ -12,8 +12,8 @@ file. Two jobs of docker/slurm/sweep.sbatch go in at once:
   step 0), so the time limit did hit a running trial; the report built. Once A is requeued the test raises its
   limit (A_REQUEUED_LIMIT) so that the second run finishes on a loaded machine instead of requeueing again.
 - job B (a second user, created here): a smaller sweep on the same node while A runs. Checked: both jobs were
-  RUNNING at the same time, B COMPLETED, its runs are the second user's, and the two jobs used different port
-  blocks and temp folders.
+  RUNNING at the same time, B COMPLETED, its store and artifacts were written by the second user's processes, and
+  the two jobs used different port blocks and temp folders.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import os
 import pwd
 import re
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -106,7 +107,10 @@ def _python_reachable_by_others():
     """The second user runs the project's Python too; where it lies under a folder others may not enter (here:
     pyenv under /root, mode 700), that folder gets search permission (o+x: enter, not list) for the test, restored
     afterwards."""
-    changed = []
+    def stop(signum, frame):  # a SIGTERM (timeout, kill) still runs the finally below
+        raise SystemExit(128 + signum)
+
+    changed, previous = [], signal.signal(signal.SIGTERM, stop)
     try:
         for folder in reversed(Path(os.path.realpath(sys.executable)).parents):
             mode = folder.stat().st_mode
@@ -118,6 +122,7 @@ def _python_reachable_by_others():
     finally:
         for folder, mode in changed:
             folder.chmod(mode)
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _trial_runs(workdir: Path) -> tuple[list, list, object]:
@@ -176,6 +181,49 @@ def _block_and_temp(log: str) -> tuple[str, str]:
     return m.group(2), m.group(3)
 
 
+def check_a(work_a: Path, info_a: dict[str, str], log_a: str) -> None:
+    """Job A hit its time limit, was requeued, continued and finished: one run per trial, every evaluation once,
+    one trial continued from its checkpoint, the report built."""
+    from orchestration import contract as C
+
+    assert info_a["JobState"] == "COMPLETED" and info_a["ExitCode"] == "0:0", info_a
+    assert int(info_a["Restarts"]) >= 1 and "requeueing job" in log_a and "(restart 1)" in log_a, log_a[-3000:]
+    parents, trials, client = _trial_runs(work_a)
+    planned = planned_trials(A_SET[1::2])
+    for run in sorted(trials, key=lambda r: r.info.run_name):
+        say(f"  A {run.info.run_name}: {run.info.status}, attempts (start step, tune checkpoint) {attempts(run)}")
+    # one run per trial: as many as planned, no Tune trial with two runs (names repeat: a study's trials share one)
+    assert len(trials) == planned and len({r.data.tags.get(C.TRIAL_ID) for r in trials}) == planned, \
+        [(r.info.run_name, r.data.tags.get(C.TRIAL_ID)) for r in trials]
+    assert {r.info.status for r in trials} == {"FINISHED"} and parents, [r.info.status for r in trials]
+    assert not [r for r in parents + trials if r.info.status == "RUNNING"]
+    for run in trials:  # every evaluation once, in order; search trials may end early (ASHA), the others not
+        steps = sorted(m.step for m in client.get_metric_history(run.info.run_id, C.TEST_ACC))
+        last = steps[-1] if run.data.tags.get(C.KIND) == C.KIND_SEARCH and steps else A_ITERATIONS
+        assert steps == list(range(A_EVAL, last + 1, A_EVAL)), \
+            f"{run.info.run_name}: evaluations at {steps} (a restart from step 0 logs them twice)"
+    resumed = [r for r in trials if any(int(s) > 0 and c == "yes" for s, c in attempts(r)[1:] if s.isdigit())]
+    assert resumed, "the time limit hit no running trial with a checkpoint: nothing was resumed from one"
+    report = sorted(p.name for p in (work_a / "report").glob("*"))
+    say(f"A's report: {report}")
+    assert "index.md" in report, report
+
+
+def check_b(work_b: Path, info_b: dict[str, str], log_a: str, log_b: str, job_b: str) -> None:
+    """Job B, the second user's, finished beside A in ports and folders of its own."""
+    assert info_b["JobState"] == "COMPLETED" and info_b["ExitCode"] == "0:0", info_b
+    _, trials_b, _ = _trial_runs(work_b)
+    assert trials_b and {r.info.status for r in trials_b} == {"FINISHED"}
+    uid = pwd.getpwnam(SECOND_USER).pw_uid  # its store, artifacts and checkpoints were written by its processes
+    owners = {p.stat().st_uid for p in [work_b / "mlflow.db", *(work_b / "mlartifacts").rglob("*")]}
+    assert owners == {uid}, owners
+    (ports_a, temp_a), (ports_b, temp_b) = _block_and_temp(log_a), _block_and_temp(log_b)
+    say(f"ports/temp: A {ports_a} {temp_a}, B {ports_b} {temp_b}")
+    assert ports_a != ports_b and temp_a != temp_b
+    assert f"/mm-{uid}-{job_b}" in temp_b
+    assert not Path(temp_a).exists() and not Path(temp_b).exists(), "a job left its Ray temp folder behind"
+
+
 def test_time_limit_requeue_and_a_second_users_job_beside_it():
     root = Path(os.environ["MM_SLURM_TEST_DIR"]) / "jobs"
     root.mkdir()
@@ -195,39 +243,7 @@ def test_time_limit_requeue_and_a_second_users_job_beside_it():
     say(f"both jobs done in {time.monotonic() - started:.0f} s")
     log_a, log_b = job_log(work_a, jobs["A"]), job_log(work_b, jobs["B"])
 
-    # A: hit its time limit, requeued, continued and finished
-    assert info["A"]["JobState"] == "COMPLETED" and info["A"]["ExitCode"] == "0:0", info["A"]
-    assert int(info["A"]["Restarts"]) >= 1 and "requeueing job" in log_a and "(restart 1)" in log_a, log_a[-3000:]
-    parents, trials, client = _trial_runs(work_a)
-    planned = planned_trials(A_SET[1::2])
-    for run in sorted(trials, key=lambda r: r.info.run_name):
-        say(f"  A {run.info.run_name}: {run.info.status}, attempts (start step, tune checkpoint) {attempts(run)}")
-    assert len(trials) == planned and len({r.info.run_name for r in trials}) == planned, \
-        [r.info.run_name for r in trials]
-    assert {r.info.status for r in trials} == {"FINISHED"} and parents, [r.info.status for r in trials]
-    assert not [r for r in parents + trials if r.info.status == "RUNNING"]
-    from orchestration import contract as C
-
-    for run in trials:  # every evaluation once, in order; search trials may end early (ASHA), the others not
-        steps = sorted(m.step for m in client.get_metric_history(run.info.run_id, C.TEST_ACC))
-        last = steps[-1] if run.data.tags.get(C.KIND) == C.KIND_SEARCH and steps else A_ITERATIONS
-        assert steps == list(range(A_EVAL, last + 1, A_EVAL)), \
-            f"{run.info.run_name}: evaluations at {steps} (a restart from step 0 logs them twice)"
-    resumed = [r for r in trials if any(int(s) > 0 and c == "yes" for s, c in attempts(r)[1:] if s.isdigit())]
-    assert resumed, "the time limit hit no running trial with a checkpoint: nothing was resumed from one"
-    report = sorted(p.name for p in (work_a / "report").glob("*"))
-    say(f"A's report: {report}")
-    assert "index.md" in report, report
-
-    # B: a second user's job on the same node at the same time, in ports and folders of its own
+    check_a(work_a, info["A"], log_a)
     assert together, "the two jobs never ran at the same time"
-    assert info["B"]["JobState"] == "COMPLETED" and info["B"]["ExitCode"] == "0:0", info["B"]
-    _, trials_b, _ = _trial_runs(work_b)
-    assert trials_b and {r.info.status for r in trials_b} == {"FINISHED"}
-    assert {r.data.tags.get("mlflow.user") for r in trials_b} == {SECOND_USER}
-    (ports_a, temp_a), (ports_b, temp_b) = _block_and_temp(log_a), _block_and_temp(log_b)
-    say(f"ports/temp: A {ports_a} {temp_a}, B {ports_b} {temp_b}")
-    assert ports_a != ports_b and temp_a != temp_b
-    assert f"/mm-{pwd.getpwnam(SECOND_USER).pw_uid}-{jobs['B']}" in temp_b
-    assert not Path(temp_a).exists() and not Path(temp_b).exists(), "a job left its Ray temp folder behind"
+    check_b(work_b, info["B"], log_a, log_b, jobs["B"])
     shutil.rmtree(root, ignore_errors=True)
