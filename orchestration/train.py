@@ -19,6 +19,8 @@ error) or KILLED (Ctrl+C) as the run does.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import hashlib
 import secrets
 import socket
@@ -26,7 +28,7 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Sequence
+from typing import IO, Sequence
 
 from mutexmatch.cli import entry_point
 from orchestration.runtime.env import apply_closed_network_env
@@ -125,18 +127,37 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{mlflow_ui.ui_hint(uri, experiment_id)}", file=sys.stderr, flush=True)
         return list(opened)
 
+    said = _ErrorLines(sys.stderr)
     try:
-        code = train_main(rest, callbacks=callbacks)
+        with contextlib.redirect_stderr(said):  # the trainer's error line goes to the console and to the run
+            code = train_main(rest, callbacks=callbacks)
     except BaseException as e:
         if opened and not isinstance(e, (KeyboardInterrupt, SystemExit)):
             opened[0].trial_run.failed(e)
         raise
     if opened:
-        _end(opened[0], code, time.perf_counter() - t0)
+        _end(opened[0], code, time.perf_counter() - t0, said.last)
     return code
 
 
-def _end(callback: MlflowRunCallback, code: int, wall_s: float) -> None:
+class _ErrorLines(io.TextIOBase):
+    """stderr passed through, its last ``error: ...`` line kept (issue 33 item 6: the MLflow run recorded only
+    'the trainer exited with code 1', where a sweep trial records the reason)."""
+
+    def __init__(self, through: IO[str]) -> None:
+        self.through, self.last, self._line = through, "", ""
+
+    def write(self, text: str) -> int:
+        self._line += text
+        *done, self._line = self._line.split("\n")
+        self.last = next((ln[len("error: "):] for ln in reversed(done) if ln.startswith("error: ")), self.last)
+        return self.through.write(text)
+
+    def flush(self) -> None:
+        self.through.flush()
+
+
+def _end(callback: MlflowRunCallback, code: int, wall_s: float, error_line: str = "") -> None:
     """FINISHED when the run completed; KILLED when stopped (Ctrl+C, ``--stop-at``: ``--resume`` continues it);
     FAILED with the exit code otherwise."""
     run = callback.trial_run
@@ -147,7 +168,8 @@ def _end(callback: MlflowRunCallback, code: int, wall_s: float) -> None:
         run.client.set_tag(run.run_id, C.ENDED_BY, f"{how} (continue: python -m orchestration.train --resume DIR)")
         end_run(run.client, run.run_id, "KILLED")
     else:
-        run.client.set_tag(run.run_id, C.ERROR, f"the trainer exited with code {code} (its error line: the console)")
+        run.client.set_tag(run.run_id, C.ERROR, error_line[:5000] or f"the trainer exited with code {code} (its "
+                                                                    "error line: the console)")
         end_run(run.client, run.run_id, "FAILED")
 
 

@@ -145,3 +145,25 @@ class StepAccumulator:
         if with_tnc:
             counts["comp_label_counts"] = self.comp_counts.view(C, C).cpu().numpy()
         return counts
+
+
+def divergence_message(bad: list[tuple[str, int]], term_means: dict[str, float], weights: dict[str, float],
+                       algorithm: str, lr: float) -> str:
+    """The one line a non-finite loss stops a run with (issue 33 item 6): the first non-finite *term* at the first
+    bad step (the total only when every term stayed finite there), and what to lower. A total that overflows from finite terms names the term
+    whose weighted mean is largest, with its weight; the learning rate is always a suspect."""
+    # the earliest step (what follows a non-finite step is its consequence); there, a term before the total
+    term, step = min(bad, key=lambda ts: (ts[1], ts[0] == TOTAL))
+    hint = f"lower optim.lr ({lr:g})"
+    if term == TOTAL and weights:
+        def size(t: str) -> tuple[float, float]:  # a mean made NaN by the steps after: ranked by its weight
+            value = abs(weights[t] * term_means.get(term_metric(t), 0.0))
+            return (value if value == value else float("inf"), abs(weights[t]))
+        top = max(weights, key=size)
+        hint = (f"its terms are finite; the largest weighted one is {top!r} (weight {weights[top]:g}): lower that "
+                f"weight, or {hint}")
+    elif term != TOTAL:
+        weight = f" (weight {weights[term]:g})" if term in weights else ""
+        hint = f"lower the settings that scale term {term!r}{weight} (its weight, a temperature), or {hint}"
+    return (f"non-finite loss term {term!r} at step {step} (algorithm {algorithm}); the run is stopped: {hint}; a "
+            "divergence is deterministic, so a retry fails the same way")

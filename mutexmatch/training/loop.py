@@ -31,7 +31,7 @@ from mutexmatch.training.checkpoint import CheckpointError, latest_checkpoint, l
 from mutexmatch.training.checkpoint import save_checkpoint as write_checkpoint
 from mutexmatch.training.compiled import check_cuda_graphs, check_separate_forwards
 from mutexmatch.training.device import autocast_factory, configure_process, resolve_device, synchronize
-from mutexmatch.training.diagnostics import StepAccumulator
+from mutexmatch.training.diagnostics import StepAccumulator, divergence_message
 from mutexmatch.training.distributed import DataParallel, join_process_group
 from mutexmatch.training.evaluation import Evaluator
 from mutexmatch.training.extended_step import step_inputs
@@ -120,6 +120,13 @@ class Trainer:
         self.scaler = grad_scaler(cfg, self.device)
         self.batches = BatchSource(cfg, self.bundle, self.split, alg_cls.step, alg_cls.uses_unlabeled, self.device)
         self.prefetcher = self.batches.prefetcher
+
+    def _term_weights(self) -> dict[str, float]:
+        """lambda_t of each term, for a divergence's message (an algorithm may declare none)."""
+        try:
+            return dict(self.algorithm.term_weights())
+        except NotImplementedError:
+            return {}
 
     def _context(self, uses_unlabeled: bool) -> TrainContext:
         """What the algorithm gets from the trainer (the seam): the pool, the labeled set, the schedule, the EMA."""
@@ -236,9 +243,10 @@ class Trainer:
         st, ev = self.stats, self.evaluator
         n = max(1, st.steps)
         terms = st.term_means()
-        for name, bad_step in st.non_finite():
-            raise NonFiniteLossError(f"non-finite loss term {name!r} at step {bad_step} "
-                                     f"(algorithm {self.cfg.algorithm.name}); the run is stopped")
+        bad = st.non_finite()
+        if bad:
+            raise NonFiniteLossError(divergence_message(bad, terms, self._term_weights(), self.cfg.algorithm.name,
+                                                        self.optimizer.param_groups[0]["lr"]))
         synchronize(self.device)
         elapsed = time.perf_counter() - st.t_start
         test = self.bundle.test

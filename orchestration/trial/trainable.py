@@ -42,7 +42,7 @@ apply_closed_network_env()  # before mlflow/ray are imported in a worker process
 
 from mutexmatch.training import Callback, EvalEvent, RunSummary, StartEvent  # noqa: E402
 from mutexmatch.config import RunConfig, config_hash, parse_config  # noqa: E402
-from mutexmatch.training import RunFolder  # noqa: E402
+from mutexmatch.training import NonFiniteLossError, RunFolder  # noqa: E402
 
 from orchestration import contract as C  # noqa: E402
 from orchestration.trial import tracking  # noqa: E402
@@ -230,6 +230,12 @@ def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
         trial_run.stopped(folder.best_weights)
         shutil.rmtree(scratch, ignore_errors=True)
         raise
+    except NonFiniteLossError as e:
+        # Deterministic (issue 33 item 6): Tune's restart from the last checkpoint diverges the same way, twice
+        # over. The run is FAILED with the trainer's line; the trial ends without an error, so Tune retries nothing.
+        trial_run.failed(e)
+        print(f"[trial {trial_id}] error: {e} (not retried; run folder kept: {folder.path})", file=sys.stderr)
+        return
     except BaseException as e:
         trial_run.failed(e)
         print(f"[trial {trial_id}] failed; its run folder is kept for inspection: {folder.path}", file=sys.stderr)

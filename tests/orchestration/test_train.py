@@ -65,6 +65,18 @@ def test_stop_then_resume_continues_the_same_mlflow_run(tmp_path, store):
     assert [m.step for m in client.get_metric_history(run.info.run_id, C.TEST_ACC)] == [2, 4]
 
 
+
+def test_a_diverged_run_records_the_trainers_error_line(tmp_path, store, capsys):
+    # Issue 33 item 6 (otrain-nan-http): the FAILED run said only "the trainer exited with code 1"
+    uri, client = store
+    assert main(_args(tmp_path / "run") + ["--set", "algorithm.name=fixmatch", "--set", "algorithm.lambda_p=1.0e+300",
+                                           "--tracking-uri", uri]) == 1
+    said = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("error: ")]
+    (run,) = client.search_runs([client.get_experiment_by_name(DEFAULT_EXPERIMENT).experiment_id])
+    assert run.info.status == "FAILED" and said == [f"error: {run.data.tags[C.ERROR]}"], (said, run.data.tags)
+    assert run.data.tags[C.ERROR].startswith("non-finite loss term 'loss' at step 0 (algorithm fixmatch)")
+
+
 def test_a_bad_store_is_one_line_before_any_work(tmp_path, capsys):
     junk = tmp_path / "junk.db"
     junk.write_text("not a database")

@@ -394,3 +394,23 @@ def test_resume_says_what_was_wrong_with_the_run_files(tmp_path, damage):
         Trainer(_cfg(tmp_path), resume=True).fit()
     assert (out / "run.json").read_text() == marker
     assert _logged_steps(out) == ([2, 4, 6, 8] if damage == "garbage run.json" else [6, 8])
+
+
+def test_a_divergence_names_the_overflowing_term_and_its_weight(tmp_path, capsys):
+    # Issue 33 item 6 (free-lf-huge, meanteacher-lambda-huge): the terms stay finite and their weighted total
+    # overflows; the message named only 'loss'. Now the term, its weight and what to lower.
+    assert main(STEPS + ["--set", "algorithm.name=fixmatch", "--set", "algorithm.lambda_p=1.0e+300",
+                         "--set", f"output_dir={tmp_path / 'run'}"]) == 1
+    err = _one_line_error(capsys, "error: non-finite loss term 'loss' at step 0 (algorithm fixmatch); the run is "
+                          "stopped: its terms are finite; the largest weighted one is 'p' (weight 1e+300): lower "
+                          "that weight, or lower optim.lr (", "a retry fails the same way")
+    assert "Traceback" not in err
+
+
+def test_a_non_finite_term_is_named_before_the_total():
+    from mutexmatch.training.diagnostics import divergence_message
+
+    line = divergence_message([("loss", 2), ("p", 2)], {}, {"sup": 1.0, "p": 0.5}, "uda", 0.03)
+    assert line.startswith("non-finite loss term 'p' at step 2 (algorithm uda); the run is stopped: lower the "
+                           "settings that scale term 'p' (weight 0.5) (its weight, a temperature), or lower optim.lr "
+                           "(0.03)")
