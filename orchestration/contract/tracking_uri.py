@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import urllib.parse
 from pathlib import Path
 
 __all__ = ["TRACKING_URI_ENV", "DEFAULT_DB", "OPTUNA_DB", "JOURNAL_PREFIX", "optuna_storage_url", "journal_file",
@@ -105,4 +106,19 @@ def resolve_tracking_uri(uri: str | None, project_dir: str | Path | None = None,
     if writable and (uri.startswith("file:") or "://" not in uri):
         raise ValueError(f"{source}={uri!r}: use sqlite:////abs/path/mlflow.db (one machine) or "
                          "http://host:port (an mlflow server); MLflow 3 refuses the plain file store")
-    return uri
+    return credentials_to_env(uri)
+
+
+def credentials_to_env(uri: str) -> str:
+    """``uri`` without its ``user:password@``, which go to ``$MLFLOW_TRACKING_USERNAME`` and
+    ``$MLFLOW_TRACKING_PASSWORD`` of this process (MLflow's HTTP client sends them; the processes it starts inherit
+    them) so that no tag, link, launch line or resume command holds a password (issue 33 item 7: the parent run's
+    ``mutexmatch.command`` kept it for every reader of the experiment)."""
+    parts = urllib.parse.urlsplit(uri)
+    if parts.scheme not in ("http", "https") or "@" not in parts.netloc:
+        return uri
+    if parts.username:
+        os.environ["MLFLOW_TRACKING_USERNAME"] = urllib.parse.unquote(parts.username)
+    if parts.password is not None:
+        os.environ["MLFLOW_TRACKING_PASSWORD"] = urllib.parse.unquote(parts.password)
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
