@@ -59,14 +59,16 @@ def preemptible(trainable: Callable[..., Any]) -> type:
 def keep_preempted(stopped: preemption.Preempted, callback: TrialCallback, trial_run: tracking.TrialRun, *,
                    report: Callable[[dict[str, float], Any], None], study: SearchStudy | None) -> None:
     """The trainer stopped on a signal at ``stopped.step`` with ``stopped.checkpoint`` written. Tune gets that
-    checkpoint with the last evaluation's metrics, unless the phase's scheduler counts reports as evaluations
-    (a ``study`` with ASHA, whose rungs and ``max_t`` an extra report would shift) or this attempt has evaluated nothing
-    yet (a report needs the searched metric): Tune then keeps the last evaluation's checkpoint. Raises
-    :class:`TrialPreempted` if no stop follows within :data:`WAIT_FOR_STOP_S`."""
+    checkpoint with the last evaluation's metrics (a grid or refit trial that has not evaluated yet in this attempt:
+    with its step alone), unless the phase's scheduler counts reports as evaluations (a ``study`` with ASHA, whose
+    rungs and ``max_t`` an extra report would shift) or a search trial has no evaluation in this attempt (its report
+    needs the searched metric): Tune then keeps the last evaluation's checkpoint. Raises :class:`TrialPreempted` if
+    no stop follows within :data:`WAIT_FOR_STOP_S`."""
     counts_iterations = study is not None and study.search.scheduler.type == "asha"
-    handed = callback.last_metrics is not None and not counts_iterations
+    handed = not counts_iterations and (callback.last_metrics is not None or study is None)
     if handed:
-        report({**callback.last_metrics, "step": stopped.step}, callback.stage(stopped.step, stopped.checkpoint))
+        report({**(callback.last_metrics or {}), "step": stopped.step},
+               callback.stage(stopped.step, stopped.checkpoint))
     trial_run.client.set_tag(trial_run.run_id, C.ENDED_BY, f"signal {stopped.signal_name} at step {stopped.step}")
     tracking.end_run(trial_run.client, trial_run.run_id, "KILLED")
     print(f"[trial {trial_run.run_id}] {stopped.signal_name}: checkpoint of step {stopped.step} written"
