@@ -74,3 +74,52 @@ def test_runs_of_other_settings_are_still_re_run(store) -> None:
     _old_store(client, exp, plan, lambda t: "0123456789abcdef")
     grid, phases, _ = select(plan, client, exp, force=False)
     assert grid == [t.key for t in plan.grid] and phases == ["refit"]
+
+
+# Issue 32: a store written before its changed defaults. The sweep below, planned by the code of commit 1282aee,
+# tagged its runs with these config hashes (pinned: that code's plan, not this one's).
+ISSUE_32_SWEEP = """
+name: issue32-migration
+base:
+  data: {dataset: digits, num_labels: 20, split_rule: official}
+  model: {backbone: small_cnn}
+  train: {iterations: 100, eval_interval: 50, batch_size: 16, mu: 4}
+folds: [0]
+axes:
+  method:
+    fixmatch: {algorithm: {name: fixmatch}}
+    comatch: {algorithm: {name: comatch}}
+    simmatch: {algorithm: {name: simmatch}}
+    adamatch: {algorithm: {name: adamatch}}
+    vat: {algorithm: {name: vat}}
+    pseudolabel: {algorithm: {name: pseudolabel}}
+resources: {cpu: 1, gpu: 0}
+"""
+BEFORE_32 = {"method=fixmatch/fold0": "1806a6abe2950dd3", "method=comatch/fold0": "f5cece62f3b5b178",
+             "method=simmatch/fold0": "830182c2b59fdeaf", "method=adamatch/fold0": "28f276b480d67d36",
+             "method=vat/fold0": "ec2fec252f120187", "method=pseudolabel/fold0": "ceacf3cd4c937d40"}
+# what each algorithm computed before issue 32, asked for explicitly (Pseudo-Label's old step is gone)
+ASK_FOR_32 = {"simmatch": {"epoch_steps": 0}, "adamatch": {"da_ratio": "filled"}, "vat": {"vat_probe": "usb"}}
+
+
+@pytest.mark.heavy   # ~30 s of MLflow on the shared CPUs; CI: tests/mutexmatch/test_config_identity.py and the pins
+def test_a_store_written_before_issue_32_is_found_only_by_configs_asking_for_the_old_behaviour(tmp_path):
+    """Relaunched after issue 32 with the YAML as it was, the trials whose default changed (SimMatch's epoch,
+    AdaMatch's quotient, VAT's probe, Pseudo-Label's step) run again and the others (FixMatch; CoMatch, whose
+    default start reads no epoch) are skipped; with the YAML asking for the old behaviour, only Pseudo-Label runs."""
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    asked_text = ISSUE_32_SWEEP
+    for name, params in ASK_FOR_32.items():
+        extra = ", ".join(f"{k}: {v}" for k, v in params.items())
+        asked_text = asked_text.replace(f"{{name: {name}}}", f"{{name: {name}, {extra}}}")
+    for text, rerun in ((ISSUE_32_SWEEP, {"simmatch", "adamatch", "vat", "pseudolabel"}),
+                        (asked_text, {"pseudolabel"})):
+        folder = tmp_path / str(len(rerun))
+        folder.mkdir()
+        (folder / "sweep.yaml").write_text(text)
+        plan = build_plan(load_spec(folder / "sweep.yaml", folder), folder)
+        exp = client.create_experiment(f"issue32-{len(rerun)}")
+        for t in plan.grid:
+            _finished(client, exp, _tags(C.KIND_GRID, t, t.cell, t.fold, BEFORE_32[t.key]))
+        grid, _, _ = select(plan, client, exp, force=False)
+        assert sorted(grid) == sorted(f"method={m}/fold0" for m in rerun), text
