@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from mutexmatch.cli import entry_point
+
 __all__ = ["main"]
 
 
@@ -24,6 +26,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+@entry_point("python -m mutexmatch.predict")
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.batch_size < 1:

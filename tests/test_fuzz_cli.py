@@ -37,7 +37,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 30
 CLIS = {"train": "mutexmatch.train", "datasets": "mutexmatch.datasets", "config": "mutexmatch.config.__main__",
-        "fakedata": "mutexmatch.fakedata", "sweep": "orchestration.sweep", "status": "orchestration.status",
+        "fakedata": "mutexmatch.fakedata", "predict": "mutexmatch.predict", "sweep": "orchestration.sweep", "status": "orchestration.status",
         "submit": "orchestration.submit", "otrain": "orchestration.train", "report": "reports.build"}
 RUN = {"data": {"dataset": "digits", "num_labels": 20},
        "train": {"iterations": 2, "eval_interval": 2, "batch_size": 4, "mu": 2}}
@@ -241,6 +241,13 @@ def _data_cases() -> list[Fuzz]:
         cases.append(Fuzz("fakedata-" + "_".join(argv).replace("{t}/", ""), "fakedata", argv,
                           (("file", b"x"),)))
     cases += [Fuzz("config-nope", "config", ("--nope",)), Fuzz("config-extra", "config", ("--doc", "extra"))]
+    weights = (("w.pt", b"not a checkpoint"), ("empty.pt", b""), ("dir.pt", None), ("r.yaml", RUN_YAML.encode()))
+    for name in ("w.pt", "empty.pt", "dir.pt", "gone.pt", "r.yaml"):
+        cases.append(Fuzz(f"predict-weights-{name}", "predict", ("--weights", f"{{t}}/{name}", "--images",
+                                                                  "{t}/photos"), weights, FOLDERS["empty-class"]))
+    for argv in (("--weights", "{t}/w.pt"), ("--images", "{t}"), ("--weights", "{t}/w.pt", "--images", "{t}",
+                                                                  "--batch-size", "0")):
+        cases.append(Fuzz("predict-" + "_".join(argv).replace("{t}/", ""), "predict", argv, weights))
     return cases
 
 
