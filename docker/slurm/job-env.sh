@@ -59,3 +59,18 @@ mm_mlflow_port() {
 mm_ray_tmp() {
   echo "${MM_RAY_TMP:-/tmp}/mm-$1-$2"
 }
+
+# Stop (TERM, then KILL after 10 s) this user's processes whose command line names folder $1, the job's Ray temp
+# folder: only this job's Ray processes do; found in /proc and stopped by process id.
+mm_stop_strays() {
+  local pids pid t
+  pids=$(grep -lsaF -- "$1" /proc/[0-9]*/cmdline 2>/dev/null | cut -d/ -f3 | grep -vx "$$" || true)
+  [ -n "$pids" ] || return 0
+  for pid in $pids; do kill "$pid" 2>/dev/null || true; done
+  for (( t = 0; t < 10; t++ )); do
+    pids=$(for pid in $pids; do kill -0 "$pid" 2>/dev/null && echo "$pid"; done)
+    [ -n "$pids" ] || return 0
+    sleep 1
+  done
+  for pid in $pids; do kill -9 "$pid" 2>/dev/null || true; done
+}
