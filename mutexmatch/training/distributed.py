@@ -61,8 +61,8 @@ def _collective(what: str, fn: Callable[[], Any]) -> Any:
         rank, world = ((dist.get_rank(), dist.get_world_size()) if dist.is_initialized()
                        else (os.environ.get("RANK", "?"), os.environ.get("WORLD_SIZE", "?")))
         raise DataParallelError(f"rank {rank} of {world}: {what} with the other ranks "
-                                f"failed ({first}); a rank died or stalled for more than "
-                                f"{TIMEOUT.total_seconds():.0f} s, the run is stopped") from None
+                                f"failed ({first}); a rank died, or stalled past the "
+                                f"{TIMEOUT.total_seconds():.0f} s timeout: the run is stopped") from None
 
 
 class _RankRows(torch.autograd.Function):

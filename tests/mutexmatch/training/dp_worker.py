@@ -63,6 +63,11 @@ def tensors(trainer) -> dict[str, torch.Tensor]:
     return out
 
 
+def record(trainer) -> dict:
+    """:func:`tensors` and the names of the trained parameters among them."""
+    return {"tensors": tensors(trainer), "params": [f"model.{k}" for k, _ in trainer.model.named_parameters()]}
+
+
 def train(cfg, bundle, stop_at=None, resume=False):
     """The trainer after fit; its tensors and last evaluation's metrics."""
     from mutexmatch.training import Trainer
@@ -99,25 +104,25 @@ def lock_step(cfg, out: Path, bundle, tamper=None) -> list[dict]:
             one = Trainer(cfg.model_copy(update={"output_dir": str(out / "one" / cfg.algorithm.name)}), bundle=bundle)
         finally:
             loop.join_process_group = joined
-    record = []
+    rows = []
     for _ in range(STEPS):
         before = rng_state()
         two.train_step()
-        row = {"two": {"tensors": tensors(two)}}
+        row = {"two": record(two)}
         if one is not None:
             after = rng_state()
             set_rng_state(before)   # the global generators (MixMatch's permutation, VAT's noise) as two had them
             one.train_step()
-            row["one"] = {"tensors": tensors(one)}
+            row["one"] = record(one)
             adopt(one, two)
             set_rng_state(after)
-        record.append(row)
-    record.append({"two": {"metrics": two.evaluate().metrics},
+        rows.append(row)
+    rows.append({"two": {"metrics": two.evaluate().metrics},
                    **({"one": {"metrics": one.evaluate().metrics}} if one is not None else {})})
     for trainer in (one, two):
         if trainer is not None:
             trainer.close()
-    return record
+    return rows
 
 
 def adopt(one, two) -> None:
