@@ -23,7 +23,14 @@
 #      ../shared/data/cifar10-jpeg.tar.gz .data/` (`.data/` is git-ignored), and `carry: [".data"]` in the call.
 # The default parts' limits add up to 515 s: one device call of timeout_s 600 (the machine check and the wheel
 # install take ~20 s). Other parts, each in a call of its own: digits (bit-identical resume), augment, cost
-# (every experiment setup at the full batch: GPU-hours).
+# (every experiment setup at the full batch: GPU-hours), and zoo (issue 35), two calls of timeout_s 600:
+#   ZOO_SHARD=1/2 OUT=$OUT bash benchmarks/device_check.sh zoo   then   ZOO_SHARD=2/2 ... zoo
+#   every registered algorithm (benchmarks/zoo.py reads the registry) for 200 steps, WRN-28-2 B 64 mu 7, in fp32
+#   and in its fast path (bf16 + train.compile + train.cuda_graphs; a modifier the trainer refuses, as CUDA graphs
+#   for a step of separate forwards, is dropped and its refusal recorded): ms/step, peak memory, the first 5 steps'
+#   loss against fp32, errors. Half the registry per call (compiling each algorithm's model costs tens of seconds);
+#   no algorithm starts after 470 s, the rest are recorded as skipped: rerun them with ZOO_SHARD=1/1 and
+#   ZOO="--steps 200 --algorithms a,b" (DRY=1 runs all of them, tiny, on the CPU with ZOO_SHARD=1/1).
 # Python packages the machine lacks travel as wheels in .whl (pydantic and its needs).
 set -u
 OUT=${OUT:?set OUT to a folder for logs}
@@ -51,12 +58,17 @@ if [[ ${DRY:-0} == 1 ]]; then
   PROF="--batch 2 --mu 1 --warmup 1 --steps 1 --images 256"
   MEM="--batch 2 --mu 1 --setups cnn13@32 --precision fp32"; SHARE="--batch 2 --mu 1 --steps 2"
   FID="--backbone small_cnn --batch 2 --mu 1 --seeds 0,1"; FIDELITY_STEPS=2
+  # graphs stays in the fast path to exercise a recorded refusal (CUDA graphs need CUDA); compiling is left out
+  ZOO="--backbone small_cnn --batch 2 --mu 1 --steps 2 --warmup 1 --loss-steps 1 --images 256 --fast bf16,graphs"
+  ZOO_SHARD=${ZOO_SHARD:-1/1}
 else
   DEV=cuda; STEP="--steps 30 --rounds 3 --workers 4"
   PIPES=ours,ours+bf16,ours+bf16+compile,ours+bf16+compile+graphs,ours+fp16; PROF="--warmup 10 --steps 5 --sync-steps 5"
   MEM="--setups wrn28_8@80,wrn28_8@64,wrn37_2@96 --precision fp32,bf16"; SHARE="--steps 20"; FID=""
+  ZOO="--steps 200 --fast bf16,compile,graphs --budget-s 470"  # no algorithm starts after 470 s of the 560
 fi
-export DEV STEP PIPES PROF MEM SHARE FID FIDELITY_STEPS FIDELITY_FAST
+ZOO_SHARD=${ZOO_SHARD:-1/2}
+export DEV STEP PIPES PROF MEM SHARE FID FIDELITY_STEPS FIDELITY_FAST ZOO ZOO_SHARD
 mkdir -p "$W/results"
 pack() { tar -czf "$OUT/device_check.tgz" -C "$W" .; }
 part() {  # part NAME SECONDS COMMAND...
@@ -138,6 +150,13 @@ fidelity() {
 }
 export -f fidelity
 part fidelity 170 fidelity
+
+zoo() {  # every registered algorithm, fp32 and the fast path: half of the registry per call (ZOO_SHARD=1/2, 2/2)
+  local shard=${ZOO_SHARD/\//of}
+  $PY benchmarks/zoo.py --device $DEV $ZOO --shard "$ZOO_SHARD" --out "$W/results/zoo_${DEV}_shard${shard}.json"
+}
+export -f zoo
+part zoo 560 zoo
 
 part augment 30 $PY benchmarks/augment.py --device cuda --seconds 5 --workers 12
 

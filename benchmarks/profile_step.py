@@ -17,7 +17,10 @@ Builds ``benchmarks/train_step.py``'s ``ours`` step (``Trainer.train_step`` on s
   annotation spans that named ``record_function`` ranges add are left out: they cover kernels, they are none), idle
   time = wall - busy, and the idle gaps between kernels (count over 10 us, largest, total);
 * ``cpu_launch``: CPU time spent in kernel launch and async copy calls, their number, and their number by the
-  categories above (``launches_by_category``);
+  categories above (``launches_by_category``); null on the CPU;
+* ``ops``: leaf ATen operators per step (those calling no other ATen operator), in all and by category: on a CPU
+  the launch count's stand-in. The launch count per step (CUDA) or the operator count (CPU), whole step and
+  augmentation, is printed on one line;
 * ``syncs``: device->host synchronisations per step over ``--sync-steps`` more steady-state steps, counted with
   ``torch.cuda.set_sync_debug_mode("warn")`` (warnings from the Python thread by call site, plus those the
   autograd thread prints). PyTorch's one-time notice that the mode is a prototype ("Synchronization debug mode is a
@@ -159,6 +162,31 @@ def cpu_launch(events, steps: int) -> dict:
             "launches_by_category": by_category}
 
 
+def op_count(events, steps: int) -> dict:
+    """Leaf ATen operators per step (those calling no other ATen operator: the ones that do the work, each one
+    kernel launch or more on a GPU, a loop over the data on a CPU), in all and by category: on a CPU the stand-in for
+    :func:`cpu_launch`'s launch count (issue 35: how many kernels augmentation and the whole step make)."""
+    loss_seqs = _loss_sequence_numbers(events)
+    by_category = dict.fromkeys(CATEGORIES, 0.0)
+    for e in events:
+        if (e.device_type == torch.autograd.DeviceType.CPU and e.name.startswith("aten::")
+                and not any(c.name.startswith("aten::") for c in e.cpu_children)):
+            by_category[categorise(e, loss_seqs)] += 1 / steps
+    return {"per_step": sum(by_category.values()), "by_category": by_category}
+
+
+def launch_line(result: dict) -> str:
+    """The launch count per step, whole step and augmentation: CUDA kernel launches (and async copies) on a GPU,
+    leaf ATen operators on a CPU."""
+    launches = result["cpu_launch"]
+    if launches is not None:
+        return (f"launches per step (CUDA kernels and async copies): {launches['calls']:.0f}, augmentation "
+                f"{launches['launches_by_category']['augmentation']:.0f}")
+    ops = result["ops"]
+    return (f"operators per step (leaf ATen operators, the CPU's stand-in for launches): {ops['per_step']:.0f}, "
+            f"augmentation {ops['by_category']['augmentation']:.0f}")
+
+
 @contextlib.contextmanager
 def _stderr_to(path: Path):
     """Send file descriptor 2 (where C++ warnings of threads without a Python handler go) to ``path``."""
@@ -226,6 +254,7 @@ def run(args, root: str) -> dict:
            "timed": "CUDA kernel time" if cuda else "operators' own CPU time"}
     out["gpu"] = gpu_timeline(events, args.steps, wall) if cuda else None
     out["cpu_launch"] = cpu_launch(events, args.steps) if cuda else None
+    out["ops"] = op_count(events, args.steps)
     out["syncs"] = count_syncs(trainer, root, args.sync_steps) if cuda else None
     out["step_s_unprofiled"] = _unprofiled(trainer, args)
     return out
@@ -267,6 +296,7 @@ def main() -> None:
     for key in ("gpu", "cpu_launch", "syncs"):
         if result[key] is not None:
             print(f"{key}: {result[key]}")
+    print(launch_line(result))
     print(f"step without the profiler: {result['step_s_unprofiled']:.4f} s")
     suffix = "_compile" if args.compile else ""
     write(args.out, f"profile_{torch.device(args.device).type}_{args.backbone}_{args.precision}{suffix}", record)

@@ -134,11 +134,13 @@ def timed(step, args) -> list[float]:
 
 
 def build_ours(args, bundle: DatasetBundle, root: str, compile_model: bool = False, keep: bool = True,
-               deterministic: bool = False, precision: str | None = None, cuda_graphs: bool = False) -> Trainer:
+               deterministic: bool = False, precision: str | None = None, cuda_graphs: bool = False,
+               algorithm: dict | None = None) -> Trainer:
+    """Our trainer on ``bundle``: MutexMatch (``form: official``) unless ``algorithm`` (a config section) says."""
     cfg = parse_config({
         "data": {"dataset": "cifar10", "root": root, "num_labels": 25 * bundle.info.num_classes},
         "model": {"backbone": args.backbone},
-        "algorithm": {"name": "mutexmatch", "form": "official"},
+        "algorithm": algorithm or {"name": "mutexmatch", "form": "official"},
         "train": {"batch_size": args.batch, "mu": args.mu, "device": args.device,
                   "precision": precision or args.precision, "progress": False, "iterations": 1000,
                   "compile": compile_model, "keep_freed_memory": keep, "deterministic": deterministic,

@@ -257,3 +257,99 @@ def test_breakdown_attributes_cuda_kernels_by_phase_then_operator():
     assert counted["calls"] == 2 and counted["seconds"] == pytest.approx(16e-6 / 2)
     assert counted["launches_by_category"] == {"augmentation": 1, "losses": 0.5, "optimizer_ema": 0,
                                                "convolutions": 0, "bn_activation": 0, "other": 0.5}
+
+
+# ---------------------------------------------------------------- issue 35: the zoo part and the launch count
+
+def test_zoo_trains_the_registry_in_both_paths_and_records_refusals_and_errors(monkeypatch):
+    """benchmarks/zoo.py: the registry is the default list (never a hand list); a concatenated and a separate-forward
+    algorithm each train in fp32 and the fast path from the same seed, a refused modifier (CUDA graphs on a CPU) is
+    dropped with the trainer's refusal recorded, and one algorithm's error does not stop the next."""
+    from mutexmatch.algorithms import ALGORITHMS
+    zoo = _bench_module("zoo")
+    assert zoo.parse([]).names == list(ALGORITHMS)
+    args = zoo.parse(["--device", "cpu", "--backbone", "small_cnn", "--batch", "2", "--mu", "1", "--steps", "2",
+                      "--warmup", "1", "--loss-steps", "2", "--images", "256", "--fast", "bf16,graphs",
+                      "--algorithms", "fixmatch,meanteacher,pimodel"])
+    train = zoo.train
+    monkeypatch.setattr(zoo, "train", lambda a, b, name, mods: (_ for _ in ()).throw(RuntimeError("boom\nlast line"))
+                        if name == "pimodel" else train(a, b, name, mods))
+    saved = []
+    results = zoo.run_zoo(args, args.names, lambda r: saved.append(list(r)))
+    assert saved == [["fixmatch"], ["fixmatch", "meanteacher"], ["fixmatch", "meanteacher", "pimodel"]]
+    # the trainer's own refusals: CUDA graphs need CUDA; a step of separate forwards is refused before the device
+    for name, why in (("fixmatch", "CUDA graphs need a CUDA device"), ("meanteacher", "runs several forwards")):
+        fp32, fast = results[name]["fp32"], results[name]["fast"]
+        assert fp32["modifiers"] == [] and fast["modifiers"] == ["bf16"]
+        assert list(fast["refused"]) == ["graphs"] and why in fast["refused"]["graphs"]
+        assert len(fp32["losses"]) == len(fast["losses"]) == 2 and fp32["ms_per_step"] > 0
+        assert fp32["peak_memory_mib"] is None  # CUDA only
+        # bf16 autocast changes the first loss a little, not its size (same seed, same batch)
+        assert 0 < fast["loss_rel_diff"] < 0.1 and fast["loss_rel_diff"] == zoo.loss_rel_diff(fp32["losses"],
+                                                                                              fast["losses"])
+    assert results["pimodel"]["fp32"] == {"error": "RuntimeError: last line"}
+    table = zoo.table(results)
+    assert "| fixmatch | " in table and "graphs refused" in table and "fp32: RuntimeError: last line" in table
+
+
+def test_zoo_refuses_bad_options_and_shards_cover_the_registry_once():
+    zoo = _bench_module("zoo")
+    names = [f"a{i}" for i in range(7)]
+    shards = [zoo.shard(names, f"{k}/3") for k in (1, 2, 3)]
+    assert sorted(sum(shards, [])) == sorted(names) and all(shards)
+    for bad in ("0/2", "3/2", "1", "x/y"):
+        with pytest.raises(ValueError, match="not K/N"):
+            zoo.shard(names, bad)
+    for bad in ("bf16,warp", "bf16,bf16", ""):
+        with pytest.raises(ValueError, match="not one of"):
+            zoo.fast_modifiers(bad)
+    assert zoo.loss_rel_diff([2.0, 1.0], [2.0, float("nan")]) == float("inf")
+    with pytest.raises(SystemExit):
+        zoo.parse(["--algorithms", "fixmatch,no_such_method"])
+
+
+def test_device_check_runs_the_zoo_in_calls_of_its_own():
+    script = (BENCH / "device_check.sh").read_text()
+    default = re.search(r'WANTED=" \$\{\*:-([a-z0-9_ ]+)\} "', script).group(1).split()
+    limit = int(re.search(r"^part zoo (\d+) zoo$", script, re.M).group(1))
+    assert "zoo" not in default and limit <= 600 - 20
+    budget = float(re.search(r'ZOO="[^"]*--budget-s (\d+)', script).group(1))
+    assert budget < limit - 60  # the last algorithm started has a minute to compile and train
+    assert re.search(r'^  ZOO="--backbone small_cnn --batch 2 ', script, re.M)  # DRY=1: tiny sizes
+
+
+def test_op_count_counts_leaf_aten_operators_by_category():
+    cpu = torch.autograd.DeviceType.CPU
+
+    def op(name, parent=None):
+        e = SimpleNamespace(name=name, cpu_parent=parent, sequence_nr=-1, device_type=cpu, cpu_children=[])
+        if parent is not None:
+            parent.cpu_children.append(e)
+        return e
+
+    aug = op("mutexmatch.augmentation")
+    flip = op("aten::flip", aug)
+    conv = op("aten::convolution")
+    events = [aug, flip, op("aten::empty_like", flip), op("aten::add_", aug), conv,
+              op("aten::mkldnn_convolution", conv), op("aten::add")]
+    counted = _bench_module().op_count(events, steps=2)
+    # leaves (no ATen child): empty_like and add_ (augmentation), mkldnn_convolution, add (other)
+    assert counted["by_category"] == {"augmentation": 1, "losses": 0, "optimizer_ema": 0, "convolutions": 0.5,
+                                      "bn_activation": 0, "other": 0.5}
+    assert counted["per_step"] == 2
+    line = _bench_module().launch_line({"cpu_launch": None, "ops": counted})
+    assert line.endswith("launches): 2, augmentation 1"), line
+
+
+@pytest.mark.heavy
+def test_device_check_dry_zoo_trains_every_registered_algorithm(tmp_path):
+    """DRY=1 zoo: all registered algorithms, fp32 and the fast path, tiny on the CPU (about 4 minutes on 2 cores)."""
+    from mutexmatch.algorithms import ALGORITHMS
+    proc = subprocess.run(["bash", str(BENCH / "device_check.sh"), "zoo"], cwd=BENCH.parent, capture_output=True,
+                          text=True, env={**os.environ, "OUT": str(tmp_path), "DRY": "1", "PYTHON": sys.executable},
+                          timeout=1800)
+    assert proc.returncode == 0 and "=== zoo: rc=0 in " in proc.stdout, proc.stdout[-4000:]
+    with tarfile.open(tmp_path / "device_check.tgz") as tar:
+        record = json.load(tar.extractfile("./results/zoo_cpu_shard1of1.json"))
+    assert list(record["algorithms"]) == list(ALGORITHMS)
+    assert all("losses" in row[p] for row in record["algorithms"].values() for p in ("fp32", "fast"))
