@@ -68,7 +68,7 @@ mm_stop_strays() {
   [ -n "$pids" ] || return 0
   for pid in $pids; do kill "$pid" 2>/dev/null || true; done
   for (( t = 0; t < 10; t++ )); do
-    pids=$(for pid in $pids; do kill -0 "$pid" 2>/dev/null && echo "$pid"; done)
+    pids=$(for pid in $pids; do if kill -0 "$pid" 2>/dev/null; then echo "$pid"; fi; done)
     [ -n "$pids" ] || return 0
     sleep 1
   done
