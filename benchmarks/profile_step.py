@@ -18,7 +18,8 @@ Builds ``benchmarks/train_step.py``'s ``ours`` step (``Trainer.train_step`` on s
   time = wall - busy, and the idle gaps between kernels (count over 10 us, largest, total);
 * ``cpu_launch``: CPU time spent in kernel launch and async copy calls, their number, and their number by the
   categories above (``launches_by_category``); null on the CPU;
-* ``ops``: leaf ATen operators per step (those calling no other ATen operator), in all and by category: on a CPU
+* ``ops``: leaf ATen operators per step (those calling no other ATen operator; allocations and views left out), in
+  all and by category: on a CPU
   the launch count's stand-in. The launch count per step (CUDA) or the operator count (CPU), whole step and
   augmentation, is printed on one line;
 * ``syncs``: device->host synchronisations per step over ``--sync-steps`` more steady-state steps, counted with
@@ -60,6 +61,10 @@ SYNC_WARNING = "called a synchronizing CUDA operation"
 LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
             "cudaLaunchCooperativeKernel", "cudaMemcpyAsync", "cudaMemsetAsync")
 GAP_S = 10e-6
+# ATen operators that touch no data (allocation, views, metadata): no kernel on a GPU, left out of the CPU's count
+NO_DATA_OPS = frozenset({"aten::empty", "aten::empty_strided", "aten::as_strided", "aten::view", "aten::_unsafe_view",
+                         "aten::_reshape_alias", "aten::alias", "aten::resize_", "aten::set_", "aten::detach",
+                         "aten::detach_", "aten::lift_fresh", "aten::result_type"})
 
 
 def _ranged(name: str, fn):
@@ -164,13 +169,14 @@ def cpu_launch(events, steps: int) -> dict:
 
 def op_count(events, steps: int) -> dict:
     """Leaf ATen operators per step (those calling no other ATen operator: the ones that do the work, each one
-    kernel launch or more on a GPU, a loop over the data on a CPU), in all and by category: on a CPU the stand-in for
-    :func:`cpu_launch`'s launch count (issue 35: how many kernels augmentation and the whole step make)."""
+    kernel launch or more on a GPU, a loop over the data on a CPU; :data:`NO_DATA_OPS` left out), in all and by
+    category: on a CPU the stand-in for :func:`cpu_launch`'s launch count (issue 35: how many kernels augmentation
+    and the whole step make)."""
     loss_seqs = _loss_sequence_numbers(events)
     by_category = dict.fromkeys(CATEGORIES, 0.0)
     for e in events:
         if (e.device_type == torch.autograd.DeviceType.CPU and e.name.startswith("aten::")
-                and not any(c.name.startswith("aten::") for c in e.cpu_children)):
+                and e.name not in NO_DATA_OPS and not any(c.name.startswith("aten::") for c in e.cpu_children)):
             by_category[categorise(e, loss_seqs)] += 1 / steps
     return {"per_step": sum(by_category.values()), "by_category": by_category}
 

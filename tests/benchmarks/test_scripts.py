@@ -331,9 +331,9 @@ def test_op_count_counts_leaf_aten_operators_by_category():
     flip = op("aten::flip", aug)
     conv = op("aten::convolution")
     events = [aug, flip, op("aten::empty_like", flip), op("aten::add_", aug), conv,
-              op("aten::mkldnn_convolution", conv), op("aten::add")]
+              op("aten::mkldnn_convolution", conv), op("aten::add"), op("aten::empty", conv), op("aten::view")]
     counted = _bench_module().op_count(events, steps=2)
-    # leaves (no ATen child): empty_like and add_ (augmentation), mkldnn_convolution, add (other)
+    # leaves (no ATen child) that touch data: empty_like and add_ (augmentation), mkldnn_convolution, add (other)
     assert counted["by_category"] == {"augmentation": 1, "losses": 0, "optimizer_ema": 0, "convolutions": 0.5,
                                       "bn_activation": 0, "other": 0.5}
     assert counted["per_step"] == 2
