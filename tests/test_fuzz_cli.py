@@ -422,9 +422,11 @@ def test_the_fuzz_sees_a_reintroduced_traceback(guarded: Path, capfd, monkeypatc
 
 # The real command lines: the wrapper is what `python -m` runs (a fresh interpreter each, ~3-7 s here). A
 # sitecustomize on PYTHONPATH (imported by Python at start-up) breaks the one YAML reader before the command runs.
+# One in CI (a fresh Python importing torch: 10-60 s on the loaded 2-core CI machine), the rest heavy.
 REAL = [pytest.param("mutexmatch.train", ["--config", "r.yaml"], False, id="train"),
-        pytest.param("mutexmatch.train", ["--config", "r.yaml"], True, id="train-debug"),
-        pytest.param("reports.build", ["s.yaml", "--out", "o"], False, id="report"),  # through the contract
+        pytest.param("mutexmatch.train", ["--config", "r.yaml"], True, id="train-debug", marks=pytest.mark.heavy),
+        pytest.param("reports.build", ["s.yaml", "--out", "o"], False, id="report",  # through the contract
+                     marks=pytest.mark.heavy),
         pytest.param("orchestration.status", ["s.yaml"], False, id="status", marks=pytest.mark.heavy)]
 
 

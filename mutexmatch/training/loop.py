@@ -14,6 +14,7 @@ import io
 import statistics
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -44,6 +45,10 @@ from mutexmatch.training.run_files import check_resumed_files, write_run_files
 from mutexmatch.training.runfolder import RunFolder, RunFolderError, checkpoint_step
 
 __all__ = ["Trainer", "NonFiniteLossError"]
+
+# How much train/loss may grow over a run before it is called a divergence: a training loss that falls, or rises
+# a few-fold at a learning-rate restart, is far below it; 7e26 from 41 (issue 33's lr=10 run) is far above.
+EXPLOSION = 1e6
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -99,6 +104,7 @@ class Trainer:
         self.history: list[float] = []   # EMA test accuracy at every evaluation
         self.best_acc = -1.0
         self.best_val = -1.0
+        self._loss_reference: tuple[int, float] | None = None   # (step, train/loss) of the first evaluation
         self.resumed_from: Path | None = None
         self.last_checkpoint: Path | None = None
         self._reset_accumulators()
@@ -120,6 +126,19 @@ class Trainer:
         self.scaler = grad_scaler(cfg, self.device)
         self.batches = BatchSource(cfg, self.bundle, self.split, alg_cls.step, alg_cls.uses_unlabeled, self.device)
         self.prefetcher = self.batches.prefetcher
+
+    def _warn_if_exploding(self, loss: float) -> None:
+        """A loss grown :data:`EXPLOSION` times since this process's first evaluation without turning non-finite
+        (7e26 at optim.lr=10, issue 33 item 6: the run FINISHED at chance without a word) is said once."""
+        if self._loss_reference is None:
+            self._loss_reference = (self.step, loss)
+        step, first = self._loss_reference
+        if 0 < first and loss > EXPLOSION * first and step >= 0:
+            self._loss_reference = (-1, first)  # said once
+            warnings.warn(f"train/loss rose from {first:.3g} (step {step}) to {loss:.3g} (step {self.step}), over "
+                          f"{EXPLOSION:.0e} times: the run diverged and its accuracy means nothing; lower optim.lr "
+                          f"({self.optimizer.param_groups[0]['lr']:g}) or the loss weights", RuntimeWarning,
+                          stacklevel=2)
 
     def _term_weights(self) -> dict[str, float]:
         """lambda_t of each term, for a divergence's message (an algorithm may declare none)."""
@@ -247,6 +266,7 @@ class Trainer:
         if bad:
             raise NonFiniteLossError(divergence_message(bad, terms, self._term_weights(), self.cfg.algorithm.name,
                                                         self.optimizer.param_groups[0]["lr"]))
+        self._warn_if_exploding(terms[M.term_metric(M.TOTAL)])
         synchronize(self.device)
         elapsed = time.perf_counter() - st.t_start
         test = self.bundle.test

@@ -230,15 +230,9 @@ def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
         trial_run.stopped(folder.best_weights)
         shutil.rmtree(scratch, ignore_errors=True)
         raise
-    except NonFiniteLossError as e:
-        # Deterministic (issue 33 item 6): Tune's restart from the last checkpoint diverges the same way, twice
-        # over. The run is FAILED with the trainer's line; the trial ends without an error, so Tune retries nothing.
-        trial_run.failed(e)
-        print(f"[trial {trial_id}] error: {e} (not retried; run folder kept: {folder.path})", file=sys.stderr)
-        return
     except BaseException as e:
-        trial_run.failed(e)
-        print(f"[trial {trial_id}] failed; its run folder is kept for inspection: {folder.path}", file=sys.stderr)
+        if _failed(trial_run, trial_id, folder, e):  # a divergence: ended without an error, so Tune retries nothing
+            return
         raise
     trial_run.finish({"setup_s": setup_s, "hooks_s": callback.hooks_s, "wall_s": time.perf_counter() - t_entry})
     try:
@@ -249,6 +243,17 @@ def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
+
+def _failed(trial_run: tracking.TrialRun, trial_id: str, folder: RunFolder, error: BaseException) -> bool:
+    """The run FAILED with the error's line; True for a divergence (:class:`NonFiniteLossError`), which is
+    deterministic (issue 33 item 6): Tune's restart from the last checkpoint would diverge the same way, twice over
+    (``mutexmatch.attempts=3`` and three tracebacks before), so the caller ends the trial without raising."""
+    trial_run.failed(error)
+    if isinstance(error, NonFiniteLossError):
+        print(f"[trial {trial_id}] error: {error} (not retried; run folder kept: {folder.path})", file=sys.stderr)
+        return True
+    print(f"[trial {trial_id}] failed; its run folder is kept for inspection: {folder.path}", file=sys.stderr)
+    return False
 
 def _back_off(trial_run: tracking.TrialRun) -> None:
     """A trial whose last attempt FAILED waits before training again (``--max-failures -1`` retries without end)."""

@@ -414,3 +414,14 @@ def test_a_non_finite_term_is_named_before_the_total():
     assert line.startswith("non-finite loss term 'p' at step 2 (algorithm uda); the run is stopped: lower the "
                            "settings that scale term 'p' (weight 0.5) (its weight, a temperature), or lower optim.lr "
                            "(0.03)")
+
+
+def test_a_loss_that_explodes_without_turning_non_finite_ends_with_a_warning(tmp_path):
+    # Issue 33 item 6 (nan-lr10-fixmatch-20steps): train/loss went 41 -> 7e26 and the run FINISHED at chance.
+    # The command line prints it as one `warning: ...` line (mutexmatch.cliwarnings); pytest records it instead.
+    with pytest.warns(RuntimeWarning, match=r"^train/loss rose from .* over 1e\+06 times: the run diverged") as seen:
+        assert main(STEPS[:1] + ["train.iterations=20"] + STEPS[2:] + [
+            "--set", "algorithm.name=fixmatch", "--set", "optim.lr=10", "--set", "optim.momentum=0.99",
+            "--set", "optim.schedule=constant", "--set", f"output_dir={tmp_path / 'run'}"]) == 0
+    said = [w for w in seen if "train/loss rose" in str(w.message)]
+    assert len(said) == 1 and "lower optim.lr (10)" in str(said[0].message)
