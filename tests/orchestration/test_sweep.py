@@ -194,6 +194,20 @@ def test_relaunch_skips_finished_trials_without_starting_ray(tiny, run_cli):
     assert forced.returncode == 0 and "skipped (already" not in forced.output
 
 
+@pytest.mark.slow
+def test_resume_auto_on_the_finished_sweep_trains_nothing(tiny, run_cli):
+    """Issue 31: what a requeued or retried job runs every time (``--resume auto``, unlimited retries) finds the
+    launch of these settings FINISHED and trains nothing: no run is added."""
+    project, result, client, exp = tiny
+    assert result.returncode == 0, result.output
+    before = len(_runs(client, exp))
+    again = run_cli(project, "tiny.yaml", "--gpu-policy", "drop", "--set", "resources.gpu=0.5", "--resume", "auto",
+                    "--max-failures", "-1", timeout=120)
+    assert again.returncode == 0, again.output
+    assert "of these settings FINISHED: nothing of it is trained again" in again.output, again.output
+    assert "nothing to do" in again.output and len(_runs(client, exp)) == before
+
+
 def test_dry_run_prints_plan_and_measured_cost_without_creating_a_store(tmp_path, data_root, run_cli):
     _write_spec(tmp_path, data_root)
     result = run_cli(tmp_path, "tiny.yaml", "--dry-run", "--n-trials", "3", timeout=180)
