@@ -170,6 +170,7 @@ class DataParallel:
 
     def __init__(self, rank: int = 0, world_size: int = 1, local_rank: int = 0, owns_group: bool = False):
         self.rank, self.world_size, self.local_rank, self._owns_group = rank, world_size, local_rank, owns_group
+        self._control: Any = None   # made by the first any_rank (a call every rank makes at the same point)
 
     @property
     def active(self) -> bool:
@@ -234,6 +235,20 @@ class DataParallel:
         _collective("averaging gradients", lambda: dist.all_reduce(flat))
         flat.div_(self.world_size)
         torch._foreach_copy_(grads, [v.view_as(g) for v, g in zip(flat.split([g.numel() for g in grads]), grads)])
+
+    def any_rank(self, flag: bool) -> bool:
+        """True on every rank when ``flag`` is true on any rank (one all-reduce of one integer, on the CPU): a
+        decision every rank must take at the same step, such as stopping on a signal that reached only some
+        ranks, or reached them between different steps."""
+        if not self.active:
+            return flag
+        if self._control is None:
+            # Control messages on the CPU: on NCCL a flag read back each step would be a host synchronisation.
+            self._control = (dist.group.WORLD if dist.get_backend() == "gloo" else
+                             _collective("making the control group", lambda: dist.new_group(backend="gloo")))
+        t = torch.tensor([int(flag)])
+        _collective("agreeing on a stop", lambda: dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self._control))
+        return bool(t.item())
 
     def broadcast_buffers(self, model: nn.Module) -> None:
         """Rank 0's buffers (BatchNorm running statistics) on every rank (per-rank BatchNorm, ``sync_bn`` off)."""

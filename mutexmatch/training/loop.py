@@ -371,7 +371,8 @@ class Trainer:
                     if stop and event.checkpoint is None:
                         event.checkpoint = self.save_checkpoint()
                     last_event, last_ckpt = event, event.checkpoint or last_ckpt
-                if self.step < end and preemption.requested():  # a signal's flag, between steps (preemption.py)
+                # A signal's flag, between steps (preemption.py); the ranks stop together at the same step.
+                if self.step < end and self.dp.any_rank(preemption.requested() is not None):
                     raise self._preempted(last_ckpt)
         finally:
             if bar is not None:

@@ -10,13 +10,14 @@ network at a small batch turns float rounding into visible differences: a pseudo
 initialisation flips, and a 1e-7 relative nudge of the initial weights moves ReMixMatch's 5-step weights by 6e-3,
 as much as 2 ranks do). With ``extras``, then a 2-rank run stopped at step 3 and resumed beside the uninterrupted one
 (``OUT/resume.rank<r>.pt``) and the deliberate break, a distribution-alignment mean over each rank's rows only
-(``OUT/broken.rank0.pt``).
+(``OUT/broken.rank0.pt``), and a signal that reached rank 1 only (``OUT/preempt.rank<r>.pt``).
 """
 from __future__ import annotations
 
 import copy
 import importlib.util
 import shutil
+import signal
 import sys
 from pathlib import Path
 
@@ -172,7 +173,24 @@ def main(out: Path, conftest: Path, names: list[str], extras: bool) -> None:
         torch.save(lock_step(config(name, out), out, bundle), out / f"{name}.rank{rank}.pt")
     if extras:
         resume_and_break(out, bundle, rank)
+        torch.save(signal_on_one_rank(out, bundle, rank), out / f"preempt.rank{rank}.pt")
     dist.destroy_process_group()
+
+
+def signal_on_one_rank(out: Path, bundle, rank: int) -> dict | None:
+    """SIGUSR1 reaches rank 1 only (a scheduler signals one node first): both ranks stop after the same step,
+    rank 0 writing the checkpoint; a rank that went on alone would wait in the next step's gather until the timeout."""
+    from mutexmatch.training import preemption
+
+    if rank == 1:
+        preemption.request(signal.SIGUSR1)
+    try:
+        train(config(BREAK_ALGORITHM, out / "preempt", iterations=6, eval_interval=3), bundle)
+        return None
+    except preemption.Preempted as e:
+        return {"step": e.step, "checkpoint": str(e.checkpoint)}
+    finally:
+        preemption.clear()
 
 
 def resume_and_break(out: Path, bundle, rank: int) -> None:

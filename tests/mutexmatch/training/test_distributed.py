@@ -77,7 +77,7 @@ def two_ranks(out: Path, names: list[str], extras: bool) -> dict[str, list]:
     logs = [p.communicate(timeout=1800)[0] for p in procs]
     for p, log in zip(procs, logs):
         assert p.returncode == 0, log[-3000:]
-    keys = names + (["resume", "broken"] if extras else [])
+    keys = names + (["resume", "broken", "preempt"] if extras else [])
     return {k: [torch.load(out / f"{k}.rank{r}.pt", weights_only=False) for r in (0, 1)] for k in keys}
 
 
@@ -147,6 +147,13 @@ def test_a_two_rank_run_stopped_and_resumed_equals_the_uninterrupted_one(runs):
             assert torch.equal(a, resumed["tensors"][k]), (rank, k)
         same = [k for k in full["metrics"] if not k.startswith("perf/")]   # perf: timings
         assert json.dumps([full["metrics"][k] for k in same]) == json.dumps([resumed["metrics"][k] for k in same])
+
+
+def test_a_signal_on_one_rank_stops_every_rank_after_the_same_step(runs):
+    stopped = runs["two"]["preempt"]
+    assert None not in stopped, "a rank trained on although a signal asked the run to stop"
+    assert [s["step"] for s in stopped] == [1, 1]
+    assert Path(stopped[0]["checkpoint"]).is_file()   # rank 0's, written through the atomic path
 
 
 def test_a_two_rank_checkpoint_resumes_in_one_process(runs, tmp_path):
