@@ -37,4 +37,5 @@ def test_the_command_line_face_is_the_command_modules_main() -> None:
     import mutexmatch.train as face
     from mutexmatch.training.command import main
 
-    assert face.main is main and training.main is main
+    # the face wraps the command's main in the one command-line error handler (mutexmatch.cli) and adds nothing
+    assert face.main.__wrapped__ is main and training.main is main
