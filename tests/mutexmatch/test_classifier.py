@@ -6,30 +6,18 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-import numpy as np
 import pytest
 from PIL import Image
 
 from mutexmatch import metrics as M
-from mutexmatch.config import parse_config
-from mutexmatch.training import Trainer
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
+def trained(tmp_path_factory, train_tiny_digits, write_image_folder):
     root = tmp_path_factory.mktemp("classifier")
-    cfg = parse_config({"data": {"dataset": "digits", "num_labels": 20, "fold": 0},
-                        "model": {"backbone": "small_cnn"}, "algorithm": {"name": "mutexmatch"},
-                        "train": {"iterations": 6, "eval_interval": 6, "batch_size": 4, "mu": 2, "num_threads": 1,
-                                  "progress": False},
-                        "output_dir": str(root / "run")})
-    trainer = Trainer(cfg)
-    summary = trainer.fit()
-    images = root / "images"
+    trainer, summary = train_tiny_digits(root / "run", "mutexmatch", 6)
     x, y = trainer.bundle.test.x, trainer.bundle.test.y
-    for i, (img, label) in enumerate(zip(x, y)):   # the run's whole 16×16 test set, as PNG files in class folders
-        (images / str(int(label))).mkdir(parents=True, exist_ok=True)
-        Image.fromarray(img[0].numpy().astype(np.uint8)).save(images / str(int(label)) / f"{i:04d}.png")
+    images = write_image_folder(x, y, root / "images")   # the run's whole 16×16 test set, in class folders
     return summary, images, x, y
 
 

@@ -11,30 +11,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 
 @pytest.mark.heavy  # ~25 s idle (a training run, MLflow's schema, torch.export): CI covers mutexmatch.classifier
-def test_the_logged_model_loads_and_predicts_on_an_image_folder(tmp_path):
+def test_the_logged_model_loads_and_predicts_on_an_image_folder(tmp_path, train_tiny_digits, write_image_folder):
     import mlflow.pytorch
     from mlflow import MlflowClient
 
     from mutexmatch.classifier import folder_images, load_classifier, predict_folder
-    from mutexmatch.config import parse_config
     from mutexmatch.data.imagefolder import decode_images
-    from mutexmatch.training import Trainer
     from orchestration.trial.model_log import log_classifier
 
-    cfg = parse_config({"data": {"dataset": "digits", "num_labels": 20, "fold": 0},
-                        "model": {"backbone": "small_cnn"}, "algorithm": {"name": "fixmatch"},
-                        "train": {"iterations": 2, "eval_interval": 2, "batch_size": 4, "mu": 2, "num_threads": 1,
-                                  "progress": False},
-                        "output_dir": str(tmp_path / "run")})
-    trainer = Trainer(cfg)
-    weights = trainer.fit().final_weights
-    for i, (img, label) in enumerate(zip(trainer.bundle.test.x[:30], trainer.bundle.test.y[:30])):
-        (tmp_path / "images" / str(int(label))).mkdir(parents=True, exist_ok=True)
-        Image.fromarray(img[0].numpy()).save(tmp_path / "images" / str(int(label)) / f"{i}.png")
+    trainer, summary = train_tiny_digits(tmp_path / "run", "fixmatch", 2)
+    weights = summary.final_weights
+    write_image_folder(trainer.bundle.test.x[:30], trainer.bundle.test.y[:30], tmp_path / "images")
 
     shm = Path("/dev/shm")  # MLflow's ~60 schema migrations fsync each: tmpfs halves the cost
     store = Path(tempfile.mkdtemp(dir=shm)) if shm.is_dir() else tmp_path / "store"
