@@ -199,6 +199,7 @@ def test_device_check_packs_everything_into_one_file(tmp_path):
         assert {"./machine.txt", "./results"} <= set(tar.getnames())
 
 
+@pytest.mark.heavy  # heavy: 139 s; CI runs each benchmark script the parts call on its own
 @pytest.mark.slow
 def test_device_check_dry_mode_runs_every_default_part_on_the_cpu(tmp_path):
     """DRY=1: the prepared device call, at toy sizes on the CPU (the script and its parts work before device time is

@@ -129,6 +129,7 @@ def test_sigkilled_worker_resumes_from_its_checkpoint_with_identical_final_weigh
     assert_same_tensors(final_weights(client, run, tmp_path / "a"), uninterrupted_weights(client, run, tmp_path / "b"))
 
 
+@pytest.mark.heavy  # heavy: 220 s in CI; CI keeps the terminated driver's resume and the killed worker's exact weights
 @pytest.mark.slow
 def test_sigkilled_driver_then_resume_finishes_everything_once(tmp_path, data_root, sweep_env, run_cli, procs):
     # Trials long enough (~10 s here) that the kill lands inside one with a saved checkpoint, not between trials.
@@ -190,6 +191,7 @@ def test_sigkilled_driver_then_resume_finishes_everything_once(tmp_path, data_ro
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
 
 
+@pytest.mark.heavy  # heavy: 63 s; make test-cluster kills a worker container for real
 @pytest.mark.slow
 def test_removed_node_trial_finishes_on_the_other_node(tmp_path, data_root):
     import ray
@@ -392,6 +394,7 @@ def test_a_restarted_trial_continues_its_run_outside_the_synced_trial_folder(tmp
     assert fake.reports[-1]["step"] == 8 and client.get_run(run.info.run_id).data.tags["mutexmatch.attempts"] == "2"
 
 
+@pytest.mark.heavy  # heavy: 67 s; CI keeps the relaunch that skips finished trials (test_sweep.py)
 @pytest.mark.slow
 def test_resume_without_tune_storage_trusts_mlflow(tmp_path, data_root, run_cli):
     """``--resume`` after Tune's storage folder is lost: MLflow says which trials of the launch FINISHED, and they

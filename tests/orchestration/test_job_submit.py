@@ -149,6 +149,7 @@ def _stop_a_running_job(ray_job, uri: str, spec: Path, tmp_path: Path, procs) ->
     return ray_job("logs", job_id)
 
 
+@pytest.mark.heavy  # heavy: 134 s; make test-cluster submits through ray job submit for real
 @pytest.mark.slow
 def test_ray_job_submit_runs_a_sweep_on_a_started_cluster(tmp_path, data_root, sweep_env, procs):
     temp_dir = Path(tempfile.mkdtemp(prefix="rj", dir="/tmp"))  # short: Ray's socket paths must stay < 108 chars

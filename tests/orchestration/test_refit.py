@@ -200,6 +200,7 @@ def test_dry_run_lists_the_refit_trials_as_chosen_by_search(tmp_path, data_root,
     assert not (tmp_path / "mlflow.db").exists()
 
 
+@pytest.mark.heavy  # heavy: 168 s; CI keeps the search+refit run and the journal study across two drivers
 @pytest.mark.slow
 def test_sigkilled_driver_during_the_search_resumes_with_its_study_intact(tmp_path, data_root, sweep_env, run_cli,
                                                                        procs):
