@@ -6,6 +6,7 @@
   failed trial's next attempt.
 - ``spanning.py``: a trial of ``resources.workers`` > 1 data-parallel ranks as a Ray Train ``TorchTrainer``,
   rank 0's events and files relayed to the trial's process, which keeps its MLflow run and Tune reports.
+- ``scratch.py``: the trials' scratch folder on a worker, one per user (``$TMPDIR/mutexmatch_trials-<uid>``, 0700).
 - ``tracking.py``: the MLflow runs: the launch's parent run, a trial's run (``TrialRun``), the tracking URI, the
   experiment, the code's commit.
 - ``model_log.py``: a grid, refit or single run's final EMA weights as an MLflow pytorch model (signature, example).

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mutexmatch.training import Callback, EvalEvent, RunFolder, RunSummary, StartEvent
+from orchestration.trial.scratch import scratch_root
 
 __all__ = ["Span", "TRIAL_PROCESS_REQUEST", "trial_request", "concurrency_cap", "fit_spanning", "pack_folder",
            "unpack_files", "moved_event", "SpanError"]
@@ -173,8 +174,7 @@ def train_rank(config: dict[str, Any], rank: int) -> None:
     from mutexmatch.dotted import deep_merge
     from mutexmatch.training import Trainer
 
-    scratch = Path(tempfile.gettempdir()) / config["scratch_dirname"]  # this node's, not the trial process's
-    scratch.mkdir(parents=True, exist_ok=True)
+    scratch = scratch_root()  # this node's, not the trial process's
     root = Path(tempfile.mkdtemp(prefix=f"{config['trial_id']}_rank{rank}_", dir=scratch))
     try:
         folder = RunFolder(root / "run")
@@ -188,14 +188,13 @@ def train_rank(config: dict[str, Any], rank: int) -> None:
 
 
 # ------------------------------------------------------------------------------------- the trial process's side
-def fit_spanning(span: Span, raw: dict[str, Any], folder: RunFolder, callback: Callback, *, trial_id: str,
-                 scratch_dirname: str) -> None:
+def fit_spanning(span: Span, raw: dict[str, Any], folder: RunFolder, callback: Callback, *, trial_id: str) -> None:
     """Train the trial's config ``raw`` on ``span``'s worker group, rank 0's events handed to ``callback`` with
     their paths in ``folder`` (whose files, restored from Tune's checkpoint, seed rank 0). Returns when the run
     ended; raises :class:`SpanError` when the worker group ended without finishing it, and what ``callback``
     raised (``SystemExit`` when Tune stops the trial) after telling the workers to stop."""
     events, answers = _queues()
-    config = {"raw": raw, "trial_id": trial_id, "scratch_dirname": scratch_dirname, "events": events,
+    config = {"raw": raw, "trial_id": trial_id, "events": events,
               "answers": answers, "seed_files": pack_folder(folder.path)}
     trainer = _torch_trainer(span, config, trial_id)
     failure: list[BaseException] = []

@@ -13,9 +13,9 @@ checkpoint is authoritative: local files of an earlier attempt are discarded, so
 step the trainer resumes at always agree (Tune may hand back an older checkpoint than the newest one written; the
 trainer is correct from any).
 
-The run folder and the snapshots live in a scratch folder of the worker (``$TMPDIR/mutexmatch_trials``), outside
-the trial folder that Ray copies to the storage: Ray copying files the trainer replaces at the same time was the
-"Saving experiment state failed" traceback of every sweep.
+The run folder and the snapshots live in a scratch folder of the worker (``$TMPDIR/mutexmatch_trials-<uid>``, one
+per user: :mod:`orchestration.trial.scratch`), outside the trial folder that Ray copies to the storage: Ray copying
+files the trainer replaces at the same time was the "Saving experiment state failed" traceback of every sweep.
 
 MLflow: the trial finds its run by the ``mutexmatch.trial_id`` tag (Tune trial ids survive restarts and
 ``Tuner.restore``) and continues it instead of creating a duplicate; evaluations already logged by an earlier
@@ -52,12 +52,12 @@ from orchestration.spec.sweepfile import deep_merge, with_sampled  # noqa: E402
 from orchestration.trial.preemption import keep_preempted, retry_backoff_s  # noqa: E402
 from mutexmatch.training.preemption import Preempted  # noqa: E402
 from orchestration.trial.spanning import Span, fit_spanning  # noqa: E402
+from orchestration.trial.scratch import SCRATCH_DIRNAME, scratch_root  # noqa: E402
 
 __all__ = ["TrialContext", "run_trial", "TrialCallback", "RUN_DIRNAME", "META_FILE", "SCRATCH_DIRNAME"]
 
 RUN_DIRNAME = "run"
 META_FILE = "orchestration.json"
-SCRATCH_DIRNAME = "mutexmatch_trials"  # under the worker's temporary folder: never synced by Ray
 STALE_AFTER_S = 24 * 3600  # a scratch folder untouched this long, with no trainer in it, is deleted by any trial
 
 
@@ -221,7 +221,7 @@ def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
             Trainer(cfg, callbacks=[callback], resume="auto").fit()
         else:
             fit_spanning(ctx.span, deep_merge(raw, {"train": {"device": ctx.device, "num_threads": ident["threads"]}}),
-                         folder, callback, trial_id=trial_id, scratch_dirname=SCRATCH_DIRNAME)
+                         folder, callback, trial_id=trial_id)
     except Preempted as stopped:  # SIGTERM/SIGUSR1: every step is in the checkpoint (orchestration.trial.preemption)
         keep_preempted(stopped, callback, trial_run, report=report, study=ctx.study)
     except SystemExit:
@@ -270,8 +270,7 @@ def _scratch(trial_id: str) -> Path:
     stopped trial's folder is in MLflow (weights, final checkpoint, metrics) or in Tune's storage (the last
     checkpoint), so it is deleted then; a FAILED or killed attempt's stays until the trial's next attempt on this
     machine (which restarts from Tune's checkpoint), or :data:`STALE_AFTER_S` without a trainer in it."""
-    root = Path(tempfile.gettempdir()) / SCRATCH_DIRNAME
-    root.mkdir(parents=True, exist_ok=True)
+    root = scratch_root()
     now = time.time()
     for old in root.iterdir():
         with contextlib.suppress(OSError):  # another trial may delete it first

@@ -368,6 +368,7 @@ def test_a_restarted_trial_continues_its_run_outside_the_synced_trial_folder(tmp
     uninterrupted run, and nothing is ever written into the trial folder Ray syncs; a third call finds the run
     FINISHED and does not train."""
     from orchestration.contract import LAST_STEP
+    from orchestration.trial.scratch import scratch_root
     from orchestration.trial.trainable import run_trial
 
     client, ctx = _in_process_trial(tmp_path, data_root, "inproc")
@@ -378,7 +379,8 @@ def test_a_restarted_trial_continues_its_run_outside_the_synced_trial_folder(tmp
     monkeypatch.setattr(tempfile, "tempdir", None)  # read $TMPDIR again
     with pytest.raises(_WorkerDied):
         run_trial({"trial": "k"}, ctx)
-    scratch = tmp_path / "worker_tmp" / "mutexmatch_trials"
+    scratch = scratch_root()
+    assert scratch.parent == tmp_path / "worker_tmp"
     assert [p.name.startswith("trial_00001_") for p in scratch.iterdir()] == [True]  # the dead attempt's, until
     run_trial({"trial": "k"}, ctx)
     assert not list(scratch.iterdir())  # the next attempt of the trial, which deletes it, is done
@@ -421,10 +423,11 @@ def test_scratch_folders_of_dead_attempts_are_deleted_but_not_a_running_ones(tmp
 
     from mutexmatch.training import RunFolder
     from orchestration.trial import trainable
+    from orchestration.trial.scratch import scratch_root
 
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr(tempfile, "tempdir", None)  # read $TMPDIR again
-    root = tmp_path / trainable.SCRATCH_DIRNAME
+    root = scratch_root()
     old = time.time() - trainable.STALE_AFTER_S - 60
     folders = {name: root / name for name in ("t1_a", "t9_dead", "t9_running", "t9_recent")}
     for name, path in folders.items():

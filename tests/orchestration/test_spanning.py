@@ -19,6 +19,7 @@ from orchestration.spec.models import Resources, SweepSpec
 from orchestration.spec.overrides import load_sweep
 from orchestration.spec.sweepfile import SpecError, spec_hash
 from orchestration.trial import spanning
+from orchestration.trial.scratch import scratch_root
 
 NODE_2CPU = [{"Alive": True, "Resources": {"CPU": 2.0}}]
 
@@ -146,8 +147,7 @@ def _relay_run(tmp_path: Path, data_root: Path, monkeypatch, callback: Callback,
     raw = {"data": {"dataset": "digits", "num_labels": 20, "root": str(data_root)}, "model": {"backbone": "small_cnn"},
            "train": {"iterations": 4, "eval_interval": 2, "batch_size": 4, "mu": 2, "eval_batch_size": 512,
                      "device": "cpu", "num_threads": 1}}
-    spanning.fit_spanning(spanning.Span(1, 1.0, 0.0, str(tmp_path)), raw, folder, callback, trial_id="t1",
-                          scratch_dirname="scratch")
+    spanning.fit_spanning(spanning.Span(1, 1.0, 0.0, str(tmp_path)), raw, folder, callback, trial_id="t1")
 
 
 @pytest.mark.slow
@@ -159,7 +159,7 @@ def test_rank0_events_and_files_reach_the_trial_process_and_tunes_stop_stops_the
     assert done.seen == [("start", 0), ("eval", 2), ("eval", 4), ("end", 4)]
     assert "checkpoints/ckpt_00000002.pt" in done.files["eval2"] and "config.yaml" in done.files["eval2"]
     assert (folder.path / "final_model.pt").is_file()
-    assert not list((tmp_path / "node" / "scratch").iterdir())  # the rank's own folder is gone
+    assert not list(scratch_root().iterdir())  # the rank's own folder (under the node's tmp_path/node) is gone
 
     # a restarted attempt: rank 0 is seeded with the trial's folder (Tune's checkpoint) and resumes at step 2
     keep = folder.path / "checkpoints" / "ckpt_00000004.pt"
@@ -188,7 +188,7 @@ def test_a_worker_group_that_ends_without_a_word_fails_the_trial_in_one_line(tmp
     with pytest.raises(spanning.SpanError, match=r"^the trial's 2 workers failed: RuntimeError: ActorDiedError: "
                                                  r"the actor died unexpectedly$"):
         spanning.fit_spanning(spanning.Span(2, 1.0, 0.0, str(tmp_path)), {}, RunFolder(tmp_path / "run"),
-                              _Recorder(), trial_id="t", scratch_dirname="s")
+                              _Recorder(), trial_id="t")
 
 
 # ------------------------------------------------------------------------------------- real sweeps on local Ray
