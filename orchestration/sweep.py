@@ -62,6 +62,7 @@ from orchestration.launch.launch import (Launch, SweepError, SweepOptions, Sweep
                                          save_launch_plan, select)
 from orchestration.launch.notify import Notifier, notify_ended  # noqa: E402
 from orchestration.spec.overrides import load_sweep, plan_sweep  # noqa: E402
+from orchestration.spec.tryouts import yaml_plan  # noqa: E402
 from orchestration.launch.phases import run_phases  # noqa: E402
 from orchestration.spec.plan import SweepPlan  # noqa: E402
 from orchestration.launch.search import log_best  # noqa: E402
@@ -161,7 +162,9 @@ def _run_launch(launch: Launch, chosen: _Selection, started_ray: bool, resume_cm
         client.set_tag(parent.run_id, C.RAY_PROCESSES, orphans.describe_children()[:5000])
     tracking.log_params_and_tags(client, parent.run_id, {}, C.parent_display_tags(launch.plan.spec.description,
                                                                                    opts.overrides))
-    print(f"[sweep] MLflow UI: {mlflow_ui.ui_hint(launch.uri, experiment_id, launch.plan.settings_digest)}", flush=True)
+    what = "" if launch.plan.smoke else ", the runs the report counts (each added as it finishes)"
+    print(f"[sweep] MLflow UI{what}: {mlflow_ui.ui_hint(launch.uri, experiment_id, launch.plan.settings_digest)}",
+          flush=True)
     reporter = StatusReporter(launch.plan, launch.uri, experiment_id, parent.run_id).start()
     interrupts.STOP_HOOKS[:] = [lambda: _stop_signal(launch.uri, experiment_id, parent, resume_cmd)]
     interrupted, errors = False, 0
@@ -225,7 +228,8 @@ def _prepare(opts: SweepOptions) -> Launch:
     uri, storage = tracking.resolve_tracking_uri(opts.tracking_uri, project), resolve_storage(opts.storage, project)
     if not opts.dry_run:
         check_job_paths(uri, storage)   # under `ray job submit`: no store inside the job's temporary folder
-    return Launch(opts, plan, uri, storage, opts.experiment_name or loaded.spec.name, project)
+    own = None if opts.dry_run else yaml_plan(opts.spec_path, project, opts.overrides, opts.smoke)
+    return Launch(opts, plan, uri, storage, opts.experiment_name or loaded.spec.name, project, yaml_plan=own)
 
 
 def _check_report_layouts(spec: Any) -> None:

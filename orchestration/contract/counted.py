@@ -8,7 +8,8 @@ one the settings expect for its cell and fold (:func:`settings_expect`, the expe
 (:func:`newest_finished`: a relaunch with ``--force`` writes a newer run, which reflects the current code). Search
 trials never count (they are another kind), nor do a ``--set`` try-out's runs (another config hash). MLflow's filter
 grammar cannot say "the newest of a group" or "a hash from this list per cell", so the sweep marks the counted runs
-with :func:`counted_tag` at the end of every launch (:func:`counted_changes` says which tags to set and delete) and
+with :func:`counted_tag`, each trial's run as it finishes and the whole set at the end of every launch
+(:func:`counted_changes` says which tags to set and delete) and
 the UI's view filters on that tag (:func:`counted_filter`)."""
 
 from __future__ import annotations

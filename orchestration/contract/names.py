@@ -8,7 +8,7 @@ from typing import Iterable
 
 from orchestration.contract.tags import KIND_GRID, TUNED_AXIS, TUNED_LEVEL
 
-__all__ = ["cell_id", "tuned_levels", "trial_key", "trial_run_name", "parent_run_name", "split_trial_key",
+__all__ = ["cell_id", "tuned_levels", "trial_key", "TRYOUT", "trial_run_name", "parent_run_name", "split_trial_key",
            "BEST_PREFIX", "best_param_prefix", "study_name"]
 
 
@@ -27,12 +27,17 @@ def trial_key(cell: str, fold: int | str) -> str:
     return f"{cell}/fold{fold}"
 
 
-def trial_run_name(levels: Iterable[tuple[str, str]], fold: int | str, kind: str = KIND_GRID) -> str:
+TRYOUT = "try-out"  # the last word of a try-out's run name (orchestration.spec.tryouts)
+
+
+def trial_run_name(levels: Iterable[tuple[str, str]], fold: int | str, kind: str = KIND_GRID,
+                   tryout: bool = False) -> str:
     """The run name the MLflow UI lists, levels first so the run list does not cut them away:
     ``mutexmatch · cifar10-40 · fold 3`` (a search, refit or smoke trial ends in ``· search`` etc.; a refit's
-    ``tuned=true`` level is said by that). Runs are found by their tags, never by this name."""
+    ``tuned=true`` level is said by that; a ``--set`` try-out's run, which the YAML's counted runs never include,
+    ends in ``· try-out``). Runs are found by their tags, never by this name."""
     parts = [level for axis, level in levels if axis != TUNED_AXIS] + [f"fold {fold}"]
-    return " · ".join(parts + ([] if kind == KIND_GRID else [kind]))
+    return " · ".join(parts + ([] if kind == KIND_GRID else [kind]) + ([TRYOUT] if tryout else []))
 
 
 def parent_run_name(sweep: str, started: datetime, smoke: bool = False) -> str:

@@ -78,6 +78,7 @@ class Launch:
     commit: str = ""
     request: dict[str, float] = field(default_factory=dict)   # per trial, as checked against the cluster
     notifier: Any = None              # orchestration.launch.notify.Notifier (--notify), once the launch starts
+    yaml_plan: SweepPlan | None = None  # the YAML's plan without --set: tells its try-outs (spec/tryouts.py)
 
     @property
     def spec_path(self) -> Path:

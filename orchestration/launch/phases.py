@@ -12,6 +12,7 @@ from orchestration import contract as C
 from orchestration.launch import interrupts
 from orchestration.launch.launch import Launch, record_expected_runs
 from orchestration.spec.plan import REFIT_PHASE, SearchStudy, SweepPlan
+from orchestration.spec.tryouts import tryout_keys
 from orchestration.launch.refit import best_by_cell, pending_refits, refit_trials
 from orchestration.launch.search import fail_stale_trials, search_config
 from orchestration.contract.filters import status_is, tag_equals
@@ -164,11 +165,17 @@ def _run(launch: Launch, phase: Phase, **trials: Any) -> PhaseResult:
 
     # resources.workers > 1 (issue 30): the trial's process holds a token, its worker group the checked request
     request, span = trial_request(launch.request, launch.plan.spec.resources.workers, launch.exp_root)
+    space = launch.plan.spec.search.space if launch.plan.spec.search else {}
+    tryouts = tryout_keys(launch.yaml_plan, trials.get("grid", {}).values(), space)
+    if tryouts:
+        print(f"[sweep] {len(tryouts)} {phase.name} trial(s) are try-outs of --set (configs the YAML alone does not "
+              "plan): their runs end in '· try-out' and the YAML's report and view do not count them", flush=True)
     ctx = TrialContext(tracking_uri=launch.uri, experiment_id=launch.store.experiment_id,
                        parent_run_id=launch.parent.run_id, launch_id=launch.parent.launch_id,
                        git_commit=launch.commit, device="cuda" if launch.request["gpu"] > 0 else "cpu",
                        num_threads=max(1, round(launch.request["cpu"])), source=str(launch.opts.spec_path),
-                       **_colors(launch.plan), span=span, **trials)
+                       **_colors(launch.plan), span=span, tryouts=tryouts,
+                       counted_digest="" if launch.plan.smoke else launch.plan.settings_digest, **trials)
     trainable = tune.with_resources(preemptible(tune.with_parameters(run_trial, ctx=ctx)), request)
     if span is not None:
         phase = replace(phase, tune_kwargs=concurrency_cap(phase.tune_kwargs, launch.request["groups"]))

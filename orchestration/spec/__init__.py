@@ -6,6 +6,7 @@
   could start, the spec hash.
 - ``overrides.py``: ``--set`` on a sweep YAML, and the load and plan every command makes of it.
 - ``plan.py``: the trials a sweep runs (grid and smoke trials, search studies, refit slots) and their identities.
+- ``tryouts.py``: which trials of a ``--set`` launch are try-outs (configs the YAML alone does not plan).
 
 The package keeps the names of the module it replaced (``orchestration/spec.py`` before issue 29 made it a folder):
 code, and pickles of older launches, that name ``orchestration.spec.load_spec`` or ``orchestration.spec.SweepSpec``

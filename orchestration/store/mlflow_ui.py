@@ -1,6 +1,6 @@
 """What the MLflow UI shows of a sweep: the experiment's kind, description and shared runs view (the runs the report
-counts, marked at the end of each launch), the link a command prints, and a trial's Dataset column. Not part of the
-layout contract: no reader depends on it."""
+counts, marked as each finishes and settled at the end of each launch), the link a command prints, and a trial's
+Dataset column. Not part of the layout contract: no reader depends on it."""
 
 from __future__ import annotations
 
@@ -78,3 +78,17 @@ def mark_counted(client: MlflowClient, experiment_id: str, digest: str, counted:
         client.set_tag(run_id, tag, "true")
     for run_id in sorted(drop):
         client.delete_tag(run_id, tag)
+
+
+def mark_counted_run(client: MlflowClient, experiment_id: str, digest: str, run_id: str, cell: str,
+                     fold: int | str) -> None:
+    """As a trial's run FINISHES with the settings' config (the newest FINISHED run of its cell and fold, so the one
+    they count): tag it for the view and untag an older run of the same cell and fold (a ``--force`` relaunch's
+    predecessor), so the view holds the report's runs while a launch goes on; :func:`mark_counted` at its end
+    settles the rest."""
+    tag = counted_tag(digest)
+    found = all_of(counted_filter(digest), tag_equals(CELL, cell), tag_equals(FOLD, str(fold)))
+    for run in client.search_runs([experiment_id], found, max_results=1000):
+        if run.info.run_id != run_id:
+            client.delete_tag(run.info.run_id, tag)
+    client.set_tag(run_id, tag, "true")

@@ -46,6 +46,7 @@ from mutexmatch.training import NonFiniteLossError, RunFolder  # noqa: E402
 
 from orchestration import contract as C  # noqa: E402
 from orchestration.trial import tracking  # noqa: E402
+from orchestration.store import mlflow_ui  # noqa: E402
 from orchestration.store.store import Store  # noqa: E402
 from orchestration.spec.plan import GridTrial, SearchStudy  # noqa: E402
 from orchestration.spec.sweepfile import deep_merge, with_sampled  # noqa: E402
@@ -81,6 +82,8 @@ class TrialContext:
     color_axis: str = ""                   # runs are coloured by their level on this axis (contract.run_color)
     color_levels: tuple[str, ...] = ()
     span: Span | None = None               # resources.workers > 1: the trial's worker group (trial/spanning.py)
+    tryouts: frozenset[str] = frozenset()  # keys of grid's --set try-outs (spec/tryouts.py): named "· try-out"
+    counted_digest: str = ""               # the launch's settings digest: a FINISHED grid/refit run is marked
 
 
 class TrialCallback(Callback):
@@ -156,15 +159,16 @@ def _resolve(config: dict[str, Any], ctx: TrialContext) -> tuple[dict[str, Any],
     if ctx.grid is not None:
         trial = ctx.grid[config["trial"]]
         raw, kind, cell, fold, extra = trial.config, trial.kind, trial.cell, trial.fold, {}
+        tryout = trial.key in ctx.tryouts
     else:
         study = ctx.study
         assert study is not None
         sampled = {path: config[path] for path in study.search.space}
         raw = with_sampled(study.config, sampled)
-        kind, cell, fold = C.KIND_SEARCH, study.cell, study.fold
+        kind, cell, fold, tryout = C.KIND_SEARCH, study.cell, study.fold, False
         extra = {C.SEARCH_HASH: study.search_hash, C.SEARCH_PHASE: study.phase, C.SAMPLED: C.sampled_json(sampled)}
     threads = raw.get("train", {}).get("num_threads") or ctx.num_threads
-    name = C.trial_run_name(cell.levels, fold, kind)  # runs are found by their tags; the name is for people
+    name = C.trial_run_name(cell.levels, fold, kind, tryout)  # runs are found by their tags; the name is for people
     return raw, {"kind": kind, "cell": cell, "fold": fold, "name": name, "extra": extra, "threads": threads}
 
 
@@ -234,7 +238,7 @@ def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
         if _failed(trial_run, trial_id, folder, e):  # a divergence: ended without an error, so Tune retries nothing
             return
         raise
-    trial_run.finish({"setup_s": setup_s, "hooks_s": callback.hooks_s, "wall_s": time.perf_counter() - t_entry})
+    _finish(ctx, ident, trial_run, t_entry, setup_s=setup_s, hooks_s=callback.hooks_s)
     try:
         if callback.final is not None:
             # may raise SystemExit (the scheduler stops the trial at max_t); the run is complete and FINISHED
@@ -242,6 +246,23 @@ def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
             report(*callback.final)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _finish(ctx: TrialContext, ident: dict[str, Any], trial_run: tracking.TrialRun, t_entry: float,
+            **overhead: float) -> None:
+    """The run FINISHED with its ``overhead`` tags and the attempt's wall time since ``t_entry``; a grid or refit
+    run then joins the MLflow view of the runs its settings count at once, not only when the launch ends (issue 34:
+    the view was empty through a first launch). The launch's end still marks the whole set
+    (:func:`orchestration.launch.summary.publish_counted`: reused runs, older duplicates): a failure to mark costs
+    only the early view, never the trial."""
+    trial_run.finish({**overhead, "wall_s": time.perf_counter() - t_entry})
+    if not ctx.counted_digest or ident["kind"] not in (C.KIND_GRID, C.KIND_REFIT):
+        return
+    try:
+        mlflow_ui.mark_counted_run(trial_run.client, ctx.experiment_id, ctx.counted_digest, trial_run.run_id,
+                                   ident["cell"].id, ident["fold"])
+    except Exception as e:  # noqa: BLE001 - the launch's end marks it again
+        print(f"[trial {trial_run.run_id}] not marked in the counted view yet: {type(e).__name__}: {e}", flush=True)
 
 
 def _failed(trial_run: tracking.TrialRun, trial_id: str, folder: RunFolder, error: BaseException) -> bool:

@@ -61,7 +61,8 @@ def _trial(client, exp_id: str, parent: str, method: str, fold: int, config_hash
 
 def test_the_view_holds_exactly_the_runs_the_report_counts(tmp_path_factory):
     """The sweep's marking (its summary's rule) and the report's selection (reports.runs) pick the same runs from
-    one store: no search trial, no --set try-out, no older duplicate, no failed run; the view's filter finds them."""
+    one store: no search trial, no --set try-out, no older duplicate, no failed run; the view's filter finds them,
+    also while a launch goes on (a run marked as it finishes)."""
     from types import SimpleNamespace
 
     from mlflow import MlflowClient
@@ -104,3 +105,11 @@ def test_the_view_holds_exactly_the_runs_the_report_counts(tmp_path_factory):
     means = {c: sum(client.get_run(r).data.metrics["test/acc_pct"] for r in ids) / len(ids)
              for c, ids in used.groupby("cell")["run_id"]}
     assert means == {"method=fixmatch": 80.0, "method=mutexmatch": 90.5}             # what MLflow's average shows
+
+    # a --force relaunch's trial, marked as it finishes: it replaces its cell and fold's run in the view at once
+    newer = _trial(client, exp, parent, "mutexmatch", 0, "h0", 92.0, start=4)
+    mlflow_ui.mark_counted_run(client, exp, "d1", newer, "method=mutexmatch", 0)
+    in_view = {r.info.run_id for r in client.search_runs([exp], mlflow_ui.runs_view(["method"], "d1")["searchFilter"])}
+    replaced = {r for r in counted if client.get_run(r).data.tags[C.FOLD] == "0" and
+                client.get_run(r).data.tags[C.CELL] == "method=mutexmatch"}
+    assert in_view == (counted - replaced) | {newer} and len(replaced) == 1
