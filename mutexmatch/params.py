@@ -125,6 +125,27 @@ Fraction = Annotated[float, _within(0.0, 1.0)]
 AboveOne = Annotated[float, _within(1.0, math.inf, lo_open=True, hi_open=True)]
 Steps = Annotated[int, AfterValidator(_allows("integer >= 0")(at_least(0)))]
 PositiveSteps = Annotated[int, AfterValidator(_allows("integer >= 1")(at_least(1)))]
+# The longest queue a parameter may ask for (a memory bank's or an alignment queue's length, in steps or batches):
+# refused at validation, not by the constructor at build (issue 33, adversarial "comatch-queue-huge"); a bank that
+# fits this bound but not the memory is the memory check's (mutexmatch.training.memory, Algorithm.state_memory).
+MAX_QUEUE = 1 << 20
+# The widest projection head output (an embedding size d): 16384, 8x the widest in the references (SimCLR's 2048);
+# a billion-wide nn.Linear was an allocator traceback at build (adversarial "comatch-projdim-huge").
+MAX_EMBEDDING = 1 << 14
+
+
+def _int_range(high: int) -> AfterValidator:
+    """An integer in [1, ``high``], the bound written out in the docs and the error (not ``1.04858e+06``)."""
+    @_allows(f"integer in [1, {high}]")
+    def check(v: int) -> int:
+        if not 1 <= v <= high:
+            raise ValueError(f"must be an integer in [1, {high}]")
+        return v
+    return AfterValidator(check)
+
+
+QueueLength = Annotated[int, _int_range(MAX_QUEUE)]
+EmbeddingSize = Annotated[int, _int_range(MAX_EMBEDDING)]
 # USB's "epoch" in its classic-CV configs: num_train_iter // epoch = 2^20 // 1024 steps (issue 32). The algorithms
 # whose schedule switches at an epoch boundary (SimMatch, CoMatch's `usb` start) take it as `epoch_steps`; 0 there
 # means one pass over the unlabeled pool, ceil(N_u / muB) steps (TrainContext.steps_per_epoch), the earlier rule.
@@ -227,7 +248,7 @@ class DistAlignParams(AlgorithmParams):
     da_estimate: Literal["queue", "ema"] = Field(
         "queue", description="Running estimate p̃(y) of the model's class distribution on unlabeled data: a queue of "
         "the last `da_window` batch means (ReMixMatch) or an EMA with `da_momentum` (AdaMatch, SoftMatch).")
-    da_window: Annotated[int, AfterValidator(_allows("integer >= 1")(at_least(1)))] = Field(
+    da_window: QueueLength = Field(
         128, description="Queue length of the `queue` estimate, in batches.")
     da_momentum: Annotated[float, _within(0.0, 1.0, hi_open=True)] = Field(
         0.999, description="Momentum of the `ema` estimate.")

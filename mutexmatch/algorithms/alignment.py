@@ -36,6 +36,7 @@ import torch
 from torch import Tensor
 
 from mutexmatch.checks import check_int
+from mutexmatch.params import MAX_QUEUE
 
 ESTIMATES = ("queue", "ema")
 TARGETS = ("uniform", "labeled", "model")
@@ -48,7 +49,7 @@ class RunningMean:
     def __init__(self, num_classes: int, estimate: str, window: int, momentum: float, initial: Tensor,
                  first_batch_starts: bool = True) -> None:
         self.estimate, self.momentum, self.first_batch_starts = estimate, momentum, first_batch_starts
-        rows = check_int("dist_align window", window, low=1, high=1 << 20) if estimate == "queue" else 1
+        rows = check_int("dist_align window", window, low=1, high=MAX_QUEUE) if estimate == "queue" else 1
         self.initial = initial.float()
         self.rows = torch.zeros(rows, num_classes) if estimate == "queue" else self.initial.clone()[None]
         self.count = 0

@@ -269,6 +269,14 @@ class Algorithm:
         the EMA, ``train.compile`` and checkpoints see it; ``ema_decay`` is ``train.ema``. It must draw no random
         numbers. Nothing by default (MutexMatch's ``form: official`` ties the WRN's BatchNorm momentum to it)."""
 
+    @classmethod
+    def state_memory(cls, params: AlgorithmParams, batch_size: int, mu: int, num_classes: int
+                     ) -> tuple[int, str, str]:
+        """Bytes of the state the algorithm allocates on the training device beside the model and the batch (a
+        memory bank), what it is in words and the field that sizes it, for the run's memory check
+        (:func:`mutexmatch.training.memory.check_memory`); ``(0, "", "")`` by default."""
+        return 0, "", ""
+
     def __init__(self, params: Mapping[str, Any], ctx: TrainContext) -> None:
         if not isinstance(ctx, TrainContext):
             raise TypeError(f"{type(self).__name__}: ctx must be a TrainContext, got {type(ctx).__name__}")

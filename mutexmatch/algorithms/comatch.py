@@ -33,8 +33,8 @@ from mutexmatch.algorithms.base import StepInputs, StepOutput, StepSpec, TrainCo
 from mutexmatch.algorithms.fixmatch import FixMatch
 from mutexmatch.checks import check_int
 from mutexmatch.losses import soft_cross_entropy
-from mutexmatch.params import (USB_EPOCH_STEPS, FixMatchParams, Fraction, Positive, PositiveSteps, Probability, Steps,
-                               Weight, earlier)
+from mutexmatch.params import (MAX_QUEUE, USB_EPOCH_STEPS, EmbeddingSize, FixMatchParams, Fraction, Positive,
+                               Probability, QueueLength, Steps, Weight, earlier)
 
 ACTIVATIONS = ("leaky_relu", "relu")
 
@@ -48,7 +48,7 @@ class CoMatchParams(FixMatchParams):
 
     dist_align: bool = Field(True, description="Distribution alignment of p^w before memory smoothing (CoMatch "
                              "aligns towards uniform: p^w / p~(y), normalised).")
-    da_window: PositiveSteps = Field(
+    da_window: QueueLength = Field(
         32, description="Queue length of the `queue` estimate, in batches (CoMatch: 32).")
     lambda_c: Weight = Field(1.0, description="[λ_c] weight of L_c, CoMatch's contrastive graph loss.")
     temperature: Positive = Field(
@@ -56,9 +56,9 @@ class CoMatchParams(FixMatchParams):
     contrast_tau: Probability = Field(0.8, description="[T] CoMatch pseudo-label graph threshold: edges with "
                                       "q_b . q_c below it are dropped.")
     alpha: Fraction = Field(0.9, description="[α] CoMatch memory smoothing: q = α p^w + (1 - α) A p^bank.")
-    queue_batch: PositiveSteps = Field(
+    queue_batch: QueueLength = Field(
         5, description="CoMatch memory bank length, in steps of B + muB rows (weak unlabeled and labeled).")
-    proj_dim: PositiveSteps = Field(
+    proj_dim: EmbeddingSize = Field(
         64, description="CoMatch embedding size d (the projection head's output).")
     proj_activation: Literal["leaky_relu", "relu"] = Field(
         "leaky_relu", description="CoMatch projection head activation: `leaky_relu` (slope 0.1, salesforce/CoMatch) "
@@ -126,7 +126,7 @@ class MemoryBank:
     device."""
 
     def __init__(self, queue_batch: int, dim: int, num_classes: int) -> None:
-        self.queue_batch = check_int("queue_batch", queue_batch, low=1, high=1 << 20)
+        self.queue_batch = check_int("queue_batch", queue_batch, low=1, high=MAX_QUEUE)
         self.dim, self.num_classes = dim, num_classes
         self.emb = torch.zeros(0, dim)
         self.probs = torch.zeros(0, num_classes)
@@ -181,6 +181,14 @@ class CoMatch(FixMatch):
     def heads(cls, params: CoMatchParams, feat_dim: int, num_classes: int) -> dict[str, nn.Module]:
         """The projection head g (``model.heads["proj"]``)."""
         return {"proj": ProjectionHead(feat_dim, params.proj_dim, params.proj_activation)}
+
+    @classmethod
+    def state_memory(cls, params: CoMatchParams, batch_size: int, mu: int, num_classes: int
+                     ) -> tuple[int, str, str]:
+        """The memory bank: ``queue_batch`` steps of B + muB rows of d + C float32 (:class:`MemoryBank`)."""
+        rows = params.queue_batch * batch_size * (1 + mu)
+        return (rows * (params.proj_dim + num_classes) * 4,
+                f"CoMatch's memory bank of {rows:,} rows", "algorithm.queue_batch")
 
     def __init__(self, params: Mapping[str, Any], ctx: TrainContext) -> None:
         super().__init__(params, ctx)

@@ -37,8 +37,8 @@ from mutexmatch.algorithms.base import StepInputs, StepOutput, TrainContext, reg
 from mutexmatch.algorithms.comatch import ProjectionHead
 from mutexmatch.algorithms.fixmatch import FixMatch
 from mutexmatch.losses import soft_cross_entropy
-from mutexmatch.params import (USB_EPOCH_STEPS, FixMatchParams, Fraction, Positive, PositiveSteps, Steps, Weight,
-                               earlier)
+from mutexmatch.params import (USB_EPOCH_STEPS, EmbeddingSize, FixMatchParams, Fraction, Positive, QueueLength, Steps,
+                               Weight, earlier)
 
 BANK_MOMENTUM = 0.7   # USB's ema_bank for the datasets without an EMA teacher
 
@@ -50,12 +50,12 @@ class SimMatchParams(FixMatchParams):
 
     dist_align: bool = Field(True, description="Distribution alignment of p^w before label propagation (SimMatch "
                              "aligns towards uniform).")
-    da_window: PositiveSteps = Field(32, description="Queue length of the `queue` estimate, in batches (SimMatch: "
+    da_window: QueueLength = Field(32, description="Queue length of the `queue` estimate, in batches (SimMatch: "
                                      "32).")
     lambda_in: Weight = Field(1.0, description="[λ_in] weight of L_in, SimMatch's instance similarity loss.")
     temperature: Positive = Field(0.1, description="[t] SimMatch temperature of the embedding similarities.")
     alpha: Fraction = Field(0.9, description="[α] SimMatch aggregation: p = α p^w + (1 − α) (propagated labels).")
-    proj_dim: PositiveSteps = Field(128, description="SimMatch embedding size (the projection head's output).")
+    proj_dim: EmbeddingSize = Field(128, description="SimMatch embedding size (the projection head's output).")
     bank_norm: Literal["embedding", "usb"] = Field(
         "embedding", description="SimMatch bank update normalise(0.7 old + 0.3 new): per embedding (`embedding`), "
         "or as USB 0.3.2 does, F.normalize's default dim 1 of its (d, batch) matrix, i.e. each coordinate across "

@@ -18,7 +18,8 @@ import torch
 
 from mutexmatch.algorithms import ALGORITHMS
 from mutexmatch.config import ConfigError, RunConfig
-from mutexmatch.data.load import Footprint, footprint
+from mutexmatch.data import imagefolder
+from mutexmatch.data.load import Footprint, footprint, get_dataset
 from mutexmatch.models import BACKBONES
 
 __all__ = ["StepMemoryError", "MemoryBudgetError", "check_memory", "check_batch_memory", "step_memory_error",
@@ -82,13 +83,22 @@ def _step_bytes(cfg: RunConfig, fp: Footprint, world_size: int = 1) -> int:
     return int(step_images(cfg) * per_pixel * ACTIVATION_SHARE[cfg.train.precision] * fp.size ** 2) // world_size
 
 
+def _state(cfg: RunConfig) -> tuple[int, str, str]:
+    """The algorithm's own state on the training device (:meth:`Algorithm.state_memory`: CoMatch's memory bank),
+    with the dataset's class count (an image folder's is counted at load: 2 here, a lower bound)."""
+    classes = 2 if cfg.data.dataset == imagefolder.NAME else get_dataset(cfg.data.dataset).info.num_classes
+    return ALGORITHMS[cfg.algorithm.name].state_memory(cfg.algorithm, cfg.train.batch_size, cfg.train.mu, classes)
+
+
 def _memory_needs(cfg: RunConfig, device: torch.device, fp: Footprint,
                   world_size: int = 1) -> dict[str, tuple[int, int]]:
-    """Memory -> (images it holds, bytes of one step in it) once the trainer is built (one rank's)."""
+    """Memory -> (images it holds, bytes of one step and the algorithm's state in it) once the trainer is built
+    (one rank's)."""
     ulb_copy = fp.train + fp.unlabeled if fp.unlabeled else 0  # the trainer's cat of train and unlabeled images
+    step = _step_bytes(cfg, fp, world_size) + _state(cfg)[0]
     if device.type == "cuda":  # the training images move to the device; the test images stay on the host
-        return {"host": (fp.loaded_images, 0), "cuda": (fp.train + ulb_copy, _step_bytes(cfg, fp, world_size))}
-    return {"host": (fp.loaded_images + ulb_copy, _step_bytes(cfg, fp, world_size))}
+        return {"host": (fp.loaded_images, 0), "cuda": (fp.train + ulb_copy, step)}
+    return {"host": (fp.loaded_images + ulb_copy, step)}
 
 
 def check_memory(cfg: RunConfig, device: torch.device, world_size: int = 1) -> None:
@@ -107,14 +117,25 @@ def check_memory(cfg: RunConfig, device: torch.device, world_size: int = 1) -> N
         parts = f"{_size(fp.nbytes(images))} for {images:,} decoded images of {side}"
         fix = "use a smaller data.image_size or fewer images"
         if step:
-            rank = f" (this rank's 1/{world_size})" if world_size > 1 else ""
-            parts += (f", at least {_size(step)} for one step of {step_images(cfg)} images{rank} "
-                      f"({cfg.model.backbone})")
-            fix += ", or a smaller train.batch_size or train.mu"
-            if BACKBONES[cfg.model.backbone].activation_bytes_per_pixel is not None:
-                fix += ", or more data-parallel processes (torchrun --nproc-per-node)"
+            parts, fix = _step_words(cfg, step, world_size, parts, fix)
         raise MemoryBudgetError(f"data.image_size={fp.size}: {d.dataset} needs {_size(need)} of {where} memory "
                                 f"({parts}), but {_size(free)} is available; {fix}")
+
+
+def _step_words(cfg: RunConfig, step: int, world_size: int, parts: str, fix: str) -> tuple[str, str]:
+    """The memory message's figures for one step (and the algorithm's state) and what to lower."""
+    state, what, field = _state(cfg)
+    rank = f" (this rank's 1/{world_size})" if world_size > 1 else ""
+    parts += (f", at least {_size(step - state)} for one step of {step_images(cfg)} images{rank} "
+              f"({cfg.model.backbone})")
+    if state:
+        parts += f", {_size(state)} for {what} ({field}={getattr(cfg.algorithm, field.partition('.')[2])})"
+    fix += ", or a smaller train.batch_size or train.mu"
+    if BACKBONES[cfg.model.backbone].activation_bytes_per_pixel is not None:
+        fix += ", or more data-parallel processes (torchrun --nproc-per-node)"
+    if state:
+        fix += f", or a smaller {field}"
+    return parts, fix
 
 
 def _batch_text(cfg: RunConfig, image_shape: tuple[int, ...]) -> str:
@@ -143,8 +164,10 @@ def step_memory_error(e: BaseException, cfg: RunConfig, image_shape: tuple[int, 
             isinstance(e, RuntimeError) and "can't allocate memory" in str(e))):
         return None
     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    state, what, field = _state(cfg)
+    also = f", or {field} ({what}: {_size(state)})" if state else ""
     return StepMemoryError(f"{_batch_text(cfg, image_shape)} does not fit in the {device.type} memory ({first}); "
-                           "lower train.batch_size or train.mu")
+                           f"lower train.batch_size or train.mu{also}")
 
 
 def _size(nbytes: int) -> str:

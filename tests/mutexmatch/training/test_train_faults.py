@@ -18,7 +18,7 @@ import torch
 import mutexmatch.training.loop as loop
 import mutexmatch.training.memory as memory
 from mutexmatch.training.callbacks import Callback, StartEvent
-from mutexmatch.config import parse_config
+from mutexmatch.config import ConfigError, parse_config
 from mutexmatch.models import BACKBONES
 from mutexmatch.training.runfolder import RunFolder, RunFolderLocked
 from mutexmatch.data.builtin.digits import NUM_TEST as DIGITS_NUM_TEST, NUM_TRAIN as DIGITS_NUM_TRAIN
@@ -425,3 +425,26 @@ def test_a_loss_that_explodes_without_turning_non_finite_ends_with_a_warning(tmp
             "--set", "optim.schedule=constant", "--set", f"output_dir={tmp_path / 'run'}"]) == 0
     said = [w for w in seen if "train/loss rose" in str(w.message)]
     assert len(said) == 1 and "lower optim.lr (10)" in str(said[0].message)
+
+
+def test_comatchs_bank_bounds_are_refused_at_validation_and_its_size_counted_by_the_memory_check(tmp_path, capsys,
+                                                                                                   monkeypatch):
+    """Issue 33 (adversarial comatch-queue-huge, comatch-projdim-huge, comatch-queue-max): a huge queue_batch,
+    proj_dim or da_window is a one-line config error, not a traceback at build; a bank that passes the bound but not
+    the memory is refused before any image is decoded, naming algorithm.queue_batch."""
+    out = tmp_path / "run"
+    for field, value, allowed in (("queue_batch", 10 ** 9, "[1, 1048576]"), ("proj_dim", 10 ** 9, "[1, 16384]"),
+                                  ("da_window", 10 ** 12, "[1, 1048576]")):
+        sets = ["--set", "algorithm.name=comatch", "--set", f"algorithm.{field}={value}"]
+        assert main(STEPS + sets + ["--set", f"output_dir={out}"]) == 2
+        _one_line_error(capsys, f"algorithm.{field}", str(value), f"must be an integer in {allowed}")
+    with pytest.raises(ConfigError, match=r"algorithm.proj_dim.*must be an integer in \[1, 16384\]"):
+        parse_config({"data": {"dataset": "digits"}, "algorithm": {"name": "simmatch", "proj_dim": 16385}})
+    _memory(monkeypatch, host=1 << 30)
+    monkeypatch.setattr(loop, "load_dataset", lambda *a, **k: pytest.fail("decoded before the memory check"))
+    sets = ["--set", "algorithm.name=comatch", "--set", "algorithm.queue_batch=1048576"]
+    assert main(STEPS + sets + ["--set", f"output_dir={out}"]) == 2
+    # 1,048,576 steps x (4 + 2 x 4) rows x (64 + 10) float32: 3.5 GiB
+    _one_line_error(capsys, "3.5 GiB for CoMatch's memory bank of 12,582,912 rows (algorithm.queue_batch=1048576)",
+                    "or a smaller algorithm.queue_batch")
+    assert not out.exists()
