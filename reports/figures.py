@@ -29,8 +29,8 @@ from orchestration.contract.fileio import atomic_write
 from orchestration.contract.layout import metric_name
 
 __all__ = ["FIGURE_FORMATS", "COLUMN_IN", "TEXT_IN", "FONT_PT", "STYLE", "CurvePanel", "PanelDrawn", "curve_band",
-           "is_fraction_metric", "row_normalise", "plot_curves", "plot_heatmaps", "plot_sensitivity",
-           "plot_search_history", "plot_search_slice"]
+           "is_fraction_metric", "row_normalise", "MAX_PANELS_PER_ROW", "panel_grid", "plot_curves", "plot_heatmaps",
+           "plot_sensitivity", "plot_search_history", "plot_search_slice"]
 
 FIGURE_FORMATS = ("png", "pdf", "svg")
 _DPI = 300
@@ -109,11 +109,24 @@ def is_fraction_metric(metric: str) -> bool:
     return "acc" in name or "cpa" in name or name == "mask_ratio"
 
 
+MAX_PANELS_PER_ROW = 3
+"""Curve panels per row at most: a fourth would leave each panel too narrow for its step ticks at 8 pt."""
+
+
+def panel_grid(n: int) -> tuple[int, int]:
+    """(rows, columns) for ``n`` panels: as few rows as :data:`MAX_PANELS_PER_ROW` allows, and as few columns as
+    those rows need, so no row keeps a lone panel it can avoid: 4 → 2 × 2 (not 3 + 1), 5 → 3 + 2, 6 → 3 + 3."""
+    if n < 1:
+        raise ValueError(f"panels: {n}; a grid needs at least one")
+    rows = -(-n // MAX_PANELS_PER_ROW)
+    return rows, -(-n // rows)
+
+
 @styled
 def plot_curves(panels: list[CurvePanel], metrics: list[str], stem: Path, sharey: bool = True
                 ) -> tuple[list[Path], list[PanelDrawn]]:
-    """A grid of panels (four per line), one line + ±std band per metric from every evaluation, shared legend;
-    with ``sharey`` every panel has the same y-range. Returns the files and what each panel shows.
+    """A balanced grid of panels (:func:`panel_grid`), one line + ±std band per metric from every evaluation, shared
+    legend; with ``sharey`` every panel has the same y-range. Returns the files and what each panel shows.
 
     Fraction metrics (:func:`is_fraction_metric`) are drawn ×100 on the left axis with the band clipped to
     [0, 100] (a mean + std above 100 % is not a reachable accuracy); any other metric (a loss, the learning rate)
@@ -121,8 +134,7 @@ def plot_curves(panels: list[CurvePanel], metrics: list[str], stem: Path, sharey
     """
     if not panels:
         raise ValueError(f"{stem.name}: no cell with a finished run to plot")
-    ncols = min(3, len(panels))
-    nrows = -(-len(panels) // ncols)
+    nrows, ncols = panel_grid(len(panels))
     fig = paper_figure(len(panels) > 1, 1.9 * nrows + 0.35)
     axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False, sharey=sharey)).ravel()
     handles: dict[str, Any] = {}

@@ -33,7 +33,7 @@ import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -386,30 +386,57 @@ def _value(v: Any) -> str:
     return str(v)
 
 
+def _in_percent(info: SearchInfo) -> bool:
+    from reports.figures import is_fraction_metric  # the plots' rule; matplotlib is loaded only when a search is drawn
+
+    return is_fraction_metric(info.metric)
+
+
+def _objective(v: Any, info: SearchInfo) -> str:
+    """An objective as the report's other figures show it: a fraction metric in % with two decimals (as the tables
+    and the search plots), anything else as logged."""
+    if _in_percent(info) and isinstance(v, float) and not math.isnan(v):
+        return f"{100.0 * v:.2f}"
+    return _value(v)
+
+
+def _headers(info: SearchInfo) -> list[str]:
+    """The trials table's parameter and objective headers in words (the plots' axis names), not config keys."""
+    return [param_name(p) for p in info.space] + \
+        [metric_name(info.metric) + (" (%)" if _in_percent(info) else "")]
+
+
+def _keys(info: SearchInfo, code: Callable[[str], str]) -> str:
+    """Which config key each parameter header stands for (what to ``--set``), for the note."""
+    return ", ".join(f"{param_name(p)} = {code(p)}" for p in info.space) + f"; objective = {code(info.metric)}"
+
+
 def _note(st: StudyTrials, info: SearchInfo, markdown: bool = True) -> str:
     """What the table shows; in LaTeX the source without its Markdown quoting and storage path (index.md has them)."""
     n = st.trials["state"].value_counts()
     counts = ", ".join(f"{n.get(s, 0)} {s}" for s in STATES if n.get(s, 0))
-    return (f"Objective: {info.metric} ({info.mode}) on the search's validation split, the last value each trial "
-            f"reported. Trials: {counts or 'none'}. Pruned (ASHA): stopped early by ASHA; its objective is the value "
-            f"it had reached. Read from {st.origin if markdown else _SOURCES[st.durable]}.")
+    code = (lambda k: f"`{k}`") if markdown else str
+    return (f"Objective: {metric_name(info.metric)} ({info.mode}) on the search's validation split, the last value "
+            f"each trial reported. Columns: {_keys(info, code)}. Trials: {counts or 'none'}. Pruned (ASHA): stopped "
+            f"early by ASHA; its objective is the value it had reached. Read from "
+            f"{st.origin if markdown else _SOURCES[st.durable]}.")
 
 
 def render_markdown(st: StudyTrials, info: SearchInfo, imp: dict[str, float] | None, why: str,
                     plots: dict[str, list[Path]]) -> str:
     """The study's trials table (best in bold, ★), its importances and its plots, as Markdown."""
     params = list(info.space)
-    lines = [f"**{st.title}**", "", "| Trial | " + " | ".join(f"`{p}`" for p in params) + f" | `{info.metric}` | "
-             "State |", "| ---: | " + "---: | " * len(params) + "---: | :--- |"]
+    lines = [f"**{st.title}**", "", "| Trial | " + " | ".join(_headers(info)) + " | State |",
+             "| ---: | " + "---: | " * len(params) + "---: | :--- |"]
     for _, r in st.trials.iterrows():
-        cells = [str(r["trial"]), *(_value(r[p]) for p in params), _value(r["objective"])]
+        cells = [str(r["trial"]), *(_value(r[p]) for p in params), _objective(r["objective"], info)]
         cells = [f"**{c}**" if r["best"] else c for c in cells] + [r["state"] + (" ★ best" if r["best"] else "")]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", f"Note: {_note(st, info)} ★: {_BEST}.", "",
               f"Parameter importances ({why}):" if imp else f"Parameter importances: {why}."]
     if imp:
         lines += ["", "| Parameter | Importance |", "| :--- | ---: |"]
-        lines += [f"| `{p}` | {v:.2f} |" for p, v in imp.items()]
+        lines += [f"| {param_name(p)} (`{p}`) | {v:.2f} |" for p, v in imp.items()]
     for kind, files in plots.items():
         lines += ["", f"![{st.stem} {kind}]({files[0].name})"]
     if not plots:
@@ -422,10 +449,9 @@ def render_latex(st: StudyTrials, info: SearchInfo, imp: dict[str, float] | None
     params = list(info.space)
     lines = [r"\begin{table}[!htbp]", r"\centering", r"\footnotesize", rf"\caption{{{latex_escape(st.title)}}}",
              rf"\begin{{tabular}}{{@{{}}r{'r' * len(params)}rl@{{}}}}", r"\toprule",
-             " & ".join(["Trial", *(latex_escape(p) for p in params), latex_escape(info.metric), "State"]) + r" \\",
-             r"\midrule"]
+             " & ".join(["Trial", *(latex_escape(h) for h in _headers(info)), "State"]) + r" \\", r"\midrule"]
     for _, r in st.trials.iterrows():
-        cells = [str(r["trial"]), *(_value(r[p]) for p in params), _value(r["objective"]), r["state"]]
+        cells = [str(r["trial"]), *(_value(r[p]) for p in params), _objective(r["objective"], info), r["state"]]
         cells = [latex_escape(c) for c in cells]
         lines.append(" & ".join(rf"\textbf{{{c}}}" if r["best"] else c for c in cells) + r" \\")
     note = latex_escape(f"{_note(st, info, markdown=False)} Bold: {_BEST}.")
@@ -434,7 +460,8 @@ def render_latex(st: StudyTrials, info: SearchInfo, imp: dict[str, float] | None
     if imp:
         lines += [rf"{{\footnotesize Parameter importances ({latex_escape(why)}):\par}}", r"\smallskip",
                   r"\begin{tabular}{@{}lr@{}}", r"\toprule", r"Parameter & Importance \\", r"\midrule",
-                  *(rf"{latex_escape(p)} & {v:.2f} \\" for p, v in imp.items()), r"\bottomrule", r"\end{tabular}"]
+                  *(rf"{latex_escape(f'{param_name(p)} ({p})')} & {v:.2f} \\" for p, v in imp.items()), r"\bottomrule",
+                  r"\end{tabular}"]
     else:
         lines.append(rf"{{\footnotesize Parameter importances: {latex_escape(why)}.\par}}")
     lines.append(r"\end{table}")
@@ -451,7 +478,8 @@ def _index_lines(st: StudyTrials, info: SearchInfo, formats: Sequence[str], plot
     best = st.trials[st.trials["best"]]
     said = "no complete trial yet" if best.empty else "; ".join(
         f"trial {r['trial']}: " + ", ".join(f"{p}={_value(r[p])}" for p in info.space) +
-        f" → {info.metric} {_value(r['objective'])}" for _, r in best.iterrows())
+        f" → {info.metric} {_objective(r['objective'], info)}"
+        + (" %" if _in_percent(info) else "") for _, r in best.iterrows())
     return [f"### {st.title}", "", f"{len(st.trials)} trials from {st.origin}. Best: {said}.", "",
             " · ".join(links) or "(no file: --format has neither md nor tex)", ""]
 

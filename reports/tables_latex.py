@@ -137,6 +137,13 @@ def _column_blocks(data: TableData, span: int) -> list[list[str]]:
     return blocks
 
 
+def _tex_subheaders(data: TableData) -> list[str]:
+    """The sub-column headers under each column title. "Ours" only beside the paper's numbers (Paper or Δ): beside
+    the paired Δ alone it would set our numbers against nothing, so there it says what the cell holds."""
+    ours = _TEX_SUB["ours"] if data.has_published else r"mean $\pm$ std"
+    return [ours if sc == "ours" else _TEX_SUB[sc] for sc in data.shown]
+
+
 def render_latex(data: TableData) -> str:
     """A ``table`` float (booktabs) to ``\\input``; needs ``booktabs`` and ``graphicx`` in the preamble."""
     lay = data.layout
@@ -151,7 +158,7 @@ def render_latex(data: TableData) -> str:
             lines.append(r"\par\medskip")
         lines += [_FIT, rf"\begin{{tabular}}{{@{{}}l{'c' * (ncols - 1)}@{{}}}}", r"\toprule"]
         lines += _tex_header(data, [latex_escape(_row_header(data))], columns, span,
-                             sub=[_TEX_SUB[sc] for sc in data.shown] if span > 1 else None)
+                             sub=_tex_subheaders(data) if span > 1 else None)
         lines.append(r"\midrule")
         for gi, g in enumerate(data.groups):
             if g is not None:

@@ -8,8 +8,8 @@ import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.image import imread
 
-from reports.figures import (CurvePanel, curve_band, is_fraction_metric, plot_curves, plot_heatmaps, plot_sensitivity,
-                             row_normalise)
+from reports.figures import (MAX_PANELS_PER_ROW, CurvePanel, curve_band, is_fraction_metric, panel_grid, plot_curves,
+                             plot_heatmaps, plot_sensitivity, row_normalise)
 
 
 def test_row_normalise_percent_per_true_class():
@@ -58,6 +58,29 @@ def test_plots_write_png_pdf_svg_and_refuse_empty_input(tmp_path):
     with pytest.raises(ValueError, match=r"class_names: 2 names given, but the class counts have 3 classes"):
         plot_heatmaps(np.ones((3, 3)), None, tmp_path / "z", ["cat", "dog"])
     assert not any((tmp_path / n).exists() for n in ("x.png", "y.png", "z.png"))
+
+
+@pytest.mark.parametrize("n,grid", [(1, (1, 1)), (2, (1, 2)), (3, (1, 3)), (4, (2, 2)), (5, (2, 3)), (6, (2, 3)),
+                                    (7, (3, 3)), (8, (3, 3))])
+def test_panel_grid_is_balanced(n, grid):
+    """Issue 34: four curve panels (the quickstart's three methods and the tuned row) were drawn 3 + 1."""
+    assert panel_grid(n) == grid
+    rows, cols = grid
+    assert cols <= MAX_PANELS_PER_ROW and (rows - 1) * cols < n <= rows * cols  # no empty row, nothing left out
+    with pytest.raises(ValueError, match="panels: 0; a grid needs at least one"):
+        panel_grid(0)
+
+
+def test_four_curve_panels_are_drawn_two_by_two(tmp_path, monkeypatch):
+    import reports.figures as figures
+
+    drawn = []
+    monkeypatch.setattr(figures, "_save", lambda fig, stem: drawn.append(fig) or [])
+    h = pd.DataFrame({"run_id": ["a"] * 3, "step": [1, 2, 3], "value": [0.2, 0.5, 0.6]})
+    plot_curves([CurvePanel(f"cell {i}", 1, {"test/acc": h}) for i in range(4)], ["test/acc"], tmp_path / "c")
+    shown = [ax.get_position() for ax in drawn[0].axes if ax.get_visible()]
+    assert len(shown) == 4
+    assert len({round(b.x0, 3) for b in shown}) == 2 and len({round(b.y0, 3) for b in shown}) == 2
 
 
 def test_curve_panels_share_the_y_range_unless_told_not_to(tmp_path):

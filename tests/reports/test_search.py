@@ -26,7 +26,7 @@ from orchestration import contract as C
 from reports.build import BuildResult, build_report, main
 from orchestration.contract.layout import TUNED_ROW, cell_id, validate_report
 from reports.search import (COMPLETE, FAILED, MIN_IMPORTANCE_TRIALS, PRUNED, RUNNING, SearchInfo, StudyTrials,
-                            importances, read_studies, render_latex)
+                            _index_lines, importances, read_studies, render_latex, render_markdown)
 
 REPO = Path(__file__).resolve().parents[2]
 AXES = {"method": {"fixmatch": {"algorithm": {"name": "fixmatch"}},
@@ -108,6 +108,25 @@ def test_without_a_storage_the_newest_search_is_rebuilt_from_mlflow_with_asha_st
     tex = render_latex(st, SearchInfo.parse(SEARCH), *importances(st.study))
     assert "Read from the MLflow search runs (no Optuna study found)." in tex and "`" not in tex
     assert tex.count(r"\textbf{") == 5  # every cell of the best row
+
+
+def test_the_trials_table_names_its_columns_in_words_and_shows_accuracy_in_percent(tmp_path):
+    """Issue 34: the table's headers were config keys (`algorithm.tau`, `val/best_acc`) and its objective a
+    fraction (0.6) beside the report's %-figures; now τ, k and "best validation accuracy (%)" over 60.00, the keys
+    named once in the note (what to --set)."""
+    runs = [_run("a", 10, "h", tau="0.75", k="2", value=0.6), _run("b", 11, "h", tau="0.9", value=0.7315)]
+    source = SimpleNamespace(client=SimpleNamespace(search_runs=lambda *a, **kw: runs))
+    info = SearchInfo.parse(SEARCH)
+    (st,) = read_studies(info, "srch", source, "1", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    md = render_markdown(st, info, None, "n/a", {})
+    assert "| Trial | τ | k | best validation accuracy (%) | State |" in md
+    assert "| 0 | 0.75 | 2 | 60.00 | complete |" in md and "| **1** | **0.9** | **3** | **73.15** |" in md
+    assert "Columns: τ = `algorithm.tau`, k = `algorithm.k`; objective = `val/best_acc`." in md
+    tex = render_latex(st, info, {"algorithm.tau": 0.75, "algorithm.k": 0.25}, "fANOVA")
+    assert r"Trial & $\tau$ & k & best validation accuracy (\%) & State \\" in tex
+    assert r"0 & 0.75 & 2 & 60.00 & complete \\" in tex and r"$\tau$ (algorithm.tau) & 0.75 \\" in tex
+    lines = "\n".join(_index_lines(st, info, ("md",), {}))
+    assert "→ val/best_acc 73.15 %" in lines
 
 
 FLOAT_K = {**SEARCH, "space": {"algorithm.tau": {"type": "float", "low": 0.5, "high": 0.99},
@@ -274,7 +293,7 @@ def test_importances_are_fanova_on_the_complete_trials_or_na_with_the_reason(swe
     if len(complete) - pruned < MIN_IMPORTANCE_TRIALS or len({t.value for t in complete}) == 1:
         assert "Parameter importances: n/a: " in md
         return
-    rows = [ln for ln in md.splitlines() if ln.startswith("| `algorithm.")]
+    rows = [ln for ln in md.splitlines() if ln.startswith("| ") and " (`algorithm." in ln]  # "| τ (`algorithm.tau`) |"
     assert {ln.split("`")[1] for ln in rows} == {"algorithm.tau", "algorithm.k"}
     assert sum(float(ln.rsplit("|", 2)[1]) for ln in rows) == pytest.approx(1.0, abs=0.002)
     assert f"fANOVA (seed 0) over the {len(complete)} trials with an objective" in md

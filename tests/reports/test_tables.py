@@ -211,6 +211,21 @@ def test_paired_comparisons_fold_into_a_column_when_the_layout_asks():
         validate_report(spec)
 
 
+def test_no_lone_ours_sub_header_without_the_papers_numbers():
+    """Issue 34: a table with a paired column and no published numbers (the quickstart's) printed "Ours" beside
+    "paired Δ (p)", setting our numbers against nothing; there the sub-header says what the cell holds. With the
+    paper's numbers (Paper or Δ shown) it stays "Ours"."""
+    import copy
+
+    spec = copy.deepcopy(SPEC)
+    spec["tables"][0].update(paired_column=True, column_groups={})
+    report = validate_report(spec)
+    tex = render_latex(build_table_data(report.tables[0], report.axes, report.folds, runs(), "final"))
+    assert r"Method & mean $\pm$ std & paired $\Delta$ ($p$) & mean $\pm$ std & paired $\Delta$ ($p$)" in tex
+    assert "Ours" not in tex
+    assert r"Method & Ours & $\Delta$ & Ours & $\Delta$" in render_latex(wide_table(value_columns=["ours", "delta"]))
+
+
 def quoted_table(**changes):
     """SPEC's grouped table with the paper's quoted rows: one above each group's runs, one cell-marked number."""
     import copy
