@@ -16,7 +16,9 @@ refreshed by :class:`StatusReporter`, so the MLflow UI shows progress too.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -34,7 +36,7 @@ from orchestration import contract as C  # noqa: E402
 from orchestration.trial import tracking  # noqa: E402
 from orchestration.spec.plan import SweepPlan  # noqa: E402
 from orchestration.launch.summary import format_hours, refit_expected  # noqa: E402
-from orchestration.contract.filters import tag_equals  # noqa: E402
+from orchestration.contract.filters import NEWEST_FIRST, tag_equals  # noqa: E402
 from orchestration.store.store import Store  # noqa: E402
 from orchestration.store import mlflow_ui  # noqa: E402
 
@@ -329,7 +331,9 @@ class StatusReporter:
 # ------------------------------------------------------------------------------------------------ CLI
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m orchestration.status", description=__doc__.split("\n\n")[0])
-    p.add_argument("spec", type=Path, help="sweep YAML (experiments/<name>.yaml)")
+    p.add_argument("spec", type=Path, nargs="?",
+                   help="sweep YAML (experiments/<name>.yaml); default: the one sweep the store holds, with the YAML "
+                        "and --set items its newest launch recorded")
     p.add_argument("--tracking-uri", help="MLflow tracking URI or *.db path (default: $MLFLOW_TRACKING_URI, else "
                                           "sqlite:///<cwd>/mlflow.db, as the sweep)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -347,18 +351,51 @@ def _show(store: Store | None, plan: SweepPlan, clear: bool, uri: str = "") -> N
     print(("\033[2J\033[H" if clear else "") + text, flush=True)
 
 
+def _the_sweep(client: Any, uri: str, workdir: Path) -> tuple[Path, list[str], str]:
+    """Without a YAML: the store's one sweep as its newest launch recorded it: the YAML (its path, else the copy the
+    launch logged, fetched into ``workdir``), its ``--set`` items and the experiment's name. ``ValueError`` saying
+    what the store holds when it holds no sweep or several."""
+    found = []
+    with C.bounded_http(uri, "--tracking-uri"):
+        for exp in client.search_experiments():                      # active ones only
+            launch = next(Store(client, exp.experiment_id).sweeps(order_by=NEWEST_FIRST), None)
+            if launch is not None:
+                found.append((exp.name, launch))
+        if len(found) != 1:
+            held = "no sweep" if not found else f"{len(found)} sweeps ({', '.join(n for n, _ in found)})"
+            raise ValueError(f"{uri} holds {held}: name the sweep YAML, e.g. python -m orchestration.status "
+                             "experiments/<name>.yaml")
+        name, launch = found[0]
+        tags = launch.data.tags
+        path = Path(tags.get(C.SPEC_PATH, ""))
+        if not path.is_file():
+            path = Path(client.download_artifacts(launch.info.run_id, C.SPEC_ARTIFACT, str(workdir)))
+    return path, json.loads(tags.get(C.OVERRIDES) or "[]"), name
+
+
 @entry_point("python -m orchestration.status")
 def main(argv: Sequence[str] | None = None) -> int:
-    from orchestration.spec.overrides import load_sweep, plan_sweep
-    from orchestration.spec.models import SpecError
-
     args = _parser().parse_args(argv)
     for bad, message in ((args.watch is not None and args.watch <= 0, f"--watch={args.watch}: must be > 0 seconds"),
                          (args.count is not None and args.count < 1, f"--count={args.count}: must be >= 1")):
         if bad:
             print(f"error: {message}", file=sys.stderr)
             return 2
+    with tempfile.TemporaryDirectory(prefix="mutexmatch-status-") as workdir:
+        return _status(args, Path(workdir))
+
+
+def _status(args: argparse.Namespace, workdir: Path) -> int:
+    from orchestration.spec.overrides import load_sweep, plan_sweep
+    from orchestration.spec.models import SpecError
+
     try:
+        if args.spec is None:
+            uri = tracking.resolve_tracking_uri(args.tracking_uri, Path.cwd(), create=False)
+            args.spec, recorded, name = _the_sweep(tracking.MlflowClient(uri), uri, workdir)
+            args.overrides, args.experiment_name = args.overrides or recorded, args.experiment_name or name
+            print(f"[status] the store's one sweep: experiment {name!r}, {args.spec}"
+                  + "".join(f" --set {item}" for item in args.overrides), flush=True)
         loaded = load_sweep(args.spec, Path.cwd(), args.overrides, need_data=False)
         plan = plan_sweep(loaded, Path.cwd())
         uri = tracking.resolve_tracking_uri(args.tracking_uri, Path.cwd(), create=False)  # read-only: never makes one

@@ -116,3 +116,38 @@ def test_reporter_writes_the_status_to_the_parent_run(sweep):
     with tempfile.TemporaryDirectory() as tmp:
         text = Path(client.download_artifacts(parent.run_id, C.STATUS_ARTIFACT, tmp)).read_text()
     assert "| method=fixmatch | 2 | grid | FAILED |" in text
+
+
+def test_without_a_yaml_status_shows_the_stores_one_sweep(sweep, capsys, monkeypatch, tmp_path):
+    """Issue 34: ``python -m orchestration.status`` without a YAML printed its usage (after seconds of imports) though
+    the store holds one sweep; now it shows that sweep, from the YAML its newest launch recorded, else from the copy
+    that launch logged; with no sweep or several it says what the store holds and to name the YAML."""
+    project, uri, client, exp, *_ = sweep
+    monkeypatch.chdir(project)                                   # the default store: ./mlflow.db
+    assert status.main([]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"[status] the store's one sweep: experiment 'status_test', {project / 'sweep.yaml'}\n")
+    assert "# sweep status_test: status at" in out and "1 FINISHED, 1 RUNNING, 2 PENDING" in out
+    moved = project / "moved.yaml"
+    (project / "sweep.yaml").rename(moved)                       # the recorded path is gone: the logged copy
+    try:
+        assert status.main(["--tracking-uri", uri]) == 0
+    finally:
+        moved.rename(project / "sweep.yaml")
+    out = capsys.readouterr().out
+    assert f"/{C.SPEC_ARTIFACT}\n" in out.splitlines()[0] + "\n" and "1 FINISHED, 1 RUNNING, 2 PENDING" in out
+    other = tracking.ensure_experiment(client, "other", uri)
+    tracking.create_parent_run(Store(client, other), launch_id="L2", spec_path=project / "sweep.yaml", spec_text=SPEC,
+                               spec_hash="h", commit="c", storage="s", smoke=False, command="cmd")
+    try:
+        assert status.main([]) == 2
+    finally:
+        client.delete_experiment(other)
+    err = capsys.readouterr().err
+    assert err == (f"error: {uri} holds 2 sweeps (other, status_test): name the sweep YAML, e.g. python -m "
+                   "orchestration.status experiments/<name>.yaml\n") or "2 sweeps (status_test, other)" in err, err
+    empty = tracking.resolve_tracking_uri(None, tmp_path)        # a store without a sweep
+    MlflowClient(empty).search_experiments()
+    assert status.main(["--tracking-uri", empty]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (f"error: {empty} holds no sweep: name the sweep YAML, e.g. "
+                                                        "python -m orchestration.status experiments/<name>.yaml")
