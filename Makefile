@@ -29,10 +29,14 @@ usb-reference: install
 docs: install
 	$(PY) -m mutexmatch.config --doc > docs/config.md
 
-## The main job on the embedded default: local Ray, MLflow in ./mlflow.db, the `digits` dataset.
+## The main job on the embedded default: local Ray, MLflow in ./mlflow.db, the `digits` dataset; the report with
+## report.pdf where pdflatex and TeX Live's recommended packages are installed (`make system-deps`), else without it,
+## its last lines saying how to make it.
+comma := ,
+QUICKSTART_FORMATS = md,tex,png$(if $(shell command -v pdflatex >/dev/null 2>&1 && kpsewhich booktabs.sty 2>/dev/null),$(comma)pdf)
 quickstart: install
 	$(PY) -m orchestration.sweep experiments/quickstart.yaml
-	$(PY) -m reports.build experiments/quickstart.yaml --out reports/out/quickstart
+	$(PY) -m reports.build experiments/quickstart.yaml --out reports/out/quickstart --format $(QUICKSTART_FORMATS)
 
 # report.pdf and its tests: pdflatex and Latin Modern (vector T1 fonts) from Debian's TeX Live, poppler-utils for
 # pdffonts/pdftotext, which check the PDF; installed when missing and run as root, else the command to run is printed.

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import os
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -383,9 +384,20 @@ def _index(layout: ReportLayout, result: BuildResult, formats: Sequence[str], tr
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
+def _pdf_line(result: BuildResult) -> list[str]:
+    """Where report.pdf is, or how to make it (issue 34: `make quickstart` ended without a word about the PDF)."""
+    tex = result.out_dir / "report.tex"
+    if result.pdf is not None:
+        return [f"PDF: {result.pdf}"]
+    if tex not in result.files:
+        return []
+    need = "" if shutil.which("pdflatex") else f"; it needs pdflatex: {TEX_INSTALL}"
+    return [f"no PDF: add pdf to --format (e.g. --format md,tex,png,pdf) to compile {tex}{need}"]
+
+
 def _summary(result: BuildResult) -> str:
     """What main prints: files written and, when some table cells have no finished run, which."""
-    lines = [f"wrote {len(result.files)} files to {result.out_dir} (index: {result.index})"]
+    lines = [f"wrote {len(result.files)} files to {result.out_dir} (index: {result.index})", *_pdf_line(result)]
     lines += [line for line in (C.other_settings_line(result.ignored), result.settings_note) if line]
     empty = [f"{tid}: {'; '.join(cells)}" for tid, cells in result.missing.items() if cells]
     if empty and result.settings_note != PREVIEW:   # a preview's cells are all empty, as it says

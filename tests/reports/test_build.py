@@ -210,3 +210,19 @@ def test_experiment_without_finished_runs_is_an_error(store, tmp_path, capsys):
     assert f"experiment 'rep-empty' at {store.uri}: no FINISHED grid trial run of this YAML's cells" in err
     assert "experiments there: " in err and "rep," in err
     assert not (tmp_path / "out").exists()
+
+
+def test_the_summary_says_where_the_pdf_is_or_how_to_make_it(tmp_path, monkeypatch):
+    """Issue 34: ``make quickstart`` ended with no PDF and no word about one; the summary's second line now says."""
+    import reports.build as build
+
+    tex = tmp_path / "report.tex"
+    made = build.BuildResult(out_dir=tmp_path, index=tmp_path / "index.md", files=[tex], pdf=tmp_path / "report.pdf")
+    assert build._summary(made).splitlines()[1] == f"PDF: {tmp_path / 'report.pdf'}"
+    not_asked = build.BuildResult(out_dir=tmp_path, index=tmp_path / "index.md", files=[tex])
+    monkeypatch.setattr(build.shutil, "which", lambda exe: "/usr/bin/pdflatex")
+    assert build._summary(not_asked).splitlines()[1] == \
+        f"no PDF: add pdf to --format (e.g. --format md,tex,png,pdf) to compile {tex}"
+    monkeypatch.setattr(build.shutil, "which", lambda exe: None)
+    assert build._summary(not_asked).splitlines()[1].endswith(f"{tex}; it needs pdflatex: {build.TEX_INSTALL}")
+    assert len(build._summary(build.BuildResult(out_dir=tmp_path, index=tmp_path / "i.md")).splitlines()) == 1
