@@ -31,9 +31,9 @@ def runs_view(axes: Iterable[str], digest: str = "") -> dict:
     """The shared view of the runs the settings with ``digest`` count, exactly the report's
     (:func:`orchestration.contract.counted_filter`: no search trial, no try-out, no older duplicate), grouped by cell
     with MLflow's *average* per group (the mean over folds; MLflow aggregates min, max and average only, so the std
-    is in the experiment's description, :func:`description`), with the final and best test accuracy in % (two
-    decimals, :func:`orchestration.contract.with_percent`), the level on each axis and the fold as columns beside
-    the run name. Without ``digest``: every grid trial (a store before the counted tag)."""
+    is in the experiment's description, :func:`description`), with the final and best test accuracy in % (four
+    decimals, :func:`orchestration.contract.with_percent`: their average rounds to the report's figure), the level
+    on each axis and the fold as columns beside the run name. Without ``digest``: every grid trial (a store before the counted tag)."""
     run_name = "attributes.`Run Name`"
     metrics = [f"metrics.`{percent_metric(TEST_ACC)}`", f"metrics.`{percent_metric(TEST_BEST_ACC)}`"]
     levels = [f"tags.`{axis_tag(a)}`" for a in axes]
