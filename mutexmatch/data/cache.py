@@ -18,6 +18,7 @@ import torch
 
 from mutexmatch.atomic import atomic_write
 from mutexmatch.checksum import sha256_file
+from mutexmatch.data.imagefiles import regular_file
 from mutexmatch.data.images import ImageData
 
 CACHE_DIRNAME = ".mutexmatch_cache"
@@ -74,7 +75,7 @@ def checksum_path(cache: Path) -> Path:
 def verify_checksum(cache: Path) -> None:
     """Raise ``ValueError`` unless the cache's bytes still have the sha256 recorded beside it (bit-rot, a partial
     copy or an edit change it; a cache without one predates the checksums or lost its writer mid-way)."""
-    side = checksum_path(cache)
+    side = regular_file(checksum_path(cache), "dataset cache", ValueError)  # a pipe there would block the read
     try:
         recorded = side.read_text().split()[0]
     except (OSError, IndexError, UnicodeDecodeError):

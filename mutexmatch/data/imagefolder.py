@@ -36,7 +36,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import stat
 import warnings
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -45,9 +44,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms import functional as TF
+
+from mutexmatch.data.imagefiles import open_image
 
 NAME = "imagefolder"
 LABELED_SPLITS = ("train", "test", "val")
@@ -56,9 +57,6 @@ REQUIRED_SPLITS = ("train", "test")
 # Images per thread task when decoding or writing a folder: large enough that task overhead is negligible, small
 # enough that every core gets work on a folder of a few thousand images.
 THREAD_CHUNK = 512
-# Pixels of one image before decoding it (2^26: 256 MB as RGB); PIL's own limit warns first and fails at twice its
-# 89 M, a size no semi-supervised image needs.
-MAX_IMAGE_PIXELS = 1 << 26
 
 
 class ImageFolderError(ValueError):
@@ -198,23 +196,9 @@ def check_labels_available(index: FolderIndex, num_labels: int, val_per_class: i
 
 
 def _open(path: Path) -> Image.Image:
-    """THE reader of a data folder's images (issue 33 item 1): what is not a regular file (a FIFO would block the
-    read for ever, a device never end) and an image whose header promises more than :data:`MAX_IMAGE_PIXELS` (a
-    decompression bomb) are refused before anything is decoded."""
-    try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            raise ImageFolderError(f"imagefolder: {path} is not a regular file (a pipe, socket or device); remove it")
-        img = Image.open(path)
-        if img.size[0] * img.size[1] > MAX_IMAGE_PIXELS:
-            raise ImageFolderError(f"imagefolder: {path} is {img.size[0]:,}x{img.size[1]:,} pixels, more than the "
-                                   f"{MAX_IMAGE_PIXELS:,} an image may have; shrink or remove it")
-        img.load()  # decode now, so a truncated file fails here and not in a worker later
-        return img
-    except ImageFolderError:
-        raise
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
-        raise ImageFolderError(f"imagefolder: {path} is not a readable image ({type(err).__name__}: {err}); "
-                               f"repair or remove it") from None
+    """An image of the folder, through the one reader of data files (:func:`mutexmatch.data.imagefiles.open_image`:
+    not a regular file, more than ``MAX_IMAGE_PIXELS`` pixels or undecodable is one line, before decoding)."""
+    return open_image(path, NAME, ImageFolderError)
 
 
 def to_rgb_square(img: Image.Image, size: int) -> np.ndarray:

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 from torchvision.datasets.utils import check_integrity
 
+from mutexmatch.data.imagefiles import regular_file
 from mutexmatch.data.registry import BuiltinDataset, DatasetError, DatasetInfo, missing_error
 
 
@@ -29,13 +30,22 @@ class TorchvisionDataset(BuiltinDataset):
         """Raise :class:`DatasetError` naming the first present file under ``ddir`` (of ``only``, relative paths,
         when given) whose bytes do not match torchvision's published md5; a missing file is not checked here.
 
-        Nothing read from a data folder is unpickled before this passes (a crafted CIFAR meta file is code)."""
+        Nothing read from a data folder is unpickled before this passes (a crafted CIFAR meta file is code); a
+        present file that is not a regular file (a pipe would block the md5 read for ever) is refused first."""
+        self.check_regular(ddir, extra)
         bad = [(rel, md5) for rel, md5 in self.files(extra) if (only is None or rel in only)
                and md5 is not None and (ddir / rel).is_file() and not check_integrity(str(ddir / rel), md5)]
         if bad:
             more = f" (and {len(bad) - 1} more file(s))" if len(bad) > 1 else ""
             raise DatasetError(f"{self.name}: {ddir / bad[0][0]} does not match its published md5 {bad[0][1]}{more}: "
                                "a corrupted or partial download; delete it and load again with data.download: true")
+
+    def check_regular(self, ddir: Path, extra: bool = False) -> None:
+        """Raise :class:`DatasetError` for the first of the dataset's files under ``ddir`` that exists but is not a
+        regular file (:func:`mutexmatch.data.imagefiles.regular_file`, the check every file read from a data folder
+        passes)."""
+        for rel, _ in self.files(extra):
+            regular_file(ddir / rel, self.name, DatasetError)
 
     def open(self, info: DatasetInfo, root: Path, ddir: Path, required: Sequence[str], factory: Callable[[], Any], *,
              download: bool, extra: bool = False) -> Any:
@@ -45,6 +55,7 @@ class TorchvisionDataset(BuiltinDataset):
         that fail the md5 check; we tell the two apart so the user gets either the download hint or the corrupted
         file. A download that cannot reach the network says to fetch the files elsewhere and where to put them.
         """
+        self.check_regular(ddir, extra)
         try:
             return factory()
         except RuntimeError as err:

@@ -18,9 +18,9 @@ from torchvision.transforms import functional as TF
 
 from mutexmatch.data.cache import cache_path, cached_images
 from mutexmatch.data.fakefill import balanced_labels, save_images
-from mutexmatch.data.imagefiles import decode_files
+from mutexmatch.data.imagefiles import decode_files, regular_file
 from mutexmatch.data.images import ImageData
-from mutexmatch.data.registry import (BuiltinDataset, DatasetInfo, FakeSize, Splits, missing_error,
+from mutexmatch.data.registry import (BuiltinDataset, DatasetError, DatasetInfo, FakeSize, Splits, missing_error,
                                       register_dataset)
 
 _FAKE_SIDE = 84  # fake files are stored larger than the 80 px they are loaded at, so the resize + crop really runs
@@ -76,7 +76,7 @@ class MiniImageNet(BuiltinDataset):
                 unknown = sorted(set(labels) - index.keys())
                 if unknown:
                     raise ValueError(f"miniimagenet: {split}.csv has labels not in train.csv: {unknown[:5]}")
-                x = decode_files([ddir / "images" / f for f in files], size, prepare)
+                x = decode_files([ddir / "images" / f for f in files], size, prepare, info.name, DatasetError)
                 return ImageData(x, torch.tensor([index[lab] for lab in labels], dtype=torch.int64))
             return decode
 
@@ -98,7 +98,7 @@ class MiniImageNet(BuiltinDataset):
 
 
 def _read_csv_split(path: Path) -> tuple[list[str], list[str]]:
-    with path.open(newline="") as f:
+    with regular_file(path, "miniimagenet", DatasetError).open(newline="") as f:
         reader = csv.DictReader(f)
         fields = reader.fieldnames or []
         if "filename" not in fields or "label" not in fields:

@@ -14,9 +14,9 @@ from torchvision.datasets import ImageFolder
 
 from mutexmatch.data.cache import cache_path, cached_images
 from mutexmatch.data.fakefill import balanced_labels, save_images
-from mutexmatch.data.imagefiles import decode_files
+from mutexmatch.data.imagefiles import decode_files, regular_file
 from mutexmatch.data.images import ImageData
-from mutexmatch.data.registry import (BuiltinDataset, DatasetInfo, FakeSize, Splits, missing_error,
+from mutexmatch.data.registry import (BuiltinDataset, DatasetError, DatasetInfo, FakeSize, Splits, missing_error,
                                       register_dataset, twice_divided)
 
 _IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -48,13 +48,13 @@ class TinyImageNet(BuiltinDataset):
 
         def decode_train() -> ImageData:
             folder = self._train_folder(info, root, ddir)
-            x = decode_files([Path(p) for p, _ in folder.samples], size, lambda im: im)
+            x = decode_files([Path(p) for p, _ in folder.samples], size, lambda im: im, info.name, DatasetError)
             return ImageData(x, torch.tensor(folder.targets, dtype=torch.int64))
 
         def decode_val() -> ImageData:
             class_to_idx = self._train_folder(info, root, ddir).class_to_idx
             entries: dict[str, str] = {}
-            for line in annotations.read_text().splitlines():
+            for line in regular_file(annotations, info.name, DatasetError).read_text().splitlines():
                 if line.strip():
                     fields = line.split("\t")
                     entries[fields[0]] = fields[1]
@@ -62,7 +62,8 @@ class TinyImageNet(BuiltinDataset):
             if unknown:
                 raise ValueError(f"tinyimagenet: {annotations} names wnids without a train folder: {unknown[:5]}")
             files = sorted(entries)
-            x = decode_files([ddir / "val" / "images" / f for f in files], size, lambda im: im)
+            x = decode_files([ddir / "val" / "images" / f for f in files], size, lambda im: im, info.name,
+                             DatasetError)
             return ImageData(x, torch.tensor([class_to_idx[entries[f]] for f in files], dtype=torch.int64))
 
         return (cached_images(cache_path(ddir, "train", size), decode_train),
