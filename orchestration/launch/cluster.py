@@ -106,9 +106,5 @@ def init_ray() -> bool:
     if os.environ.get("RAY_ADDRESS"):
         ray.init(address="auto", logging_level=logging.WARNING)
     else:
-        # Ray 2.60 turns token authentication on for a new local cluster and says so in a WARNING line on every
-        # launch (issue 34: the quickstart's screen); asking for it explicitly keeps the same protection, silently
-        # (a user's RAY_AUTH_MODE is kept)
-        os.environ.setdefault("RAY_AUTH_MODE", "token")
         ray.init(num_cpus=os.cpu_count(), include_dashboard=False, logging_level=logging.WARNING)
     return True
