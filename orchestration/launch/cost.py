@@ -5,8 +5,8 @@ distinct (dataset, image size, backbone, batch size, μ, algorithm, precision, m
 evaluation batch): a :class:`mutexmatch.train.Trainer` is built on the device the trials will use, ``warmup`` steps
 are run and ``steps`` more are timed; one evaluation is timed on a slice of the test set and scaled to the whole
 evaluation (EMA and raw model on the test set, EMA model on the validation split). A trial then costs
-``iterations × step_s + evaluations × eval_s``; Ray and MLflow overhead is not included (see
-``benchmarks/orchestration_overhead.py``). A trial of ``resources.workers`` N > 1 data-parallel ranks takes that
+``iterations × step_s + evaluations × eval_s``; Ray and MLflow start-up is not in it, but said apart
+(:data:`STARTUP_S`; per trial: ``benchmarks/orchestration_overhead.py``). A trial of ``resources.workers`` N > 1 data-parallel ranks takes that
 time / N (:func:`trial_wall_s`) and holds N workers' devices (:func:`devices_per_trial`): N × its wall time.
 """
 
@@ -22,7 +22,23 @@ from orchestration.spec.models import Resources
 from orchestration.spec.plan import SweepPlan
 from orchestration.spec.sweepfile import deep_merge
 
-__all__ = ["StepCost", "measure_cost", "estimate_plan", "trial_wall_s", "devices_per_trial"]
+__all__ = ["StepCost", "measure_cost", "estimate_plan", "trial_wall_s", "devices_per_trial", "STARTUP_S",
+           "startup_line"]
+
+STARTUP_S = {"idle": 72.0, "at a load of 12-16": 225.0}
+"""Seconds a launch takes beyond its trials' own time on this project's 2-core CPU machine: the driver's imports,
+the MLflow store and experiment, Ray's and Tune's start, each trial's worker process and the shut-down. Idle: issue
+34's launch, 80 s of wall time for ≈ 8 s of trials. Loaded (measured 2026-11-27 with the machine shared by six
+sessions): ``python -m orchestration.sweep experiments/quickstart.yaml --smoke`` in a fresh folder took 237 s of wall
+time for 3 trials whose MLflow runs lasted 2.9-5.5 s (12.7 s in all): 122 s to the parent run (imports, store, Ray),
+83 s from Tune's start to the first trial's run (worker processes), 13 s after the parent run ended."""
+
+
+def startup_line() -> str:
+    """The dry run's line for :data:`STARTUP_S`: said apart from the trials' wall clock, never folded into it."""
+    measured = ", ".join(f"≈ {s:.0f} s {when}" for when, s in STARTUP_S.items())
+    return (f"start-up on top of that wall clock: {measured} per launch, measured on a 2-core CPU machine (imports, "
+            "the MLflow store, Ray and Tune, each trial's worker process, shut-down)")
 
 
 def trial_wall_s(one_process_s: float, workers: int) -> float:

@@ -22,7 +22,7 @@ from typing import Any
 from mutexmatch.training import format_duration
 
 from orchestration.trial import tracking
-from orchestration.launch.cost import devices_per_trial, trial_wall_s
+from orchestration.launch.cost import devices_per_trial, startup_line, trial_wall_s
 from orchestration.launch.launch import SweepError, SweepOptions, SweepOutcome, reusable, select
 from orchestration.spec.plan import SweepPlan
 from orchestration.store.store import Store
@@ -414,8 +414,8 @@ def _totals(plan: SweepPlan, rows: list[_Row], est: _Estimator, opts: SweepOptio
                "scaling; the replicated augmentation and the ranks' communication are not counted)"
                if res.workers > 1 else ""),
             f"wall clock: ≈ {format_duration(wall)} at {where}"
-            + ("; search trials counted at full length (ASHA stops some early)" if plan.searches else "")
-            + "; Ray/MLflow overhead not included"]
+            + ("; search trials counted at full length (ASHA stops some early)" if plan.searches else ""),
+            startup_line()]
 
 
 def dry_run(plan: SweepPlan, opts: SweepOptions, uri: str, storage: str, exp_name: str) -> SweepOutcome:

@@ -1,4 +1,5 @@
-"""The dry run refuses a plan whose cells cannot train (issue 33 item 2): exit 2, one line per such row.
+"""The dry run refuses a plan whose cells cannot train (issue 33 item 2): exit 2, one line per such row; it says the
+launch's start-up apart from the trials' wall clock (issue 34).
 
 Before, a cell whose measured step raised printed ``unknown: cannot measure (…)`` and the dry run exited 0, while a
 launch would start its trials, retry each and fail them all. The measurement is replaced here by one that fails
@@ -51,4 +52,12 @@ def test_a_plan_whose_cells_all_train_still_exits_0(tmp_path, monkeypatch, capsy
     (tmp_path / "s.yaml").write_text(SPEC.replace("mm: {algorithm: {name: mutexmatch}}", "fm2: {algorithm: "
                                                                                            "{name: fixmatch, tau: 0.9}}"))
     assert main(["s.yaml", "--dry-run"]) == 0
-    assert "cannot" not in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "cannot" not in out
+    # issue 34: a launch dry-run at "≈ 8 s" took 80 s; the start-up is its own line, with what it was measured on
+    lines = out.splitlines()
+    wall = next(i for i, line in enumerate(lines) if line.startswith("wall clock: ≈ "))
+    assert lines[wall + 1] == ("start-up on top of that wall clock: ≈ 72 s idle, ≈ 225 s at a load of 12-16 per "
+                               "launch, measured on a 2-core CPU machine (imports, the MLflow store, Ray and Tune, "
+                               "each trial's worker process, shut-down)")
+    assert "overhead not included" not in out
