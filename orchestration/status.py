@@ -1,6 +1,9 @@
 """Where a sweep stands, read from MLflow only (no Ray): works from any machine that reaches the tracking server.
 
-    python -m orchestration.status experiments/X.yaml [--tracking-uri URI] [--set KEY=VALUE ...] [--watch SECONDS]
+    python -m orchestration.status [experiments/X.yaml] [--tracking-uri URI] [--set KEY=VALUE ...] [--watch SECONDS]
+
+Without a YAML: the store's one sweep, as its newest launch recorded it (the YAML's path and ``--set`` items, else
+the ``spec.yaml`` it logged); a store with none or several says so and asks for the YAML.
 
 Per cell × fold: FINISHED (final and best test accuracy), RUNNING (step / total, last evaluation, ETA from the
 run's own seconds per step between its last logged evaluations), PENDING (in the plan, no run yet), FAILED (the
