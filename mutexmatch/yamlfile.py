@@ -11,7 +11,8 @@
   document holding more than :data:`MAX_VALUES` values once its aliases are expanded before it is built (a 343-byte
   "billion laughs" file of nested ``*alias`` lists grew past 3 GB in whatever printed or copied it).
 
-Standard library and PyYAML only, so the reports can use it without importing torch.
+Standard library, PyYAML and :mod:`mutexmatch.checks` (itself standard library only), so the reports can use it
+without importing torch.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from mutexmatch.checks import shown
 
 __all__ = ["YamlFileError", "UniqueKeyLoader", "read_yaml", "read_yaml_mapping", "load_text", "read_set_value", "MAX_BYTES", "MAX_VALUES"]
 
@@ -106,6 +109,16 @@ def _expanded_values(node: yaml.Node, sizes: dict[int, int]) -> int:
     return sizes[id(node)]
 
 
+def _too_many_values(where: str, values: int, written: int) -> str:
+    """The refusal of a document of ``values`` values (``written`` of them without expanding aliases): the fix
+    differs when aliases make the count (a bomb) from when the text itself lists that many (data, not a config)."""
+    if written > MAX_VALUES:
+        return (f"{where}: holds {values:,} values, more than the {MAX_VALUES:,} a config may have; a config lists "
+                "settings, not data: shorten its lists")
+    return (f"{where}: holds {values:,} values once its aliases (*name) are expanded, more than the {MAX_VALUES:,} a "
+            "config may have; write the values out instead of repeating aliases")
+
+
 def load_text(text: str, where: str) -> Any:
     """``text`` parsed by :class:`UniqueKeyLoader` within :data:`MAX_VALUES`; any failure is a
     :class:`YamlFileError` starting with ``where``."""
@@ -114,11 +127,10 @@ def load_text(text: str, where: str) -> Any:
         node = loader.get_single_node()
         if node is None:
             return None
-        values = _expanded_values(node, {})
+        sizes: dict[int, int] = {}
+        values = _expanded_values(node, sizes)
         if values > MAX_VALUES:
-            raise YamlFileError(f"{where}: holds {values:,} values once its aliases (*name) are expanded, more than "
-                                f"the {MAX_VALUES:,} a config may have; write the values out instead of repeating "
-                                "aliases")
+            raise YamlFileError(_too_many_values(where, values, written=len(sizes)))
         return loader.construct_document(node)
     except yaml.YAMLError as err:
         raise _syntax_error(where, err) from None
@@ -134,9 +146,14 @@ _YAML11_SURPRISE = re.compile(r"^[-+]?(0[0-7_]+|[0-9][0-9_]*(:[0-5]?[0-9])+(\.[0
 
 def read_set_value(item: str, text: str) -> Any:
     """The value of ``--set key=text`` (every command's ``--set`` reads it here): YAML as a scalar, list or mapping
-    reads it (``true``, ``0.5``, ``[1, 2]``), empty is null, within the same bounds as a file. A plain ``010`` or
+    reads it (``true``, ``0.5``, ``[1, 2]``), empty is null, within the same bounds as a file, on one line (a control
+    character such as a newline is refused: YAML would fold it into a space without a word). A plain ``010`` or
     ``1:00``, which YAML 1.1 turns into 8 and 60, is refused with what it would become."""
-    where = f"--set {item!r}"
+    where = f"--set {shown(item)}"
+    control = next((i for i, c in enumerate(text) if c < " " and c != "\t" or c == "\x7f"), None)
+    if control is not None:  # YAML folds a newline into a space: output_dir=a<newline>b would write to 'a b'
+        raise YamlFileError(f"{where}: the value holds the control character {text[control]!r} at position "
+                            f"{control + 1}; give the value on one line, without control characters")
     token = text.strip()
     if not token:
         return None

@@ -69,6 +69,10 @@ BOMB = 'a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]\n'
 ECHO_BOMB = 'train: {seed: [&a [1, 1, 1, 1, 1, 1, 1, 1, 1], &b [*a, *a, *a, *a, *a, *a, *a, *a, *a], ' \
             '&c [*b, *b, *b, *b, *b, *b, *b, *b, *b], [*c, *c, *c, *c, *c, *c, *c, *c, *c]]}\n'
 LARGE_YAML = "# a comment line of a large file\n" * 40_000  # 1.3 MB: over the 1 MiB a YAML config may have
+# Issue 33's re-pass: a config listing more values than a config may hold without any alias (the alias fix does not
+# apply), and --set values so large that echoing them whole made 60-120 KB error lines.
+MANY_VALUES_YAML = "train:\n  seed: [" + ", ".join(["1"] * 20_001) + "]\n"
+HUGE_LIST = "[" + ",".join(["1"] * 20_000) + "]"
 
 
 def _sweep(*edits: tuple[str, str]) -> str:
@@ -229,6 +233,18 @@ CASES = [
     C("train-image-size-range", T, "--set data.image_size=1024", "data.image_size=1024: must be null or in [8, 512]"),
     C("train-image-size-beyond-memory", T, "--set data.image_size=512", "data.image_size=512: digits needs",
       patch=lambda mp: mp.setattr("mutexmatch.training.memory._available_memory", lambda device: {"host": 100 << 20})),
+    C("train-fixed-parameter", T, "--set algorithm.name=remixmatch --set algorithm.dist_align=false",
+      "algorithm.dist_align=False: fixed at True by algorithm 'remixmatch'; leave it out"),
+    C("train-fixed-parameter-of-a-variant", T,
+      "--set algorithm.name=mutexmatch_rev_norm --set algorithm.lambda_sep=0.5",
+      "algorithm.lambda_sep=0.5: fixed at 0.0 by algorithm 'mutexmatch_rev_norm'; leave it out"),
+    Case("train-set-huge-value", T, ("--set", "algorithm.name=" + "x" * 120_000), "algorithm.name='xxxxxxxxxx"),
+    Case("train-set-huge-list", T, ("--set", f"train.seed={HUGE_LIST}"),
+         "holds 20,001 values, more than the 20,000 a config may have; a config lists settings, not data"),
+    C("train-config-many-values", T, "--config {t}/r.yaml", "'{t}/r.yaml': holds 20,006 values, more than the 20,000",
+      files={"r.yaml": MANY_VALUES_YAML}),
+    Case("train-set-newline", T, ("--set", "output_dir={t}/o\nx"),
+         "': the value holds the control character '\\n' at position"),
     C("train-field-of-other-algorithm", T, "--set algorithm.name=fixmatch --set algorithm.lambda_n=0.5",
       "algorithm.lambda_n=0.5: not used by algorithm 'fixmatch'"),
     C("train-stop-at-negative", T, "--stop-at -5", "argument --stop-at: must be a positive integer, got '-5'"),

@@ -14,6 +14,7 @@ the warm-up is the first ``warmup_steps`` of the run, whose unlabeled views are 
 """
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -54,6 +55,10 @@ class Dash(Algorithm):
     def __init__(self, params: Mapping[str, Any], ctx: TrainContext) -> None:
         super().__init__(params, ctx)
         self.rho_init: float | None = None     # rho_hat, set once by set_rho_init at the end of the warm-up
+        if self.params.warmup_steps >= ctx.total_steps:   # the default 2048 outlasts a short run without a word
+            warnings.warn(f"algorithm.warmup_steps={self.params.warmup_steps} >= train.iterations={ctx.total_steps}: "
+                          "Dash never uses the unlabeled data in this run (its warm-up is supervised only); lower "
+                          "algorithm.warmup_steps or raise train.iterations", stacklevel=2)
         if self.params.warmup_steps == 0 and ctx.reference_loss is not None and ctx.ema_model is not None:
             self.set_rho_init(ctx.reference_loss(ctx.ema_model))   # no warm-up: the initial model's loss
 

@@ -7,6 +7,7 @@ import copy
 from pathlib import Path
 from typing import Any, Sequence
 
+from mutexmatch.checks import shown
 from mutexmatch.config.schema import SWEEP_COMMAND, SWEEP_ONLY_KEY, ConfigError, RunConfig, parse_config
 from mutexmatch.yamlfile import YamlFileError, read_set_value, read_yaml_mapping
 
@@ -19,9 +20,10 @@ def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, 
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise ConfigError(f"--set {item!r}: expected KEY=VALUE with a dotted key such as algorithm.tau=0.9")
+            raise ConfigError(f"--set {shown(item)}: expected KEY=VALUE with a dotted key such as algorithm.tau=0.9")
         if key.strip() in seen:
-            raise ConfigError(f"--set {item!r}: {key.strip()} is already set by --set {seen[key.strip()]!r}; give "
+            raise ConfigError(f"--set {shown(item)}: {key.strip()} is already set by "
+                              f"--set {shown(seen[key.strip()])}; give "
                               "each key once")
         seen[key.strip()] = item
         parts = key.strip().split(".")
@@ -29,7 +31,7 @@ def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, 
         for p in parts[:-1]:
             nxt = node.setdefault(p, {})
             if not isinstance(nxt, dict):
-                raise ConfigError(f"--set {item!r}: {p} is not a section")
+                raise ConfigError(f"--set {shown(item)}: {p} is not a section")
             node = nxt
         node[parts[-1]] = _override_value(item, value)
     return _switch_algorithm(raw, out, [k for k in seen if k.startswith("algorithm.")])

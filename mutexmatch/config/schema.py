@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal, Mapping, Sequence
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator,
                       model_validator)
 
-from mutexmatch.checks import at_least, validation_error_lines, within
+from mutexmatch.checks import at_least, shown, validation_error_lines, within
 
 
 # The largest train.seed: the run seeds numpy's legacy RNG with it (the `official` split rule does too), which takes
@@ -303,7 +303,7 @@ def _resolve_algorithm(alg: AlgorithmConfig) -> list[str]:
     from mutexmatch.algorithms import ALGORITHMS
 
     if alg.name not in ALGORITHMS:
-        return [f"algorithm.name={alg.name!r}: unknown; registered: {', '.join(sorted(ALGORITHMS))}"]
+        return [f"algorithm.name={shown(alg.name)}: unknown; registered: {', '.join(sorted(ALGORITHMS))}"]
     model, given = ALGORITHMS[alg.name].Params, dict(alg.__pydantic_extra__)
     own = list(model.model_fields)
     if LEGACY_ALGORITHM_SECTION.keys() <= given.keys():
@@ -315,7 +315,9 @@ def _resolve_algorithm(alg: AlgorithmConfig) -> list[str]:
     errors = []
     for f in [f for f in given if f not in own]:
         owners = sorted(n for n, cls in ALGORITHMS.items() if f in cls.Params.model_fields)
-        problem = (f"={given[f]!r}: not used by algorithm {alg.name!r} (a parameter of {', '.join(owners)})"
+        problem = (f"={shown(given[f])}: fixed at {model.pinned[f]!r} by algorithm {alg.name!r}; leave it out"
+                   if f in model.pinned else
+                   f"={shown(given[f])}: not used by algorithm {alg.name!r} (a parameter of {', '.join(owners)})"
                    if owners else ": unknown key (no algorithm has it)")
         errors.append(f"algorithm.{f}{problem}; {alg.name!r} takes: {', '.join(own) or 'no parameters'}")
     if errors:
@@ -349,7 +351,7 @@ def _check_backbone(name: str, image_size: int) -> list[str]:
     from mutexmatch.models import BACKBONES
 
     if name not in BACKBONES:
-        return [f"model.backbone={name!r}: unknown; registered: {', '.join(sorted(BACKBONES))}"]
+        return [f"model.backbone={shown(name)}: unknown; registered: {', '.join(sorted(BACKBONES))}"]
     if image_size < BACKBONES[name].min_image_size:
         return [f"data.image_size={image_size}: backbone {name} needs images of at least "
                 f"{BACKBONES[name].min_image_size} pixels"]

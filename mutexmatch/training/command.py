@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from mutexmatch import metrics as M
-from mutexmatch.checks import int_arg
+from mutexmatch.checks import int_arg, shown
 from mutexmatch.cliwarnings import one_line_warnings
 from mutexmatch.config import (RESUMABLE, ConfigError, RunConfig, apply_overrides, fields_with_role, load_config,
                                parse_config, read_config_file)
@@ -62,7 +62,7 @@ def _load_run_dir(run_dir: Path, overrides: Sequence[str]) -> RunConfig:
     allowed = fields_with_role(RESUMABLE)  # declared on the schema fields
     for item in overrides:
         if not item.split("=", 1)[0].strip().startswith(allowed):
-            raise RunDirError(f"--set {item!r}: only {', '.join(allowed)} can change on --resume")
+            raise RunDirError(f"--set {shown(item)}: only {', '.join(allowed)} can change on --resume")
 
     return parse_config(apply_overrides(raw, overrides))
 

@@ -105,6 +105,7 @@ class Trainer:
         self.best_acc = -1.0
         self.best_val = -1.0
         self._loss_reference: tuple[int, float] | None = None   # (step, train/loss) of the first evaluation
+        self._explosion_said = False                               # the divergence warning is given once a run
         self.resumed_from: Path | None = None
         self.last_checkpoint: Path | None = None
         self._reset_accumulators()
@@ -133,8 +134,8 @@ class Trainer:
         if self._loss_reference is None:
             self._loss_reference = (self.step, loss)
         step, first = self._loss_reference
-        if 0 < first and loss > EXPLOSION * first and step >= 0:
-            self._loss_reference = (-1, first)  # said once
+        if 0 < first and loss > EXPLOSION * first and not self._explosion_said:
+            self._explosion_said = True
             warnings.warn(f"train/loss rose from {first:.3g} (step {step}) to {loss:.3g} (step {self.step}), over "
                           f"{EXPLOSION:.0e} times: the run diverged and its accuracy means nothing; lower optim.lr "
                           f"({self.optimizer.param_groups[0]['lr']:g}) or the loss weights", RuntimeWarning,

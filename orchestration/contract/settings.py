@@ -23,13 +23,20 @@ SETTINGS_EXCLUDED = ("description", "tables", "figures", "resources")
 EXPECTED_RUNS_DIR = "expected_runs"
 
 
+def _shown(item: str) -> str:
+    """An item as a message echoes it, shortened past a line (a 30,000-value list made a 60 KB error line)."""
+    from mutexmatch.checks import shown  # imported late: `import orchestration.contract` stays standard library
+
+    return shown(item)
+
+
 def parse_set_item(item: str) -> tuple[list[str], object]:
     """``a.b=value`` → (``["a", "b"]``, the value read as YAML); ``ValueError`` naming the item."""
     from mutexmatch.yamlfile import read_set_value  # the one reader of --set values (PyYAML: imported late)
 
     key, sep, text = item.partition("=")
     if not sep or not key.strip() or any(not p for p in key.strip().split(".")):
-        raise ValueError(f"{SET_OPTION} {item!r}: expected key=value with a dotted YAML key, e.g. "
+        raise ValueError(f"{SET_OPTION} {_shown(item)}: expected key=value with a dotted YAML key, e.g. "
                          f"{SET_OPTION} base.data.root=/mnt/datasets or {SET_OPTION} resources.gpu=1")
     return key.strip().split("."), read_set_value(item, text)
 
@@ -46,8 +53,8 @@ def _set_path(raw: dict, parts: list[str], value: object, item: str) -> None:
         if child is None:
             child = node[key] = {}
         if not isinstance(child, dict):
-            raise ValueError(f"{SET_OPTION} {item!r}: {'.'.join(parts[:j])}={child!r} is not a mapping, so it has "
-                             f"no key {parts[j]!r}")
+            raise ValueError(f"{SET_OPTION} {_shown(item)}: {'.'.join(parts[:j])}={child!r} is not a mapping, so "
+                             f"it has no key {parts[j]!r}")
         node, i = child, j
     node[".".join(parts[i:])] = value
 
@@ -60,7 +67,8 @@ def apply_set_items(raw: dict, items: Iterable[str]) -> dict:
         parts, value = parse_set_item(item)
         key = ".".join(parts)
         if key in seen:  # the last would silently win, while a key repeated in the YAML is refused
-            raise ValueError(f"{SET_OPTION} {item!r}: {key} is already set by {SET_OPTION} {seen[key]!r}; give each "
+            raise ValueError(f"{SET_OPTION} {_shown(item)}: {key} is already set by "
+                             f"{SET_OPTION} {_shown(seen[key])}; give each "
                              "key once")
         seen[key] = item
         _set_path(raw, parts, value, item)

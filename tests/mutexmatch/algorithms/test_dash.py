@@ -137,3 +137,14 @@ def test_trainer_measures_rho_hat_on_validation_else_labeled_never_test(tmp_path
     assert len(y) == len(want) and torch.equal(y, trainer.bundle.train.y[torch.from_numpy(want)])
     assert seen["step"] == 1 and trainer.algorithm.rho_init == pytest.approx(seen["expected"], rel=1e-6)
     assert seen["loss"] != pytest.approx(seen["test"], rel=1e-6)     # the test split gives another value
+
+
+def test_a_warmup_as_long_as_the_run_is_said(recwarn) -> None:
+    """Issue 33 (dash-default-warmup): the default 2048 warm-up steps outlast a short run, which then never uses the
+    unlabeled data (train/p and mask_ratio 0 at every evaluation) and FINISHED without a word."""
+    ctx = TrainContext.synthetic(4, 16, total_steps=2048)
+    with pytest.warns(UserWarning, match=r"algorithm.warmup_steps=2048 >= train.iterations=2048: Dash never uses the "
+                      r"unlabeled data in this run .*; lower algorithm.warmup_steps"):
+        build_algorithm("dash", {}, ctx)
+    build_algorithm("dash", {"warmup_steps": 2047}, ctx)
+    assert not [w for w in recwarn if "warmup_steps" in str(w.message)]
