@@ -303,7 +303,8 @@ CASES = [
     C("sweep-unknown-key", S, "{t}/s.yaml", "fold: unknown key", files={"s.yaml": SWEEP_YAML + "fold: [0]\n"}),
     C("sweep-no-axes", S, "{t}/s.yaml", "axes: required field is missing",
       files={"s.yaml": "name: corpus\nbase: {data: {dataset: digits}}\n"}),
-    C("sweep-name-path", S, "{t}/s.yaml", "name='../x': must start with a letter or digit",
+    C("sweep-name-path", S, "{t}/s.yaml", "name='../x': must start with an ASCII letter or digit and use only ASCII "
+      "letters, digits, `_`, `-`, `.`, `+` (it names a folder); '.' (U+002E) at position 1 is not allowed",
       files={"s.yaml": _sweep(("name: corpus", "name: ../x"))}),
     C("sweep-seed-plus-fold", S, "{t}/s.yaml", "train.seed=4294967295: fold 1 trains with train.seed + 1 = "
       "4294967296 (seed_per_fold), above the largest seed 4294967295",
@@ -335,12 +336,22 @@ CASES = [
       files={"s.yaml": SWEEP_YAML}),
     C("sweep-null-level", S, "{t}/s.yaml --dry-run", "level method.mutexmatch: is null; give its settings, or {}",
       files={"s.yaml": _sweep(("{algorithm: {name: mutexmatch}}", "null"))}),
-    C("sweep-level-trailing-newline", S, "{t}/s.yaml --dry-run", "level method.'fixmatch\\n': use letters",
+    C("sweep-level-trailing-newline", S, "{t}/s.yaml --dry-run", "level method.'fixmatch\\n': use ASCII letters, "
+      "digits, `_`, `-`, `.`, `+`; '\\n' (U+000A) at position 9 is not allowed",
       files={"s.yaml": _sweep(("    fixmatch:", '    "fixmatch\\n":'))}),
     C("sweep-exclude-unknown-level", S, "{t}/s.yaml", "exclude[0].method='flexmatch': unknown level",
       files={"s.yaml": SWEEP_YAML + "exclude: [{method: flexmatch}]\n"}),
     C("sweep-max-concurrent-negative", S, "{t}/s.yaml --max-concurrent -1", "--max-concurrent",
       files={"s.yaml": SWEEP_YAML}),
+    # Issue 33 (uni-level-dry, uni-expname, uni-name-homoglyph): é, 固 and a Cyrillic е are letters; the rule is ASCII
+    C("sweep-axis-not-ascii", S, "{t}/s.yaml --dry-run", "axis 'méthode': use ASCII letters, digits, `_`, `-`, `.`, "
+      "`+` (no `=` or `,`); 'é' (U+00E9) at position 2 is not allowed",
+      files={"s.yaml": _sweep(("  method:", "  méthode:"))}),
+    C("sweep-level-not-ascii", S, "{t}/s.yaml --dry-run", "level method.'固定': use ASCII letters, digits, `_`, `-`, "
+      "`.`, `+`; '固' (U+56FA) at position 1 is not allowed", files={"s.yaml": _sweep(("    fixmatch:", "    固定:"))}),
+    C("sweep-experiment-name-homoglyph", S, "{t}/s.yaml --experiment-name advswееp",
+      "--experiment-name='advswееp': must start with an ASCII letter or digit and use only ASCII letters, digits, "
+      "`_`, `-`, `.`, `+` (it names a folder); 'е' (U+0435) at position 6 is not allowed", files={"s.yaml": SWEEP_YAML}),
     C("sweep-experiment-name-escape", S, "{t}/s.yaml --experiment-name ../../escape", "--experiment-name",
       files={"s.yaml": SWEEP_YAML}),
     C("sweep-tracking-uri-not-a-db", S, "{t}/s.yaml --tracking-uri {t}/notes.db", "{t}/notes.db",

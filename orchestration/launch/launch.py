@@ -18,7 +18,7 @@ from orchestration.trial.tracking import ParentInfo
 from orchestration.spec.plan import REFIT_PHASE, GridTrial, SweepPlan, expected_runs
 from orchestration.launch.refit import best_by_cell, pending_refits, refit_trials
 from orchestration.launch.notify import check_url
-from orchestration.spec.models import NAME_RULE, is_name
+from orchestration.spec.models import NAME_RULE, is_name, name_fault
 from orchestration.store.store import Store, as_store
 from orchestration.contract.filters import NEWEST_FIRST
 
@@ -125,7 +125,7 @@ def check_options(opts: SweepOptions) -> None:
                          "(continue it if it did not finish, else start)")
     if opts.experiment_name is not None and not is_name(opts.experiment_name):
         # it is also the folder of the launch under --storage: `../x` would write outside it
-        raise ValueError(f"--experiment-name={opts.experiment_name!r}: {NAME_RULE}")
+        raise ValueError(f"--experiment-name={opts.experiment_name!r}: {NAME_RULE}{name_fault(opts.experiment_name)}")
 
 
 # What Ray Tune's storage (pyarrow's file systems) takes besides a local folder.

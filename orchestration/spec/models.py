@@ -18,12 +18,24 @@ from orchestration.contract import VALIDATION_METRICS
 from orchestration.contract.tracking_uri import journal_file
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*\Z")  # \Z: `$` also matches before a final newline
-NAME_RULE = "must start with a letter or digit and use only letters, digits, `_`, `-`, `.`, `+` (it names a folder)"
+NAME_RULE = ("must start with an ASCII letter or digit and use only ASCII letters, digits, `_`, `-`, `.`, `+` (it "
+             "names a folder)")
 
 
 def is_name(v: str) -> bool:
     """Whether ``v`` may name an experiment, an axis or a level (:data:`NAME_RULE`): it becomes a folder name."""
     return bool(_NAME.match(v))
+
+
+def name_fault(v: str) -> str:
+    """Where ``v`` breaks :data:`NAME_RULE`, to follow the rule in a message (``; 'é' (U+00E9) at position 2 is not
+    allowed``), '' for a name: é, 固 and a Cyrillic е are letters, so "use letters" did not say what was wrong."""
+    if is_name(v):
+        return ""
+    if not v:
+        return "; it is empty"
+    i = next((i for i, c in enumerate(v) if not (c.isascii() and (c.isalnum() or i > 0 and c in "_.+-"))), 0)
+    return f"; {v[i]!r} (U+{ord(v[i]):04X}) at position {i + 1} is not allowed"
 # --smoke without a `smoke:` section: a few steps of every cell, enough to exercise load, train, eval, checkpoint.
 SMOKE_DEFAULT: dict[str, Any] = {"train": {"iterations": 4, "eval_interval": 2, "batch_size": 4, "mu": 2}}
 # Both derived from the roles declared on the RunConfig fields (mutexmatch.config.roles).
@@ -285,7 +297,7 @@ class SweepSpec(_Strict):
     @classmethod
     def _name(cls, v: str) -> str:
         if not _NAME.match(v):
-            raise ValueError(NAME_RULE)
+            raise ValueError(NAME_RULE + name_fault(v))
         return v
 
     @field_validator("folds")
@@ -300,12 +312,14 @@ class SweepSpec(_Strict):
             raise ValueError("needs at least one axis with at least one level")
         for axis, levels in v.items():
             if not _NAME.match(axis):
-                raise ValueError(f"axis {axis!r}: use letters, digits, `_`, `-`, `.`, `+` (no `=` or `,`)")
+                raise ValueError(f"axis {axis!r}: use ASCII letters, digits, `_`, `-`, `.`, `+` (no `=` or `,`)"
+                                 f"{name_fault(axis)}")
             if not levels:
                 raise ValueError(f"axis {axis!r}: needs at least one level")
             for level, override in levels.items():
                 if not _NAME.match(level):
-                    raise ValueError(f"level {axis}.{level!r}: use letters, digits, `_`, `-`, `.`, `+`")
+                    raise ValueError(f"level {axis}.{level!r}: use ASCII letters, digits, `_`, `-`, `.`, `+`"
+                                     f"{name_fault(level)}")
                 if override is None:  # it trained the base config under the level's name
                     raise ValueError(f"level {axis}.{level}: is null; give its settings, or {{}} for a level that "
                                      "keeps the base config")

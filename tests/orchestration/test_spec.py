@@ -65,7 +65,7 @@ def _drop(path: str):
 CASES = [
     (_set("bogus", 1), ["bogus: unknown key; allowed keys: name, description, base"]),
     (_drop("name"), ["name: required field is missing"]),
-    (_set("name", "has space"), ["name='has space': must start with a letter or digit"]),
+    (_set("name", "has space"), ["name='has space': must start with an ASCII letter or digit"]),
     (_set("folds", []), ["folds=[]: needs at least one fold"]),
     (_set("folds", [0, 0]), ["folds=[0, 0]: folds must be distinct"]),
     (_set("folds", [0, 5]), ["cell method=supervised,labels=l20 fold 5: data.fold=5: the `official` split rule"]),
