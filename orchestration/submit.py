@@ -7,8 +7,9 @@ environment's ``env_vars``; the driver and every trial read it: ``tracking.git_c
 
 Everything before ``--`` goes to ``ray job submit`` unchanged (``--address``, ``--working-dir``, ``--no-wait`` …);
 a ``--runtime-env-json`` (``--runtime-env-json=JSON`` too) or a ``--runtime-env`` YAML file given there keeps its
-content and gains the variable, as the one ``--runtime-env-json`` Ray is handed (issue 33 item 9). The ``ray`` beside this Python is
-used (the venv's), else the one on ``PATH``.
+content and gains the variable, as the one ``--runtime-env-json`` Ray is handed (issue 33 item 9). The ``ray``
+beside this Python is used (the venv's), else the one on ``PATH``. A ``--working-dir`` that is not a folder and an
+address where nothing answers are refused in one line before Ray is started (its CLI ends both in a traceback).
 """
 
 from __future__ import annotations
@@ -16,15 +17,18 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 from typing import Sequence
 
 from mutexmatch.cli import entry_point
 
-__all__ = ["COMMIT_ENV", "submit_command", "main"]
+__all__ = ["COMMIT_ENV", "submit_command", "check_address", "main"]
 
 COMMIT_ENV = "MUTEXMATCH_GIT_COMMIT"
+DEFAULT_ADDRESS = "http://127.0.0.1:8265"   # where `ray job submit` looks without --address or $RAY_ADDRESS
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -81,6 +85,35 @@ def _runtime_env(options: list[str]) -> dict:
     return env
 
 
+def _option_value(options: Sequence[str], name: str) -> str | None:
+    """The value of ``name VALUE`` or ``name=VALUE`` in ``options`` (left in place), None when absent."""
+    return next((w.split("=", 1)[1] if "=" in w else (options[i + 1] if i + 1 < len(options) else "")
+                 for i, w in enumerate(options) if w.split("=", 1)[0] == name), None)
+
+
+def check_address(argv: Sequence[str], timeout: float = 5.0) -> None:
+    """``ValueError`` in one line when nothing answers at the job server's address (``--address``, else
+    ``$RAY_ADDRESS``, else Ray's default): ``ray job submit`` would end in a 107-line ``ConnectionError`` traceback
+    after retrying. Only an HTTP(S) address is tried (``auto`` and ``ray://`` are Ray's to resolve)."""
+    options = list(argv)[:list(argv).index("--")] if "--" in argv else list(argv)
+    given = _option_value(options, "--address")
+    address = given or os.environ.get("RAY_ADDRESS") or DEFAULT_ADDRESS
+    where = "--address" if given else "$RAY_ADDRESS" if os.environ.get("RAY_ADDRESS") else "the default address"
+    url = urlsplit(address if "://" in address else f"http://{address}")
+    if address == "auto" or url.scheme not in ("http", "https"):
+        return
+    try:
+        host, port = url.hostname, url.port or (443 if url.scheme == "https" else 80)
+    except ValueError:
+        raise ValueError(f"{where} {address!r}: not an address with a port, e.g. http://127.0.0.1:8265") from None
+    try:
+        socket.create_connection((host or "127.0.0.1", port), timeout=timeout).close()
+    except OSError as e:
+        raise ValueError(f"{where} {address}: nothing answers there ({e.strerror or e}); start the Ray head (`ray "
+                         "start --head --dashboard-host=127.0.0.1`, whose dashboard takes jobs on port 8265) or pass "
+                         "--address with its dashboard's URL") from None
+
+
 def submit_command(argv: Sequence[str], commit: str) -> list[str]:
     """The ``ray job submit`` command line for ``argv`` (options ``--`` entrypoint) with ``commit`` in the job's
     environment; ``ValueError`` without an entrypoint, with a runtime environment Ray would refuse (see
@@ -93,8 +126,7 @@ def submit_command(argv: Sequence[str], commit: str) -> list[str]:
     options, entrypoint = argv[:cut], argv[cut + 1:]
     runtime_env = _runtime_env(options)
     runtime_env["env_vars"][COMMIT_ENV] = commit
-    workdir = next((w.split("=", 1)[1] if "=" in w else (options[i + 1] if i + 1 < len(options) else "")
-                    for i, w in enumerate(options) if w.split("=", 1)[0] == "--working-dir"), None)
+    workdir = _option_value(options, "--working-dir")
     if workdir is not None and not Path(workdir).expanduser().is_dir() and "://" not in workdir:
         raise ValueError(f"--working-dir {workdir!r}: not an existing folder (the job's code is uploaded from it)")
     return [_ray(), "job", "submit", *options, "--runtime-env-json", json.dumps(runtime_env), "--", *entrypoint]
@@ -102,15 +134,17 @@ def submit_command(argv: Sequence[str], commit: str) -> list[str]:
 
 @entry_point("python -m orchestration.submit")
 def main(argv: Sequence[str] | None = None) -> int:
-    from orchestration.trial.tracking import git_commit  # imports MLflow: not needed for the usage error
-
     argv = list(sys.argv[1:] if argv is None else argv)
-    commit = os.environ.get(COMMIT_ENV) or git_commit(REPO)
     try:
-        command = submit_command(argv, commit)
+        submit_command(argv, "")  # the input first, then the address, before the commit's slower MLflow import
+        check_address(argv)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    from orchestration.trial.tracking import git_commit  # imports MLflow: not needed for the usage error
+
+    commit = os.environ.get(COMMIT_ENV) or git_commit(REPO)
+    command = submit_command(argv, commit)
     print(f"[submit] the job runs with {COMMIT_ENV}={commit}", flush=True)
     os.execvp(command[0], command)
     return 0  # not reached: the process is ray job submit now

@@ -288,6 +288,10 @@ def _store_cases() -> list[Fuzz]:
             cases.append(Fuzz(f"submit-renv-{form}-{value}", "submit", (*opt, "--", "python", "-V")))
     cases += [Fuzz("submit-no-entrypoint", "submit", ("--address", "http://127.0.0.1:1")),
               Fuzz("submit-empty-entrypoint", "submit", ("--",))]
+    # issue 33's re-pass: Ray's CLI ended these in 49- and 107-line tracebacks after the wrapper had started it
+    for i, opts in enumerate((("--address", "http://127.0.0.1:1"), ("--address=127.0.0.1:1",),
+                              ("--address", "http://127.0.0.1:port"), ("--working-dir", "{t}/no/such/folder"))):
+        cases.append(Fuzz(f"submit-unreachable-{i}", "submit", (*opts, "--", "python", "-V")))
     return cases
 
 

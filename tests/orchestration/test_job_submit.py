@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import json
@@ -126,6 +127,24 @@ def test_submit_hands_the_commit_to_the_job():
     for bad in (["--address", "x"], ["--", ], ["--runtime-env-json", "[1]", "--", "python"]):
         with pytest.raises(ValueError):
             submit_command(bad, "c")
+
+
+def test_submit_to_an_address_where_nothing_answers_is_one_line_before_ray_starts(monkeypatch, capsys):
+    """Issue 33 (submit-dead-address): ``ray job submit`` retried, then printed 107 lines ending in a ConnectionError."""
+    from orchestration import submit
+
+    monkeypatch.setattr(submit.os, "execvp", lambda *a: pytest.fail("ray job submit was started"))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    start = time.monotonic()
+    assert submit.main(["--address", "http://127.0.0.1:1", "--", "python", "-V"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: --address http://127.0.0.1:1: nothing answers there (Connection refused); start "
+                           "the Ray head")
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
+    with pytest.raises(ValueError, match=r"^\$RAY_ADDRESS 127.0.0.1:1: nothing answers there"):
+        submit.check_address(["--", "python"])
+    assert time.monotonic() - start < 5
+    submit.check_address(["--address", "ray://127.0.0.1:1", "--", "python"])  # Ray's own client protocol: not tried
 
 
 def _stop_a_running_job(ray_job, uri: str, spec: Path, tmp_path: Path, procs) -> str:
