@@ -103,7 +103,7 @@ def run_cost_line(cfg: RunConfig, done: int, cost: StepCost | None) -> str:
     t = cfg.train
     left = t.iterations - done
     if left <= 0:  # a --resume of a finished run: nothing to estimate (was "0 steps (steps 51–50)")
-        return f"[train] already finished: all {t.iterations:,} steps trained; output: {cfg.output_dir}"
+        return f"[train] already finished at step {t.iterations:,}, nothing to do; output: {cfg.output_dir}"
     evals = -(-t.iterations // t.eval_interval) - done // t.eval_interval
     steps = f"{left:,} steps" + (f" (steps {done + 1:,}–{t.iterations:,})" if done else "")
     if cost is None:

@@ -39,7 +39,7 @@ def test_a_finished_run_resumed_says_so_instead_of_zero_steps():
     """Issue 34: ``--resume`` of a finished run printed "0 steps (steps 51–50)"."""
     for cost in (StepCost(0.2, 1.0, "cpu"), None):
         line = run_cost_line(_cfg(50, 10), 50, cost)
-        assert line == f"[train] already finished: all 50 steps trained; output: {_cfg().output_dir}"
+        assert line == f"[train] already finished at step 50, nothing to do; output: {_cfg().output_dir}"
 
 
 def _long() -> StepCost:
