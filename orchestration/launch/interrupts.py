@@ -5,10 +5,13 @@ same way, so the requeued job's ``--resume auto`` continues every trial from the
 
 The flags are process-wide because the signal handler cannot reach the phase that is running; the phase runner
 (:mod:`orchestration.launch.phases`) reads :data:`INTERRUPTED` to tell an interrupted phase from a finished one.
+Once it is set, Tune's own lines about the stop are dropped (:data:`TUNE_STOP_LINES`): the screen ends with our
+resume line, not with what looks like a crash.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -16,7 +19,7 @@ import threading
 from typing import Any, Callable
 
 __all__ = ["INTERRUPTED", "IN_FIT", "STOP_HOOKS", "PREEMPT_HOOKS", "on_interrupt", "handle_interrupts",
-           "LaunchAborted", "uninterruptible", "route_usr1"]
+           "LaunchAborted", "uninterruptible", "route_usr1", "TUNE_STOP_LINES", "quiet_tune_stop"]
 
 
 class LaunchAborted(KeyboardInterrupt):
@@ -102,9 +105,42 @@ def _run_hooks(hooks: list[Callable[[], None]]) -> None:
             print(f"[sweep] warning: on the stop signal: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
 
 
+# What Tune logs when it stops a run gracefully, by logger: its own "Stop signal received … Press CTRL+C to skip",
+# an ERROR listing the trials the stop left unfinished, its `Tuner.restore(...)` advice (which does not resume a
+# sweep: our resume line does) and, for every trial not started yet, a FileNotFoundError for its missing result
+# files (Tune reads them for a results table the sweep never uses). After our interrupt they only look like a crash
+# above the resume line (issue 34), so they are dropped while INTERRUPTED is set, and kept otherwise.
+TUNE_STOP_LINES = {
+    "ray.tune.tune": ("Stop signal received", "Trials did not complete", "Experiment has been interrupted",
+                      "Training has been interrupted"),
+    "ray.tune.analysis.experiment_analysis": ("Failed to fetch metrics for",),
+}
+
+
+class _TuneStopLines(logging.Filter):
+    """Drops a record that starts with one of ``starts`` while the launch is interrupted (:data:`TUNE_STOP_LINES`)."""
+
+    def __init__(self, starts: tuple[str, ...]):
+        super().__init__()
+        self.starts = starts
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (INTERRUPTED.is_set() and record.getMessage().startswith(self.starts))
+
+
+def quiet_tune_stop() -> None:
+    """Attach the :data:`TUNE_STOP_LINES` filters to Tune's loggers (once)."""
+    for name, starts in TUNE_STOP_LINES.items():
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _TuneStopLines) for f in logger.filters):
+            logger.addFilter(_TuneStopLines(starts))
+
+
 def handle_interrupts() -> None:
-    """Route SIGINT, SIGTERM (``kill``, a scheduler's preemption) and SIGUSR1 through :func:`on_interrupt`. Called
-    again after ``ray.init``, which installs its own aborting SIGTERM handler."""
+    """Route SIGINT, SIGTERM (``kill``, a scheduler's preemption) and SIGUSR1 through :func:`on_interrupt`, and
+    quiet Tune's lines about the graceful stop that follows (:func:`quiet_tune_stop`). Called again after
+    ``ray.init``, which installs its own aborting SIGTERM handler."""
+    quiet_tune_stop()
     if threading.current_thread() is threading.main_thread():
         os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"  # Tune's own SIGINT handler would hide the interrupt
         signal.signal(signal.SIGINT, on_interrupt)
