@@ -4,7 +4,8 @@ Modules: :mod:`reports.specfile` (reading the YAML: duplicate keys and syntax er
 :mod:`reports.runs` (MLflow → pandas, the best/final/median20 protocols), :mod:`reports.class_counts` (a trial's
 class counts), :mod:`reports.stats` (cell statistics, paired t-test), :mod:`reports.tables` (Markdown),
 :mod:`reports.tables_latex` (LaTeX), :mod:`reports.figures` (PNG, PDF, SVG), :mod:`reports.drawing` (runs →
-figures and captions), :mod:`reports.search` (search trials and studies), :mod:`reports.latex` (report.tex →
+figures and captions), :mod:`reports.search` (search trials and studies: read, analysed, drawn, written),
+:mod:`reports.search_model` (a search's YAML section, studies, trial states), :mod:`reports.latex` (report.tex →
 report.pdf), :mod:`reports.build` (the CLI).
 
 Imports: of the project, only :mod:`orchestration.contract` (the MLflow layout's names, the ``tables``/``figures``
