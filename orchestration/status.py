@@ -77,6 +77,7 @@ class SweepStatus:
     to_go_s: float | None              # None: nothing measured yet
     unknown_to_go: int = 0
     ignored: list[str] = field(default_factory=list)  # FINISHED trial runs of other settings (contract.other_settings_label)
+    lost: list[str] = field(default_factory=list)     # reused trials whose source is gone (contract.lost_source_line)
     at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
 
     def counts(self) -> dict[str, int]:
@@ -216,7 +217,8 @@ def collect(store: Store | None, plan: SweepPlan, now: float | None = None) -> S
     """The status of every trial of ``plan`` in the store's experiment (None: not created yet)."""
     now = time.time() if now is None else now
     runs = list(store.runs(tag_equals(C.ROLE, C.ROLE_TRIAL))) if store else []
-    groups = _group_runs(runs, plan)
+    lost = store.lost_sources(runs) if store else {}  # such a link stands for nothing: its trial is to train
+    groups = _group_runs([r for r in runs if r.info.run_id not in lost], plan)
     trials, used = [], []
     for t in plan.grid:
         found = [r for h in sorted(t.hashes) for r in groups.get((t.kind, t.cell.id, str(t.fold), h), [])]
@@ -237,7 +239,9 @@ def collect(store: Store | None, plan: SweepPlan, now: float | None = None) -> S
     return SweepStatus(plan.spec.name, "GPU" if res.gpu > 0 else "CPU",
                        (res.gpu if res.gpu > 0 else res.cpu) * res.workers,  # a trial's devices, all its workers
                        trials, _launches(store, plan) if store else [],
-                       sum(_duration_s(r, now) for r in used), to_go, unknown, _ignored(runs, used, plan))
+                       sum(_duration_s(r, now) for r in used), to_go, unknown,
+                       _ignored([r for r in runs if r.info.run_id not in lost], used, plan),
+                       store.lost_lines(runs, lost) if store else [])
 
 
 def _ignored(runs: list[Any], used: list[Any], plan: SweepPlan) -> list[str]:
@@ -281,6 +285,9 @@ def format_status(st: SweepStatus) -> str:
               "**launches:** " + ("; ".join(st.launches) if st.launches else "none yet")]
     if st.ignored:
         lines.append(f"**{C.other_settings_line(st.ignored)}**")
+    if st.lost:
+        lines += ["", f"**reused trials whose source run is gone ({len(st.lost)}):**"]
+        lines += [f"- {line}" for line in st.lost]
     return "\n".join(lines)
 
 

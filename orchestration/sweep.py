@@ -1,7 +1,8 @@
 """Run a sweep YAML on Ray Tune with MLflow tracking — the command line and :func:`run_sweep`.
 
 ``python -m orchestration.sweep experiments/X.yaml [--tracking-uri URI] [--storage PATH_OR_URI] [--resume]
-[--force] [--no-reuse] [--dry-run] [--smoke] [--n-trials N] [--max-concurrent N] [--gpu-policy error|drop]``
+[--force] [--no-reuse] [--reuse any|same-commit] [--dry-run] [--smoke] [--n-trials N] [--max-concurrent N]
+[--gpu-policy error|drop]``
 
 1. The YAML is validated completely (every trial's RunConfig) before anything starts.
 2. MLflow: the experiment (named by the YAML) is created in this process before trials start; a parent run is
@@ -10,7 +11,8 @@
    them again); a search study with ``n_trials`` FINISHED runs of the same search is skipped too. A grid trial
    whose config hash has a FINISHED run anywhere else in the store (another sweep or experiment) is reused: a link
    run in this experiment names that run, and the summary, status and report read its results (``--no-reuse``
-   trains it again).
+   trains it again; ``--reuse same-commit`` reuses only runs of this code, and a run of another commit is named in
+   one line). A link whose source run was deleted or purged stands for nothing: it is named and trained again.
 4. Ray: a local Ray is started (``include_dashboard=False``, all CPUs) unless ``RAY_ADDRESS`` is set — as it is
    inside ``ray job submit`` — in which case the driver connects to that cluster. The per-trial resources are
    checked against the cluster first: a GPU request on a cluster without GPUs is an error (or, with
@@ -55,7 +57,7 @@ from orchestration.launch import interrupts  # noqa: E402
 from orchestration.store import mlflow_ui  # noqa: E402
 from orchestration.launch import orphans  # noqa: E402
 from orchestration.launch.interrupts import handle_interrupts  # noqa: E402
-from orchestration.launch.launchlock import LaunchRunning, launch_lock  # noqa: E402
+from orchestration.launch.launchlock import LaunchRunning, launch_lock, lock_path  # noqa: E402
 from orchestration.launch.launch import (Launch, SweepError, SweepOptions, SweepOutcome, check_options,  # noqa: E402
                                          command_line, link_reusable, load_launch_plan, record_expected_runs,
                                          record_without_launch, resolve_storage, resume_or_start,
@@ -73,6 +75,10 @@ from orchestration.launch.summary import format_statuses, grid_summary, publish_
 
 __all__ = ["SweepOptions", "SweepOutcome", "SweepError", "run_sweep", "main", "resolve_storage",
            "check_resources"]
+
+
+# A tracking server has no launch lock file: a link run RUNNING this long (it is RUNNING for milliseconds) is stale.
+STALE_LINK_S = 60.0
 
 
 @dataclass
@@ -113,6 +119,12 @@ def _run_locked(launch: Launch, name_launch: Callable[[str], None]) -> SweepOutc
             print(f"[sweep] ended {len(ended)} Ray process(es) that launch left running (pids "
                   f"{', '.join(map(str, ended))})", flush=True)
     _refuse_live_launches(launch)
+    # a link run left RUNNING by a launch stopped while linking (with the lock file held, any RUNNING one is)
+    stale = store.end_stale_links(0.0 if lock_path(launch.uri) is not None else STALE_LINK_S)
+    if stale:
+        print(f"[sweep] ended {len(stale)} link run(s) of reused trials left RUNNING by an interrupted launch "
+              f"(now KILLED): {', '.join(r.info.run_name for r in stale[:3])}{' …' if len(stale) > 3 else ''}",
+              flush=True)
     chosen = _choose(launch)
     if isinstance(chosen, SweepOutcome):
         return chosen
@@ -262,9 +274,13 @@ def _choose(launch: Launch) -> _Selection | SweepOutcome:
                              f"{launch.exp_name!r}; start it without --resume (a changed YAML is a new sweep)")
         saved = load_launch_plan(store.client, found.info.run_id)
         return _Selection(saved["grid"], saved["phases"], saved["skipped"], resumed=found)
+    for line in store.lost_lines(store.finished_trials(C.KIND_GRID)):  # reused trials whose source is gone
+        print(f"[sweep] {line}", flush=True)
     grid_keys, phases, skipped = ([], [], []) if finished_smoke else select(plan, store, force=opts.force)
     if not (opts.force or opts.no_reuse):
-        grid_keys, reused = link_reusable(plan, store, grid_keys)
+        launch.commit = _code_commit()
+        grid_keys, reused = link_reusable(plan, store, grid_keys, commit=launch.commit, reuse=opts.reuse,
+                                          say=lambda line: print(f"[sweep] {line}", flush=True))
         skipped += reused
         if reused:
             print(f"[sweep] {len(reused)} trial(s) reused from FINISHED runs of the same config elsewhere in the "
@@ -391,6 +407,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="run trials that already have a FINISHED run")
     p.add_argument("--no-reuse", action="store_true", help="train a trial even when another sweep or experiment "
                    "of the store has a FINISHED run of its config (default: reuse that run)")
+    p.add_argument("--reuse", choices=C.REUSE_POLICIES, default=C.REUSE_ANY,
+                   help="which FINISHED runs of a trial's config elsewhere in the store are reused: any (default; "
+                        "those trained by another commit are named in one line) or same-commit (only those trained "
+                        "by this commit with neither tree dirty; the rest are trained again)")
     p.add_argument("--dry-run", action="store_true", help="print the trial plan and a measured cost estimate")
     p.add_argument("--smoke", action="store_true", help="every cell for a few iterations on the first fold")
     p.add_argument("--n-trials", type=int, help="Optuna trials per search study (overrides search.n_trials)")
@@ -419,7 +439,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         n_trials=args.n_trials, max_concurrent=args.max_concurrent, gpu_policy=args.gpu_policy,
                         max_failures=args.max_failures, experiment_name=args.experiment_name,
                         verbose=args.tune_verbose, handle_signals=True, overrides=tuple(args.overrides),
-                        per_trial=args.per_trial, gpus=args.gpus, no_reuse=args.no_reuse,
+                        per_trial=args.per_trial, gpus=args.gpus, no_reuse=args.no_reuse, reuse=args.reuse,
                         notify=args.notify)
     handle_interrupts()
     t0 = time.perf_counter()
@@ -430,8 +450,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except interrupts.LaunchAborted:
         return 130  # the runs are KILLED and the resume command printed
+    except interrupts.LinkingInterrupted as e:
+        print(f"interrupted while linking reused trials: {e.linked} of {e.total} link run(s) written, each "
+              "FINISHED (none left RUNNING); nothing was trained and no launch was opened. The same command links "
+              "the rest and trains what is left", file=sys.stderr)
+        return 130
     except KeyboardInterrupt:
-        print("interrupted before the sweep started (no run was opened)", file=sys.stderr)
+        print("interrupted before the sweep started: no launch was opened and nothing was trained (link runs of "
+              "reused trials written before, if any, are FINISHED); the same command starts it", file=sys.stderr)
         return 130
     print(f"[sweep] wall time {time.perf_counter() - t0:.1f} s", flush=True)
     return {"finished": 0, "dry-run": 0, "nothing-to-do": 0, "interrupted": 130}.get(outcome.status, 1)

@@ -47,6 +47,7 @@ from reports.drawing import DrawnFigure, all_cells, draw_figure, level_labels
 from reports.latex import TEX_INSTALL, compile_pdf, latex_document, pdflatex
 from orchestration.contract.layout import (PROTOCOLS, CurvesFigure, ReportLayout, SensitivityFigure, cell_id,
                                           validate_report)
+from reports.lost_sources import lost_lines, mark_lost
 from reports.runs import (MetricCache, RunSource, empty_trials, open_run_source, read_settings, resolve_tracking_uri,
                           select_trials, split_by_settings)
 from reports.search import SearchOutput, with_refit_trials, write_searches
@@ -77,6 +78,7 @@ class BuildResult:
     pdf: Path | None = None
     searches: SearchOutput = field(default_factory=SearchOutput)   # the YAML's search: trials, importances, plots
     ignored: list[str] = field(default_factory=list)   # FINISHED runs of other settings (never in a table)
+    lost: list[str] = field(default_factory=list)      # reused trials whose source run is gone (reports.lost_sources)
     settings_note: str = ""                            # how runs were chosen when no launch recorded its settings
     overrides: tuple[str, ...] = ()                    # the --set items the settings were given with
     digest: str = ""                                   # their settings digest (the MLflow UI's view of these runs)
@@ -246,7 +248,8 @@ def _build(layout: ReportLayout, source: RunSource, uri: str, out: Path, protoco
     name = experiment_name or layout.name
     experiment_id = source.experiment_id(name)
     settings = read_settings(source, experiment_id, digest, overrides)
-    trials, ignored = split_by_settings(source.trials(experiment_id, list(layout.axes)), settings.hashes("grid"))
+    trials, ignored = split_by_settings(mark_lost(source, source.trials(experiment_id, list(layout.axes))),
+                                        settings.hashes("grid"))
     used, duplicates, unfinished = select_trials(trials, layout.folds)
     _require_runs(layout, source, name, trials, used, ignored)
     _check_metrics(layout, source.metric_keys(used["run_id"]), name)
@@ -254,7 +257,7 @@ def _build(layout: ReportLayout, source: RunSource, uri: str, out: Path, protoco
     (table_runs, duplicates, unfinished), ignored_refits = with_refit_trials(
         layout, source, experiment_id, (used, duplicates, unfinished), settings.hashes("refit"))
     out.mkdir(parents=True, exist_ok=True)
-    result = BuildResult(out_dir=out, index=out / "index.md", ignored=ignored + ignored_refits,
+    result = BuildResult(out_dir=out, index=out / "index.md", ignored=ignored + ignored_refits, lost=lost_lines(trials),
                          settings_note=settings.note, overrides=overrides, digest=settings.digest)
     metrics = MetricCache(source)
     _tables(layout, metrics, table_runs, protocol, formats, out, result)
@@ -375,6 +378,9 @@ def _index(layout: ReportLayout, result: BuildResult, formats: Sequence[str], tr
     for line in (C.other_settings_line(result.ignored), result.settings_note):
         if line:
             lines += ["", f"**{line[0].upper()}{line[1:]}.**"]
+    if result.lost:
+        lines += ["", f"**Reused trials whose source run is gone ({len(result.lost)}), shown as —:**", "",
+                  *(f"- {line}" for line in result.lost)]
     if protocol_override:
         lines.append(f"Protocol for every table and figure: {PROTOCOL_TEXT[protocol_override]} (--protocol).")
     lines += ["", *_files_section(layout, result, formats), "", *_missing_section(layout, result), ""]
@@ -399,6 +405,7 @@ def _summary(result: BuildResult) -> str:
     """What main prints: files written and, when some table cells have no finished run, which."""
     lines = [f"wrote {len(result.files)} files to {result.out_dir} (index: {result.index})", *_pdf_line(result)]
     lines += [line for line in (C.other_settings_line(result.ignored), result.settings_note) if line]
+    lines += [f"reused trial whose source run is gone: {line}" for line in result.lost]
     empty = [f"{tid}: {'; '.join(cells)}" for tid, cells in result.missing.items() if cells]
     if empty and result.settings_note != PREVIEW:   # a preview's cells are all empty, as it says
         lines.append(f"cells with no finished run (shown as —): {' | '.join(empty)}")

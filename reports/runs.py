@@ -64,7 +64,7 @@ _CHUNK = 900                      # run ids per SQL `IN (…)`: below SQLite's h
 # get_metric_history is one query per (run, key); threads overlap the round trips to a tracking server.
 _HISTORY_WORKERS = 8
 _BASE_COLUMNS = ["run_id", "run_name", "status", "start_time", "artifact_uri", "cell", "fold", "split_digest",
-                 "variant", "config_hash", "parent_run_id"]
+                 "variant", "config_hash", "parent_run_id", "lost_source"]
 
 
 def resolve_tracking_uri(uri: str | None) -> str:
@@ -97,6 +97,7 @@ def _trial_record(run_id: str, run_name: str | None, status: str, start_time: in
         "variant": tags.get(C.VARIANT, ""),
         "config_hash": tags.get(C.CONFIG_HASH, ""),
         "parent_run_id": tags.get(C.PARENT_RUN_ID, ""),
+        "lost_source": None if tags.get(C.REUSED_FROM) else "",  # a link: reports.lost_sources tells if it is lost
     }
     for axis in axes:
         rec[f"axis.{axis}"] = tags.get(C.axis_tag(axis))
@@ -412,9 +413,9 @@ def read_settings(source: RunSource, experiment_id: str, digest: str, overrides:
 
 def _rows(trials: pd.DataFrame) -> list[C.TrialRow]:
     """The frame's runs as the contract's rule reads them (:mod:`orchestration.contract.counted`), ``ref`` = index."""
-    return [C.TrialRow(cell, fold, config_hash, status, start, run_id, ref) for ref, cell, fold, config_hash, status,
-            start, run_id in zip(trials.index, trials["cell"], trials["fold"], trials["config_hash"],
-                                 trials["status"], trials["start_time"], trials["run_id"])]
+    return [C.TrialRow(cell, fold, config_hash, status, start, run_id, ref, lost or "") for ref, cell, fold,
+            config_hash, status, start, run_id, lost in zip(trials.index, trials["cell"], trials["fold"],
+            trials["config_hash"], trials["status"], trials["start_time"], trials["run_id"], trials["lost_source"])]
 
 
 def split_by_settings(trials: pd.DataFrame, expected: dict[str, set[str]] | None) -> tuple[pd.DataFrame, list[str]]:
@@ -439,7 +440,7 @@ def select_trials(trials: pd.DataFrame, folds: Iterable[int]) -> tuple[pd.DataFr
     in_folds = trials[trials["fold"].isin(list(folds))]
     newest = {row.ref for row in C.newest_finished(_rows(in_folds)).values()}  # the rule the UI's view shares
     is_used = in_folds.index.isin(list(newest))
-    finished = in_folds["status"] == "FINISHED"
+    finished = (in_folds["status"] == "FINISHED") & (in_folds["lost_source"].fillna("") == "")  # lost: said apart
     used = in_folds[is_used].sort_values(["cell", "fold"]).reset_index(drop=True)
     duplicates = in_folds[finished & ~is_used].sort_values(["cell", "fold"]).reset_index(drop=True)
     unfinished = in_folds[in_folds["status"] != "FINISHED"].sort_values(["cell", "fold"]).reset_index(drop=True)

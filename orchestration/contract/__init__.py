@@ -11,6 +11,7 @@ here (``from orchestration import contract as C``; ``C.ROLE``):
 - :mod:`~orchestration.contract.search_trials`: the sampled-values tag and THE best-trial rule
 - :mod:`~orchestration.contract.settings`: ``--set`` on a sweep YAML, its settings digest, the expected-runs record
 - :mod:`~orchestration.contract.counted`: THE rule for which runs a YAML's settings count, their UI tag and filter
+- :mod:`~orchestration.contract.reuse`: whether a reused trial's source still holds its results, code versions of reuse
 - :mod:`~orchestration.contract.ui_links`: the MLflow UI's view of those runs: its key, address and ``mlflow ui`` command
 - :mod:`~orchestration.contract.colors`: one colour per level, in the MLflow UI and the report figures alike
 - :mod:`~orchestration.contract.tracking_uri`: the one rule that turns ``--tracking-uri`` into a store
@@ -45,6 +46,7 @@ from orchestration.contract.counted import *  # noqa: F401,F403
 from orchestration.contract.filters import *  # noqa: F401,F403
 from orchestration.contract.metrics import *  # noqa: F401,F403
 from orchestration.contract.names import *  # noqa: F401,F403
+from orchestration.contract.reuse import *  # noqa: F401,F403
 from orchestration.contract.search_trials import *  # noqa: F401,F403
 from orchestration.contract.settings import *  # noqa: F401,F403
 from orchestration.contract.store_access import *  # noqa: F401,F403

@@ -38,6 +38,7 @@ class TrialRow:
     start_time: int
     run_id: str
     ref: Any = None
+    lost: str = ""      # a reused trial's link whose source is gone (contract.reuse.source_lost): never counted
 
     @property
     def key(self) -> str:
@@ -61,10 +62,11 @@ def settings_expect(expected: Mapping[str, Collection[str]] | None, row: TrialRo
 
 
 def newest_finished(rows: Iterable[TrialRow]) -> dict[str, TrialRow]:
-    """Trial key → its newest FINISHED row (by start time, then run id, both descending)."""
+    """Trial key → its newest FINISHED row (by start time, then run id, both descending); a link whose source is
+    lost (``lost``) has no results and is passed over."""
     chosen: dict[str, TrialRow] = {}
     for row in rows:
-        if row.status != "FINISHED":
+        if row.status != "FINISHED" or row.lost:
             continue
         best = chosen.get(row.key)
         if best is None or (row.start_time, row.run_id) > (best.start_time, best.run_id):

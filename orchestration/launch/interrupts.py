@@ -3,6 +3,10 @@ SIGUSR1 (SLURM's ``--signal=B:USR1@<seconds>`` passed on by the job script: the 
 running trial write a checkpoint (:data:`PREEMPT_HOOKS`, :mod:`orchestration.launch.trialsignals`), then stops the
 same way, so the requeued job's ``--resume auto`` continues every trial from the step it reached.
 
+Before any parent run, while a launch links reused trials, :func:`held_signals` holds SIGINT and SIGTERM so that no
+link run is cut between its creation and its end (issue 33 item 8); the interrupt then ends the linking with
+:class:`LinkingInterrupted`, which counts the links written.
+
 The flags are process-wide because the signal handler cannot reach the phase that is running; the phase runner
 (:mod:`orchestration.launch.phases`) reads :data:`INTERRUPTED` to tell an interrupted phase from a finished one.
 Once it is set, Tune's own lines about the stop are dropped (:data:`TUNE_STOP_LINES`): the screen ends with our
@@ -16,10 +20,12 @@ import os
 import signal
 import sys
 import threading
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 __all__ = ["INTERRUPTED", "IN_FIT", "STOP_HOOKS", "PREEMPT_HOOKS", "on_interrupt", "handle_interrupts",
-           "LaunchAborted", "uninterruptible", "route_usr1", "TUNE_STOP_LINES", "quiet_tune_stop"]
+           "LaunchAborted", "LinkingInterrupted", "uninterruptible", "held_signals", "route_usr1",
+           "TUNE_STOP_LINES", "quiet_tune_stop"]
 
 
 class LaunchAborted(KeyboardInterrupt):
@@ -36,6 +42,38 @@ def uninterruptible(work: Callable[[], None]) -> None:
         work()
     finally:
         signal.signal(signal.SIGINT, previous)
+
+class LinkingInterrupted(KeyboardInterrupt):
+    """Ctrl+C or SIGTERM while a launch linked reused trials (before any parent run or Ray): ``linked`` of
+    ``total`` link runs were written, each ended FINISHED (none left RUNNING); the command line says so."""
+
+    def __init__(self, linked: int, total: int) -> None:
+        super().__init__(f"{linked} of {total}")
+        self.linked, self.total = linked, total
+
+
+@contextmanager
+def held_signals() -> Iterator[list[int]]:
+    """Hold SIGINT and SIGTERM for the block: one that arrives is appended to the yielded list (the block checks
+    it between steps that must not be cut in half, e.g. a link run created and ended) and, once the block is
+    left, handled by the handler installed before (:func:`on_interrupt` on the command line: KeyboardInterrupt)."""
+    held: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield held
+        return
+    previous = {s: signal.signal(s, lambda signum, frame: held.append(signum)) for s in (signal.SIGINT,
+                                                                                          signal.SIGTERM)}
+    try:
+        yield held
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if held:
+        handler = previous[held[0]]
+        if callable(handler):
+            handler(held[0], None)
+        elif handler == signal.SIG_DFL:
+            signal.raise_signal(held[0])
 
 # Set by the CLI's SIGINT/SIGTERM handler; IN_FIT while Tuner.fit runs (Tune then stops gracefully on SIGUSR1).
 INTERRUPTED = threading.Event()

@@ -10,13 +10,14 @@ import shlex
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from orchestration import contract as C
 from orchestration.trial import tracking
 from orchestration.trial.tracking import ParentInfo
 from orchestration.spec.plan import REFIT_PHASE, GridTrial, SweepPlan, expected_runs
 from orchestration.launch.refit import best_by_cell, pending_refits, refit_trials
+from orchestration.launch import interrupts
 from orchestration.launch.notify import check_url
 from orchestration.spec.models import NAME_RULE, is_name, name_fault
 from orchestration.store.store import Store, as_store
@@ -56,6 +57,7 @@ class SweepOptions:
     per_trial: bool = False           # --dry-run: one row per trial instead of one per cell
     gpus: int | None = None           # --dry-run: wall-clock days on this many GPUs
     no_reuse: bool = False            # --no-reuse: train a config even if another sweep of the store finished it
+    reuse: str = C.REUSE_ANY          # --reuse same-commit: reuse only runs of this code (contract.reuse)
     notify: str | None = None         # --notify URL: a Slack-compatible webhook (orchestration.launch.notify)
 
 
@@ -120,6 +122,9 @@ def check_options(opts: SweepOptions) -> None:
                                                                      if flag == "--max-failures" else ""))
     if opts.notify is not None:
         check_url(opts.notify)
+    if opts.reuse not in C.REUSE_POLICIES:
+        raise ValueError(f"--reuse {opts.reuse!r}: give one of {', '.join(C.REUSE_POLICIES)} (same-commit: reuse "
+                         "only runs trained by this code; --no-reuse: reuse none)")
     if opts.resume not in (False, True, "auto"):
         raise ValueError(f"--resume {opts.resume!r}: give --resume (continue the newest launch) or --resume auto "
                          "(continue it if it did not finish, else start)")
@@ -174,6 +179,8 @@ def command_line(opts: SweepOptions, uri: str, storage: str, *, resume: bool | s
         parts += ["--experiment-name", opts.experiment_name]
     if opts.no_reuse:
         parts.append("--no-reuse")
+    if opts.reuse != C.REUSE_ANY:
+        parts += ["--reuse", opts.reuse]
     if resume:
         parts += ["--resume", "auto"] if resume == "auto" else ["--resume"]
     return " ".join(shlex.quote(p) for p in parts)
@@ -207,15 +214,17 @@ def select(plan: SweepPlan, store: Store | MlflowClient, experiment_id: str | No
     return grid, phases + refit, skipped
 
 
-def reusable(plan: SweepPlan, store: Store, grid_keys: Iterable[str]) -> dict[str, Any]:
+def reusable(plan: SweepPlan, store: Store, grid_keys: Iterable[str],
+             accept: Callable[[Any], bool] | None = None) -> dict[str, Any]:
     """Grid key (of ``grid_keys``: trials this experiment has not FINISHED) → a FINISHED run of one of its config
     hashes (:attr:`GridTrial.hashes`) anywhere in the store, under any sweep or experiment: trained already, so
-    reused instead of trained twice (issue 24). Smoke trials check the machinery and are never reused."""
+    reused instead of trained twice (issue 24). Smoke trials check the machinery and are never reused. ``accept``:
+    only runs it accepts (:meth:`Store.finished_runs_by_hash`)."""
     if plan.smoke:
         return {}
     keys = set(grid_keys)
     todo = [t for t in plan.grid if t.key in keys]
-    found = store.finished_runs_by_hash({h for t in todo for h in t.hashes})
+    found = store.finished_runs_by_hash({h for t in todo for h in t.hashes}, accept)
     out = {}
     for t in todo:
         hit = next((found[h] for h in sorted(t.hashes) if h in found), None)
@@ -228,16 +237,40 @@ def reused_label(key: str, run: Any) -> str:
     return f"{key} (reused: FINISHED run {run.info.run_id} of the same config)"
 
 
-def link_reusable(plan: SweepPlan, store: Store, grid_keys: list[str]) -> tuple[list[str], list[str]]:
+def _commit(run: Any) -> str:
+    return run.data.tags.get(C.GIT_COMMIT, "")
+
+
+def link_reusable(plan: SweepPlan, store: Store, grid_keys: list[str], *, commit: str = "",
+                  reuse: str = C.REUSE_ANY, say: Callable[[str], None] = lambda line: None
+                  ) -> tuple[list[str], list[str]]:
     """(the grid keys still to train, labels of the reused ones): every trial with a FINISHED run of its config
     elsewhere in the store gets a link run in the store's experiment (:func:`tracking.link_reused`), which the
-    summary, the status and the report read as that trial's run, labelled reused."""
+    summary, the status and the report read as that trial's run, labelled reused. Sources trained by other code
+    than ``commit`` are said in one line (``say``); ``reuse`` :data:`C.REUSE_SAME_COMMIT` trains them instead
+    (:func:`orchestration.contract.same_code`). A SIGINT or SIGTERM is held while one link is written (created
+    and ended: never left RUNNING) and then raises :class:`interrupts.LinkingInterrupted`, counting the links."""
     found = reusable(plan, store, grid_keys)
-    trials = {t.key: t for t in plan.grid}
-    for key, run in found.items():
-        t = trials[key]
-        tracking.link_reused(store, kind=t.kind, cell_levels=t.cell.levels, cell_id=t.cell.id,
-                             fold=t.fold, source=run)
+    if reuse == C.REUSE_SAME_COMMIT:
+        same = reusable(plan, store, grid_keys, accept=lambda r: C.same_code(_commit(r), commit))
+        other, found = [r for k, r in found.items() if k not in same], same
+    else:
+        other = list(found.values())
+    line = C.code_version_line(map(_commit, other), commit, refused=reuse == C.REUSE_SAME_COMMIT)
+    if line:
+        say(line)
+    trials, linked = {t.key: t for t in plan.grid}, []
+    try:
+        with interrupts.held_signals() as held:
+            for key, run in found.items():
+                if held:
+                    break
+                t = trials[key]
+                tracking.link_reused(store, kind=t.kind, cell_levels=t.cell.levels, cell_id=t.cell.id,
+                                     fold=t.fold, source=run)
+                linked.append(key)
+    except KeyboardInterrupt:
+        raise interrupts.LinkingInterrupted(len(linked), len(found)) from None
     return [k for k in grid_keys if k not in found], [reused_label(k, r) for k, r in found.items()]
 
 

@@ -34,9 +34,11 @@ def _newest_matching(store: Store, kind: str, trials: dict[str, Any]) -> tuple[d
     (:attr:`orchestration.spec.plan.GridTrial.hashes`), and the labels of FINISHED runs of other settings (their cell
     and fold not in ``trials`` or another config hash): those enter no table. The rule is the report's and the UI
     view's (:func:`orchestration.contract.counted_rows`)."""
+    runs = list(store.finished_trials(kind, order_by=NEWEST_FIRST))
+    lost = store.lost_sources(runs)  # a reused trial whose source is gone counts as not run
     rows = [C.TrialRow(tg.get(C.CELL, "?"), tg.get(C.FOLD, "?"), tg.get(C.CONFIG_HASH, ""), run.info.status,
-                       int(run.info.start_time or 0), run.info.run_id, run)
-            for run in store.finished_trials(kind, order_by=NEWEST_FIRST) for tg in (run.data.tags,)]
+                       int(run.info.start_time or 0), run.info.run_id, run, lost.get(run.info.run_id, ""))
+            for run in runs for tg in (run.data.tags,)]
     counted, other = C.counted_rows(rows, {key: t.hashes for key, t in trials.items()})
     return ({key: row.ref for key, row in counted.items()},
             [C.other_settings_label(r.cell, r.fold, r.config_hash) for r in other])

@@ -12,7 +12,7 @@ import os
 import socket
 import time
 from dataclasses import dataclass
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from orchestration import contract as C
 from orchestration.contract.filters import (NEWEST_FIRST, OLDEST_FIRST, all_of, children_filter, status_is,
@@ -23,6 +23,7 @@ apply_closed_network_env()
 
 from mlflow import MlflowClient  # noqa: E402  (telemetry must be off before mlflow is imported)
 from mlflow.entities import Run, ViewType  # noqa: E402
+from mlflow.exceptions import MlflowException  # noqa: E402
 
 __all__ = ["Store", "as_store", "end_run"]
 
@@ -102,9 +103,14 @@ class Store:
         return next(self.runs(tag_equals(C.TRIAL_ID, trial_id), order_by=NEWEST_FIRST), None)
 
     def finished_grid_hashes(self, kind: str = C.KIND_GRID) -> dict[str, set[str]]:
-        """``<cell id>/fold<k>`` → config hashes of FINISHED trial runs of ``kind`` (what a relaunch may skip)."""
+        """``<cell id>/fold<k>`` → config hashes of FINISHED trial runs of ``kind`` (what a relaunch may skip); a
+        link whose source is lost (:meth:`lost_sources`) stands for nothing, so its trial is trained again."""
         done: dict[str, set[str]] = {}
-        for run in self.finished_trials(kind):
+        runs = list(self.finished_trials(kind))
+        lost = self.lost_sources(runs)
+        for run in runs:
+            if run.info.run_id in lost:
+                continue
             t = run.data.tags
             done.setdefault(C.trial_key(t.get(C.CELL), t.get(C.FOLD)), set()).add(t.get(C.CONFIG_HASH, ""))
         return done
@@ -112,10 +118,11 @@ class Store:
     def finished_search_runs(self, search_hash: str) -> list[Run]:
         return list(self.finished_trials(C.KIND_SEARCH, tag_equals(C.SEARCH_HASH, search_hash)))
 
-    def finished_runs_by_hash(self, hashes: Iterable[str]) -> dict[str, Run]:
+    def finished_runs_by_hash(self, hashes: Iterable[str],
+                              accept: Callable[[Run], bool] | None = None) -> dict[str, Run]:
         """Config hash (of ``hashes``) → the newest FINISHED grid or refit run with it in any experiment of the
         store, links to reused runs left out (their source is found itself): what a new sweep reuses instead of
-        training."""
+        training. ``accept``: only runs it accepts (``--reuse same-commit``: those of this code)."""
         wanted = set(hashes)
         experiments = [e.experiment_id for e in self.client.search_experiments(ViewType.ACTIVE_ONLY)]
         found: dict[str, Run] = {}
@@ -128,13 +135,61 @@ class Store:
                                                    ViewType.ACTIVE_ONLY, max_results=_PAGE, page_token=token)
                     for run in page:
                         h, tags = run.data.tags.get(C.CONFIG_HASH), run.data.tags
-                        if h in wanted and C.REUSED_FROM not in tags and (
+                        if h in wanted and C.REUSED_FROM not in tags and (accept is None or accept(run)) and (
                                 h not in found or run.info.start_time > found[h].info.start_time):
                             found[h] = run
                     token = page.token
                     if not token:
                         break
         return found
+
+    def lost_sources(self, runs: Iterable[Run]) -> dict[str, str]:
+        """Link run id → why its source holds no results (:func:`orchestration.contract.source_lost`: deleted,
+        in a deleted experiment, purged), for each reused trial's link among ``runs`` whose source is lost."""
+        by_source: dict[str, list[str]] = {}
+        for run in runs:
+            if run.data.tags.get(C.REUSED_FROM):
+                by_source.setdefault(run.data.tags[C.REUSED_FROM], []).append(run.info.run_id)
+        lost: dict[str, str] = {}
+        experiments: dict[str, str] = {}
+        for source_id, links in by_source.items():
+            try:
+                source = self.client.get_run(source_id)
+            except MlflowException as e:
+                if e.error_code != "RESOURCE_DOES_NOT_EXIST":
+                    raise
+                why = C.source_lost(False)
+            else:
+                exp = source.info.experiment_id
+                if exp not in experiments:
+                    experiments[exp] = self.client.get_experiment(exp).lifecycle_stage
+                why = C.source_lost(True, source.info.lifecycle_stage, experiments[exp])
+            if why:
+                lost.update(dict.fromkeys(links, why))
+        return lost
+
+    def lost_lines(self, runs: Iterable[Run], lost: dict[str, str] | None = None) -> list[str]:
+        """One line per reused trial among ``runs`` whose source is lost (:func:`orchestration.contract.lost_source_line`;
+        ``lost``: :meth:`lost_sources` of them, when the caller has it)."""
+        runs = list(runs)
+        lost = self.lost_sources(runs) if lost is None else lost
+        return [C.lost_source_line(r.info.run_name, r.data.tags.get(C.REUSED_FROM, ""),
+                                   r.data.tags.get(C.REUSED_FROM_EXPERIMENT, ""), lost[r.info.run_id])
+                for r in sorted(runs, key=lambda r: r.info.run_name or "") if r.info.run_id in lost]
+
+    def end_stale_links(self, min_age_s: float = 0.0) -> list[Run]:
+        """End as KILLED (``mutexmatch.ended_by`` says why) every link run of a reused trial left RUNNING by a
+        launch stopped between creating and ending it (issue 33 item 8; no parent run, so
+        :meth:`kill_dead_launches` never sees one). A link is RUNNING for milliseconds: with the store's launch lock
+        held any RUNNING one is stale (``min_age_s`` 0); a tracking server has no lock file, so there only those
+        older than ``min_age_s``."""
+        now_ms = time.time() * 1000
+        stale = [r for r in self.runs(tag_equals(C.ROLE, C.ROLE_TRIAL), status_is("RUNNING"))
+                 if r.data.tags.get(C.REUSED_FROM) and now_ms - (r.info.start_time or 0) >= min_age_s * 1000]
+        for run in stale:
+            self.client.set_tag(run.info.run_id, C.ENDED_BY, C.STALE_LINK_REASON)
+            self.end_run(run.info.run_id, "KILLED")
+        return stale
 
     def results_run(self, run: Run) -> Run:
         """The run holding ``run``'s results: itself, or for a reused trial's link the run it names."""

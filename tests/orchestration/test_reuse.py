@@ -84,7 +84,11 @@ def _parent(client, exp_id, plan, start):
 def store(tmp_path_factory):
     """Sweep A (supervised, FixMatch) FINISHED; sweep B (FixMatch, MutexMatch) launched after it: its FixMatch
     trials linked to A's runs, its MutexMatch trials trained."""
-    tmp = tmp_path_factory.mktemp("reuse")
+    return two_sweeps(tmp_path_factory.mktemp("reuse"))
+
+
+def two_sweeps(tmp: Path):
+    """The store of :func:`store` in ``tmp`` (also the start of tests/orchestration/test_reuse_source.py's)."""
     uri = f"sqlite:///{tmp / 'mlflow.db'}"
     client = MlflowClient(uri)
     yaml_a, yaml_b = _yaml(tmp, "sweep_a", ["supervised", "fixmatch"]), _yaml(tmp, "sweep_b", ["fixmatch", "mutexmatch"])
@@ -162,8 +166,16 @@ def test_a_launch_whose_every_trial_is_reused_trains_nothing_and_records_them(st
     train), opens a FINISHED parent run holding its expected runs, and prints the summary with them."""
     tmp, uri, client, (exp_a, _), _, _, _ = store
     yaml_c = _yaml(tmp, "sweep_c", ["fixmatch"])
+    # a link run left RUNNING by a launch interrupted while linking (issue 33 item 8): this launch ends it
+    tags = C.reused_trial_tags(kind=C.KIND_GRID, cell_levels=[("method", "fixmatch")], cell_id="method=fixmatch",
+                               fold=0, source_id="gone", source_tags={}, source_experiment="a", source_artifact_uri="")
+    stale = client.create_run(client.create_experiment("sweep_c"), tags=tags, run_name="stale · reused").info.run_id
     result = run_cli(tmp, str(yaml_c), "--tracking-uri", uri, timeout=300)
     assert result.returncode == 0, result.output
+    assert "ended 1 link run(s) of reused trials left RUNNING by an interrupted launch (now KILLED): stale · " \
+           "reused" in result.output and client.get_run(stale).info.status == "KILLED"
+    assert "2 trial(s) with a FINISHED run of the same config from other code than this launch's " in result.output
+    assert "abc (2 trials); reused (--reuse same-commit trains them again instead)" in result.output
     assert "2 trial(s) reused from FINISHED runs of the same config" in result.output
     assert "nothing to do" in result.output and "2/2 (2 reused)" in result.output and "81.00 ± 1.41" in result.output
     exp_c = client.get_experiment_by_name("sweep_c").experiment_id
