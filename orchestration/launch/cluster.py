@@ -3,14 +3,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+from collections.abc import Iterator
 from typing import Any
 
 from orchestration.launch.launch import SweepError
 from orchestration.spec.models import Resources
 
-__all__ = ["check_resources", "check_cluster", "init_ray"]
+__all__ = ["check_resources", "check_cluster", "init_ray", "loopback_node"]
 
 
 def check_resources(resources: Resources, policy: str, nodes: list[dict[str, Any]]) -> tuple[dict[str, float],
@@ -106,5 +108,36 @@ def init_ray() -> bool:
     if os.environ.get("RAY_ADDRESS"):
         ray.init(address="auto", logging_level=logging.WARNING)
     else:
-        ray.init(num_cpus=os.cpu_count(), include_dashboard=False, logging_level=logging.WARNING)
+        with loopback_node():
+            ray.init(num_cpus=os.cpu_count(), include_dashboard=False, logging_level=logging.WARNING)
     return True
+
+
+# Ray's single-machine switch (ray._private.ray_constants.ENABLE_RAY_CLUSTER, from this variable when Ray is first
+# imported): off, the node's address is the loopback one (services.get_node_ip_address).
+SINGLE_MACHINE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+@contextlib.contextmanager
+def loopback_node() -> Iterator[None]:
+    """Within the block, a Ray started here takes 127.0.0.1 as its node's address, so its GCS, raylet, workers,
+    dashboard agent and runtime-env agent listen on 127.0.0.1 only (issue 33: a local sweep's Ray listened on the
+    host's external address and on every interface). Ray 2.60 binds each of them to the node's address, or to every
+    interface when that is not loopback, and ``ray.init(_node_ip_address="127.0.0.1")`` does not help: it replaces a
+    loopback address by the external one (``services.resolve_ip_for_localhost``). Ray's single-machine mode, the
+    default on macOS and Windows, is what keeps it on loopback (measured with ``ss -ltnp``: ``orchestration/README.md``,
+    "A local sweep's own Ray listens on 127.0.0.1 only"). The switch is restored afterwards: a driver that later joins a real cluster (a test process) must
+    find its node by its external address again."""
+    from ray._private import ray_constants
+
+    before_env, before = os.environ.get(SINGLE_MACHINE_ENV), ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[SINGLE_MACHINE_ENV] = "0"  # the processes Ray starts (they import Ray afresh)
+    ray_constants.ENABLE_RAY_CLUSTER = False  # this process imported Ray before the variable was set
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = before
+        if before_env is None:
+            os.environ.pop(SINGLE_MACHINE_ENV, None)
+        else:
+            os.environ[SINGLE_MACHINE_ENV] = before_env
