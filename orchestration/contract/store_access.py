@@ -99,16 +99,58 @@ def bounded_http(tracking_uri: str, label: str) -> Iterator[None]:
     except Exception as e:
         if not (isinstance(e, OSError) or _is_mlflow_error(e)):  # requests' connection errors are OSErrors
             raise
-        code = re.search(r"error code (\d{3})", str(e))
-        if code:
-            raise ValueError(f"{label} {tracking_uri!r}: answers MLflow's API with HTTP {code.group(1)}: not an "
-                             "MLflow tracking server, or not its address") from None
-        raise ValueError(f"{label} {tracking_uri!r}: the tracking server does not answer ({_short_reason(e)}); "
-                         "start it (`mlflow server`) or pass the store's URI") from None
+        raise _unusable_server(e, f"{label} {tracking_uri!r}") from None
     finally:
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
+
+
+def _unusable_server(err: BaseException, where: str) -> ValueError:
+    """The one line for a tracking server MLflow's client gave up on: one that answers 5xx is failing (its log
+    says why), one that answers 4xx or a web page instead of MLflow's JSON is not an MLflow server (or not its
+    address), one that does not answer is down. Before, all three read "does not answer; start it" (issue 33:
+    http500-*, httphtml-*)."""
+    text = str(err)
+    code = re.search(r"error code (\d{3})|too many (\d{3}) error responses", text)
+    status = code and (code.group(1) or code.group(2))
+    if status and status.startswith("5"):
+        return ValueError(f"{where}: answers HTTP {status}{_error_body(text, int(status))}: the tracking server is "
+                          "failing; see its log")
+    if status:
+        return ValueError(f"{where}: answers MLflow's API with HTTP {status}: not an MLflow tracking server, or not "
+                          "its address")
+    if "not in a valid JSON format" in text:
+        page = re.search(r"<title>([^<]{1,80})</title>", text, re.IGNORECASE)
+        return ValueError(f"{where}: answers with a web page{f' ({page.group(1).strip()!r})' if page else ''}, not "
+                          "MLflow's JSON: not an MLflow tracking server, or not its address (a proxy's page?)")
+    return ValueError(f"{where}: the tracking server does not answer ({_short_reason(err)}); start it (`mlflow "
+                      "server`) or pass the store's URI")
+
+
+def _error_body(text: str, status: int) -> str:
+    """`` (INTERNAL_ERROR: boom)`` from the failing request asked once more (MLflow's retry error keeps only the
+    status), '' when it cannot be had within a few seconds or the server now answers otherwise."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    url = re.search(r"API request to (\S+) failed", text)
+    if url is None:
+        return ""
+    try:
+        urllib.request.urlopen(url.group(1), timeout=3).close()
+    except urllib.error.HTTPError as e:
+        if e.code != status:
+            return ""
+        try:
+            body = json.loads(e.read(4096))
+            return f" ({body['error_code']}: {' '.join(str(body['message']).split())[:160]})"
+        except Exception:  # noqa: BLE001 - the body is a courtesy: anything unexpected leaves it out
+            return ""
+    except Exception:  # noqa: BLE001 - as above
+        return ""
+    return ""
 
 
 def _is_mlflow_error(err: BaseException) -> bool:
