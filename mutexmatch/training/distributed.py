@@ -40,6 +40,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from mutexmatch.training.extended_step import at_least_fp32
+
 __all__ = ["DataParallel", "DataParallelError", "SyncedBatchNorm2d", "TIMEOUT", "join_process_group",
            "sync_batchnorm"]
 
@@ -128,14 +130,15 @@ class SyncedBatchNorm2d(nn.BatchNorm2d):
     """BatchNorm2d whose training-mode statistics are those of the rows of every rank (equal shares), on CPU and
     CUDA: mean = sum_ranks sum x / N, var = sum_ranks sum (x - mean)^2 / N (biased, for normalising), the running
     variance updated with the unbiased N / (N - 1) as ``F.batch_norm`` does (Ioffe & Szegedy 2015, Alg. 1). In eval
-    mode, or outside a process group, it is ``nn.BatchNorm2d``. Statistics in fp32 (as BatchNorm under autocast)."""
+    mode, or outside a process group, it is ``nn.BatchNorm2d``. Statistics in fp32 (as BatchNorm under autocast), in
+    float64 for a float64 input."""
 
     def forward(self, x: Tensor) -> Tensor:
         if not (self.training and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
             return super().forward(x)
         self._check_input_dim(x)
         dims, shape = [0, 2, 3], (1, -1, 1, 1)
-        x32 = x.float()
+        x32 = at_least_fp32(x)
         count = x32.numel() // x32.shape[1] * dist.get_world_size()
         mean = _SumRanks.apply(x32.sum(dims)) / count
         centred = x32 - mean.view(shape)

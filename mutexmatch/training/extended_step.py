@@ -52,8 +52,14 @@ def features_forward(run: Callable[[Tensor], Tensor], model: nn.Module,
     def forward(x: Tensor, update_bn: bool = True) -> Tensor:
         with contextlib.nullcontext() if update_bn else bn_frozen(layers), autocast():
             feats = run(x)
-        return feats.float()   # heads, thresholds and losses in fp32 (a bf16 probability is too coarse for tau)
+        return at_least_fp32(feats)   # heads, thresholds and losses in fp32 (a bf16 probability is too coarse for tau)
     return forward
+
+
+def at_least_fp32(x: Tensor) -> Tensor:
+    """``x`` in fp32, or in float64 if it is: a float64 model (the data-parallel equality test's, where float32
+    rounding would grow over free-running steps) keeps its precision through the heads and losses."""
+    return x if x.dtype == torch.float64 else x.float()
 
 
 def teacher_forward(teacher: nn.Module, autocast: Callable[[], Any] = contextlib.nullcontext,
@@ -74,7 +80,7 @@ def teacher_forward(teacher: nn.Module, autocast: Callable[[], Any] = contextlib
                 feats = run(x)
         finally:
             teacher.train(was_training)
-        feats = feats.float()
+        feats = at_least_fp32(feats)
         return teacher.tpc(feats) if head is None else head(teacher, feats)
     return forward
 

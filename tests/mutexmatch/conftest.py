@@ -44,7 +44,7 @@ class FlexMatchDemo(FixMatch):
     def confidence_mask(self, probs_w: Tensor, inp: StepInputs) -> Tensor:
         self.selected = self.selected.to(probs_w.device)
         conf, label = probs_w.max(dim=1)
-        counts = torch.zeros(self.num_classes + 1, device=probs_w.device).index_add_(
+        counts = torch.zeros(self.num_classes + 1, device=probs_w.device, dtype=torch.float).index_add_(
             0, self.selected + 1, torch.ones_like(self.selected, dtype=torch.float))   # slot 0: no prediction yet
         sigma = counts[1:]
         norm = torch.maximum(sigma.max(), counts[0]) if self.params.warmup else sigma.max()

@@ -1,20 +1,20 @@
 """One rank of the data-parallel equality tests (``test_distributed.py`` starts two of them with torchrun's
 environment: ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``).
 
-``python dp_worker.py OUT CONFTEST NAME[,NAME...] [extras]``: joins a gloo group itself (as Ray Train does, so the trainer
-uses a group it did not make) and, for every named algorithm, trains :data:`STEPS` steps at the global batch of
-:func:`config` in lock-step with a single-process trainer on rank 0: after each step both trainers' weights, BatchNorm
-statistics, EMA, optimiser and algorithm state and loss are saved (``OUT/<name>.rank0.pt``) and the single process
-then continues from the 2-rank state, so each step is compared from the same start (over several steps a tiny
-network at a small batch turns float rounding into visible differences: a pseudo-label argmax near a tie at
-initialisation flips, and a 1e-7 relative nudge of the initial weights moves ReMixMatch's 5-step weights by 6e-3,
-as much as 2 ranks do). With ``extras``, then a 2-rank run stopped at step 3 and resumed beside the uninterrupted one
-(``OUT/resume.rank<r>.pt``) and the deliberate break, a distribution-alignment mean over each rank's rows only
-(``OUT/broken.rank0.pt``), and a signal that reached rank 1 only (``OUT/preempt.rank<r>.pt``).
+``python dp_worker.py OUT CONFTEST NAME[,NAME...] [extras]``: joins a gloo group itself (as Ray Train does, so the
+trainer uses a group it did not make) and, for every named algorithm, trains :data:`STEPS` free-running steps at the
+global batch of :func:`config` in float64 (:func:`float64`), with a single-process trainer beside it on rank 0: after
+each step both trainers' weights, BatchNorm statistics, EMA, optimiser buffers, algorithm state and loss sums are
+saved (``OUT/<name>.rank0.pt``), then both evaluations' metrics. With ``extras``, then (in float32, the production
+precision) a 2-rank run stopped at step 3 and resumed beside the uninterrupted one (``OUT/resume.rank<r>.pt``) and
+a signal that reached rank 1 only (``OUT/preempt.rank<r>.pt``); in float64 the deliberate break, a
+distribution-alignment mean over each rank's rows only (``OUT/broken.rank0.pt``), and ``train.sync_bn: false``
+beside its one-process reference, :class:`PerShareBatchNorm2d` (``OUT/perrank.rank<r>.pt``).
 """
 from __future__ import annotations
 
-import copy
+import contextlib
+import functools
 import importlib.util
 import shutil
 import signal
@@ -26,6 +26,7 @@ import torch.distributed as dist
 
 STEPS = 5
 BREAK_ALGORITHM = "fixmatch"   # with dist_align: the break's per-rank mean changes its state and loss
+PER_RANK_NAMES = ("fixmatch", "meanteacher")   # train.sync_bn false: one forward of every view; a teacher's too
 
 
 def config(name: str, out: Path, iterations: int = STEPS, tau: float = 0.5, **train):
@@ -47,7 +48,8 @@ def config(name: str, out: Path, iterations: int = STEPS, tau: float = 0.5, **tr
 
 
 def tensors(trainer) -> dict[str, torch.Tensor]:
-    """Every weight, BatchNorm statistic, EMA weight and tensor of the algorithm's state, by name."""
+    """Every weight, BatchNorm statistic, EMA weight, optimiser buffer and tensor of the algorithm's state, by
+    name."""
     out = {f"model.{k}": v.detach().clone() for k, v in trainer.model.state_dict().items()}
     out.update({f"ema.{k}": v.detach().clone() for k, v in trainer.ema.state_dict().items()})
 
@@ -59,6 +61,7 @@ def tensors(trainer) -> dict[str, torch.Tensor]:
             out[prefix] = value.detach().clone()
         elif isinstance(value, (int, float)):
             out[prefix] = torch.tensor(value)
+    walk("optim", trainer.optimizer.state_dict()["state"])   # momentum buffers, by parameter index
     walk("alg", trainer.algorithm.state_dict())
     walk("stats", trainer.stats.state_dict())   # the loss terms' and diagnostics' sums since the last evaluation
     return out
@@ -87,10 +90,13 @@ def train(cfg, bundle, stop_at=None, resume=False):
     return {"tensors": tensors(trainer), "metrics": events[-1] if events else {}, "step": trainer.step}
 
 
-def lock_step(cfg, out: Path, bundle, tamper=None) -> list[dict]:
-    """:data:`STEPS` steps of a 2-rank trainer and, on rank 0, of a single-process one (``dp`` inactive) from the
-    same state each step: per step both trainers' tensors and loss (rank 0; rank 1: its own), then the evaluation's
-    metrics of both. ``tamper(trainer)`` changes the 2-rank trainer only (the deliberate break)."""
+def side_by_side(cfg, out: Path, bundle, tamper=None, reference=None) -> list[dict]:
+    """:data:`STEPS` free-running steps of a 2-rank trainer and, on rank 0, of a single-process one (``dp``
+    inactive) beside it, each from its own state: per step both trainers' tensors (rank 0; rank 1: its own), then the
+    evaluation's metrics of both. The single process draws the global generators (MixMatch's permutation, VAT's
+    noise) as the 2-rank trainer found them, so both see the draws a run alone would. ``tamper(trainer)`` changes
+    the 2-rank trainer only (the deliberate break), ``reference(trainer)`` the single process only (per-rank
+    BatchNorm's)."""
     from mutexmatch.training import Trainer, loop
     from mutexmatch.training.distributed import DataParallel
     from mutexmatch.training.rng import rng_state, set_rng_state
@@ -105,6 +111,8 @@ def lock_step(cfg, out: Path, bundle, tamper=None) -> list[dict]:
             one = Trainer(cfg.model_copy(update={"output_dir": str(out / "one" / cfg.algorithm.name)}), bundle=bundle)
         finally:
             loop.join_process_group = joined
+        if reference is not None:
+            reference(one)
     rows = []
     for _ in range(STEPS):
         before = rng_state()
@@ -112,33 +120,61 @@ def lock_step(cfg, out: Path, bundle, tamper=None) -> list[dict]:
         row = {"two": record(two)}
         if one is not None:
             after = rng_state()
-            set_rng_state(before)   # the global generators (MixMatch's permutation, VAT's noise) as two had them
+            set_rng_state(before)
             one.train_step()
             row["one"] = record(one)
-            adopt(one, two)
             set_rng_state(after)
         rows.append(row)
     rows.append({"two": {"metrics": two.evaluate().metrics},
-                   **({"one": {"metrics": one.evaluate().metrics}} if one is not None else {})})
+                 **({"one": {"metrics": one.evaluate().metrics}} if one is not None else {})})
     for trainer in (one, two):
         if trainer is not None:
             trainer.close()
     return rows
 
 
-def adopt(one, two) -> None:
-    """``one`` continues from ``two``'s state (the next step's comparison starts from the same point)."""
-    for part in ("model", "ema", "optimizer", "algorithm", "stats"):   # copies: an optimiser keeps the tensors
-        getattr(one, part).load_state_dict(copy.deepcopy(getattr(two, part).state_dict()))
+@contextlib.contextmanager
+def float64():
+    """Models, batches and losses in float64 meanwhile (the equality comparisons). In float32 this tiny network at
+    a small batch amplifies rounding: a 1e-7 relative nudge of ReMixMatch's initial weights moved its 5-step
+    weights by 6e-3, and a max-pool window whose two largest inputs are within rounding of each other routes a
+    gradient either way, so 2 ranks' other summation order drifted as far. In float64 both rounding and such near
+    ties are ~1e-16, far below the 1e-5 compared; exact ties (ReLU zeros) are resolved alike on both sides."""
+    from mutexmatch.training import batches, evaluation
+
+    was, normalize = torch.get_default_dtype(), (batches.normalize, evaluation.normalize)
+    torch.set_default_dtype(torch.float64)   # parameters, buffers and optimiser state are made in it
+    batches.normalize = evaluation.normalize = functools.partial(normalize[0], dtype=torch.float64)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(was)
+        batches.normalize, evaluation.normalize = normalize
 
 
-def steady_vat_probe() -> None:
-    """VAT's finite-difference probe at ||d|| = 0.5 instead of 1e-6 (USB's): at 1e-6 the fp32 adversarial direction
-    is mostly rounding noise (mutexmatch/algorithms/vat.py: cosine 0.28 to float64's), so any other summation order,
-    2 ranks' included, changes it; at 0.5 the comparison checks the data-parallel path, not rounding."""
-    from mutexmatch.algorithms.vat import VAT
+class PerShareBatchNorm2d(torch.nn.BatchNorm2d):
+    """What ``train.sync_bn: false`` should be, in one process: each of the W contiguous shares of a forward's rows
+    (a rank's rows) normalised with its own statistics, the running statistics updated from the first share's
+    (rank 0's, copied to every rank after each step). Test-only: the reference of the per-rank comparison."""
 
-    VAT.probe_length = lambda self, x_w: 0.5
+    world = 2
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training:
+            return super().forward(x)
+        shares = x.chunk(self.world)
+        first = super().forward(shares[0])   # updates the running statistics unless bn_frozen turned them off
+        rest = [torch.nn.functional.batch_norm(s, None, None, self.weight, self.bias, True, 0.0, self.eps)
+                for s in shares[1:]]
+        return torch.cat([first, *rest])
+
+
+def per_share_batchnorm(trainer) -> None:
+    """``trainer``'s (the single process's) backbone and EMA backbone BatchNorm as :class:`PerShareBatchNorm2d`."""
+    for module in (trainer.model.backbone, trainer.ema.module.backbone):
+        for m in module.modules():
+            if type(m) is torch.nn.BatchNorm2d:
+                m.__class__ = PerShareBatchNorm2d
 
 
 def per_rank_alignment(trainer) -> None:
@@ -165,15 +201,19 @@ def main(out: Path, conftest: Path, names: list[str], extras: bool) -> None:
     spec.loader.exec_module(importlib.util.module_from_spec(spec))
     from mutexmatch.data.load import load_dataset
 
-    steady_vat_probe()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     bundle = load_dataset("digits", "data")
-    for name in names:
-        torch.save(lock_step(config(name, out), out, bundle), out / f"{name}.rank{rank}.pt")
+    with float64():
+        for name in names:
+            torch.save(side_by_side(config(name, out), out, bundle), out / f"{name}.rank{rank}.pt")
     if extras:
         resume_and_break(out, bundle, rank)
         torch.save(signal_on_one_rank(out, bundle, rank), out / f"preempt.rank{rank}.pt")
+        with float64():
+            torch.save({name: side_by_side(config(name, out / "perrank", sync_bn=False), out / "perrank", bundle,
+                                           reference=per_share_batchnorm) for name in PER_RANK_NAMES},
+                       out / f"perrank.rank{rank}.pt")
     dist.destroy_process_group()
 
 
@@ -206,8 +246,8 @@ def resume_and_break(out: Path, bundle, rank: int) -> None:
     torch.save({"full": full, "resumed": resumed}, out / f"resume.rank{rank}.pt")
     # every row above tau = 0.1 (of 10 classes): the aligned pseudo-labels all enter the loss
     broken = config(BREAK_ALGORITHM, out / "broken", tau=0.1)
-    torch.save(lock_step(broken, out / "broken", bundle, per_rank_alignment),
-               out / f"broken.rank{rank}.pt")
+    with float64():
+        torch.save(side_by_side(broken, out / "broken", bundle, per_rank_alignment), out / f"broken.rank{rank}.pt")
 
 
 if __name__ == "__main__":

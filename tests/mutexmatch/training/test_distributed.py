@@ -2,11 +2,13 @@
 process at the same global batch, for every registered algorithm.
 
 One 2-process group (``dp_worker.py``, started with torchrun's environment) trains every algorithm of the registry
-for 5 steps while this process trains each alone; the loss terms, test accuracy, every weight, BatchNorm running
-statistic, EMA weight and tensor of the algorithm's state must agree within float summation order (1e-5
-relative), the two ranks bitwise. The same group checks that a 2-rank run stopped and resumed equals the
-uninterrupted 2-rank run bitwise, and that a deliberate break (a distribution-alignment mean of each rank's rows)
-fails the comparison. The torchrun command line is the heavy test at the end.
+for 5 free-running steps in float64, a single-process trainer beside it; after every step the loss sums, every
+weight, BatchNorm running statistic, EMA weight, optimiser buffer and tensor of the algorithm's state, and at the
+end the test accuracy, must agree within float summation order (1e-5 relative), the two ranks bitwise. (In float32
+this tiny network turns rounding into visible differences within a few steps: ``dp_worker.float64`` says how.) The
+same group checks that a 2-rank run stopped and resumed equals the uninterrupted 2-rank run bitwise, and that a
+deliberate break (a distribution-alignment mean of each rank's rows) fails the comparison. The torchrun command line
+is the heavy test at the end.
 """
 from __future__ import annotations
 
@@ -40,13 +42,10 @@ _spec = importlib.util.spec_from_file_location("dp_worker", HERE / "dp_worker.py
 worker = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(worker)
 
-RTOL, ATOL = 1e-5, 1e-6    # float summation order: 2 ranks sum a gradient or a BatchNorm statistic in 2 parts
-# A max-pool window whose two largest inputs are within rounding of each other routes its gradient to either: in
-# one step of the registry run (extended_demo, step 3) the first two convolutions' updates moved by 0.4% and 2%
-# (2.7e-4 of the weights' scale, 1.1e-2 of a BatchNorm bias's, which is 1.4e-3 after 3 steps) while every loss,
-# statistic and state stayed within 1e-5 (again at its step 5, by 4.8e-5 of a convolution's scale). So the trained
-# weights are held to WEIGHT_RTOL of their scale, everything else to RTOL.
-WEIGHT_RTOL = 2e-2
+# Float summation order, the acceptance's tolerance: 2 ranks sum a gradient or a BatchNorm statistic in 2 parts. The
+# comparison runs in float64 (dp_worker.float64), where that order moves a value by ~1e-16 and 5 free-running steps
+# amplify it to well under RTOL (the largest relative difference seen is printed by the heavy registry test).
+RTOL, ATOL = 1e-5, 1e-6
 NAMES = sorted(ALGORITHMS)
 # CI's share: a concatenated step with distribution alignment, a teacher with forwards that leave BatchNorm alone,
 # an input gradient (VAT's adversarial direction); make test-heavy runs the whole registry.
@@ -77,7 +76,7 @@ def two_ranks(out: Path, names: list[str], extras: bool) -> dict[str, list]:
     logs = [p.communicate(timeout=1800)[0] for p in procs]
     for p, log in zip(procs, logs):
         assert p.returncode == 0, log[-3000:]
-    keys = names + (["resume", "broken", "preempt"] if extras else [])
+    keys = names + (["resume", "broken", "preempt", "perrank"] if extras else [])
     return {k: [torch.load(out / f"{k}.rank{r}.pt", weights_only=False) for r in (0, 1)] for k in keys}
 
 
@@ -87,15 +86,14 @@ def runs(tmp_path_factory):
     return {"two": two_ranks(out / "two", CI_NAMES, extras=True), "out": out}
 
 
-def mismatches(ref: dict, got: dict, weight_rtol: float = RTOL) -> list[str]:
+def mismatches(ref: dict, got: dict) -> list[str]:
     """What differs beyond float summation order between two runs' tensors and loss and accuracy metrics."""
     ref_t, got_t = ref.get("tensors", {}), got.get("tensors", {})
     bad = [f"{k}: missing" for k in ref_t.keys() ^ got_t.keys()]
     for k, a in ref_t.items():
         b = got_t.get(k)
         scale = a.double().abs().max().item() if a.numel() else 0.0   # relative to the tensor's magnitude
-        rtol = weight_rtol if k in ref.get("params", ()) else RTOL
-        if b is not None and not torch.allclose(a.double(), b.double(), rtol=rtol, atol=ATOL + rtol * scale):
+        if b is not None and not torch.allclose(a.double(), b.double(), rtol=RTOL, atol=ATOL + RTOL * scale):
             bad.append(f"{k}: max |difference| {(a.double() - b.double()).abs().max():.3g}")
     metrics = ref.get("metrics", {})
     for k in [k for k in metrics if k.startswith("train/") or k in (M.TEST_ACC, M.TEST_ACC_RAW)]:
@@ -105,29 +103,41 @@ def mismatches(ref: dict, got: dict, weight_rtol: float = RTOL) -> list[str]:
     return bad
 
 
-def check_lock_step(records: list, name: str) -> None:
-    """Every step of the 2-rank trainer equals the single process's from the same state; rank 1 holds rank 0's."""
-    rank0, rank1 = records
+def largest_difference(ref: dict, got: dict) -> float:
+    """The largest |difference| between two records' tensors, relative to each tensor's magnitude."""
+    worst = 0.0
+    for k, a in ref["tensors"].items():
+        if a.numel() and a.is_floating_point():
+            diff = (a.double() - got["tensors"][k].double()).abs().max().item()
+            worst = max(worst, diff / max(a.double().abs().max().item(), ATOL / RTOL))
+    return worst
+
+
+def check_free_running(rank0: list, rank1: list, name: str) -> float:
+    """After every one of the free-running steps the 2-rank trainer equals the single process, as do both
+    evaluations; rank 1 holds rank 0's tensors bitwise. The largest relative difference seen."""
     assert len(rank0) == worker.STEPS + 1
     for step, row in enumerate(rank0):
-        assert mismatches(row["one"], row["two"], WEIGHT_RTOL) == [], (name, step + 1)
+        assert mismatches(row["one"], row["two"]) == [], (name, step + 1)
     assert any(k.startswith("stats.") for k in rank0[0]["two"]["tensors"])   # the loss sums are compared
+    assert any(k.startswith("optim.") for k in rank0[-2]["two"]["tensors"])   # momentum buffers
     assert {M.term_metric(M.TOTAL), M.TEST_ACC} <= rank0[-1]["one"]["metrics"].keys()
     for k, a in rank0[-2]["two"]["tensors"].items():
         assert torch.equal(a, rank1[-2]["two"]["tensors"][k]), (name, k)
+    return max(largest_difference(row["one"], row["two"]) for row in rank0[:-1])
 
 
 @pytest.mark.parametrize("name", CI_NAMES)
 def test_two_ranks_train_as_one_process(runs, name):
-    check_lock_step(runs["two"][name], name)
+    check_free_running(*runs["two"][name], name)
 
 
 @pytest.mark.heavy
 def test_two_ranks_train_as_one_process_for_every_algorithm(tmp_path):
     """The whole registry (a new algorithm joins by registering), in one 2-process group (~2 min on 2 cores)."""
     records = two_ranks(tmp_path / "two", NAMES, extras=False)
-    for name in NAMES:
-        check_lock_step(records[name], name)
+    worst = {name: check_free_running(*records[name], name) for name in NAMES}
+    print("largest relative difference, 2 ranks vs 1 process:", max(worst.values()), max(worst, key=worst.get))
 
 
 def test_the_comparison_sees_a_per_rank_alignment_mean(runs):
@@ -137,6 +147,21 @@ def test_the_comparison_sees_a_per_rank_alignment_mean(runs):
     assert "alg.dist_align.history" in rows[0]["one"]["tensors"]
     assert any(k.startswith("alg.dist_align") for k in mismatches(rows[0]["one"], rows[0]["two"]))
     assert any(k.startswith("model.") for row in rows for k in mismatches(row["one"], row["two"]))
+
+
+@pytest.mark.parametrize("name", worker.PER_RANK_NAMES)
+def test_per_rank_batchnorm_is_one_process_normalising_each_ranks_rows(runs, name):
+    """``train.sync_bn: false``: the 2-rank run equals one process whose BatchNorm normalises each rank's share of
+    every forward's rows with that share's statistics and keeps rank 0's running statistics
+    (``dp_worker.PerShareBatchNorm2d``), the ranks bitwise; it is not the single process's run (same config, sync_bn
+    aside, which one process ignores): the running statistics differ from step 1, and so do the weights."""
+    rank0, rank1 = runs["two"]["perrank"][0][name], runs["two"]["perrank"][1][name]
+    check_free_running(rank0, rank1, name)
+    single = runs["two"][name][0]
+    first = [m.split(":")[0] for m in mismatches(single[0]["one"], rank0[0]["two"])]
+    assert any(k.startswith("model.") and k.endswith("running_var") for k in first), first
+    last = [m.split(":")[0] for m in mismatches(single[-2]["one"], rank0[-2]["two"])]
+    assert any(k.startswith("model.") and k.endswith("weight") for k in last), last
 
 
 def test_a_two_rank_run_stopped_and_resumed_equals_the_uninterrupted_one(runs):
@@ -201,28 +226,41 @@ def test_the_memory_check_counts_one_ranks_activations(tmp_path, monkeypatch):
         memory.check_memory(cfg, cuda, world_size=4)
 
 
-@pytest.mark.heavy
-def test_torchrun_command_line_logs_the_single_process_numbers(tmp_path):
-    """``torchrun --standalone --nproc-per-node 2 -m mutexmatch.train`` on digits: train/loss and test accuracy of
-    each of the first 2 steps as the single process's, within float summation order. (Free-running further, the
-    runs drift apart as rounding grows: train/loss 6.8042 against 6.8038 at step 3, 5.934 against 5.953 at 20.)"""
-    sets = ["--set", "train.iterations=2", "--set", "train.eval_interval=1", "--set", "train.progress=false",
-            "--set", "train.num_threads=1"]
-    cmd = ["--config", "experiments/runs/digits.yaml", *sets]
+def command_line_runs(tmp_path: Path, launch: list[str], steps: int, eval_interval: int) -> list[tuple[dict, dict]]:
+    """The digits command line (``launch`` = ``-m mutexmatch.train`` or a script) run by one process and by
+    ``torchrun --standalone --nproc-per-node 2``: each evaluation's metrics of both, paired."""
+    sets = ["--set", f"train.iterations={steps}", "--set", f"train.eval_interval={eval_interval}", "--set",
+            "train.progress=false", "--set", "train.num_threads=1"]
+    cmd = [*launch, "--config", "experiments/runs/digits.yaml", *sets]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     torchrun = Path(sys.executable).with_name("torchrun")
-    for label, prefix in (("one", [sys.executable, "-m", "mutexmatch.train"]),
-                          ("two", [str(torchrun), "--standalone", "--nproc-per-node", "2", "-m",
-                                   "mutexmatch.train"])):
+    for label, prefix in (("one", [sys.executable]), ("two", [str(torchrun), "--standalone", "--nproc-per-node", "2"])):
         done = subprocess.run([*prefix, *cmd, "--set", f"output_dir={tmp_path / label}"], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=1200)
         assert done.returncode == 0, done.stderr[-3000:]
     one, two = ([json.loads(x) for x in (tmp_path / d / "metrics.jsonl").read_text().splitlines()]
                 for d in ("one", "two"))
-    assert [x["step"] for x in one] == [x["step"] for x in two] == [1, 2]
-    for a, b in zip(one, two):
-        for k in (M.term_metric(M.TOTAL), M.TEST_ACC):
-            assert abs(a[k] - b[k]) <= ATOL + RTOL * abs(a[k]), (a["step"], k, a[k], b[k])
+    assert [x["step"] for x in one] == [x["step"] for x in two] == list(range(eval_interval, steps + 1, eval_interval))
+    return list(zip(one, two))
+
+
+def assert_same_metrics(pairs: list[tuple[dict, dict]]) -> None:
+    for a, b in pairs:
+        for k in [k for k in a if k.startswith("train/") or k in (M.TEST_ACC, M.TEST_ACC_RAW)]:
+            if not (isinstance(a[k], float) and math.isnan(a[k]) and math.isnan(b[k])):
+                assert abs(a[k] - b[k]) <= ATOL + RTOL * abs(a[k]), (a["step"], k, a[k], b[k])
+
+
+@pytest.mark.heavy
+def test_torchrun_command_line_logs_the_single_process_numbers(tmp_path):
+    """``torchrun --standalone --nproc-per-node 2 -m mutexmatch.train`` on digits logs every ``train/`` metric and
+    the test accuracy of the single process within float summation order: 20 steps in float64 (the same command
+    through ``float64_train.py``), and in float32 steps 1 and 2. Free-running further in float32 the runs drift
+    apart as rounding grows (train/loss 6.8042 against 6.8038 at step 3, 5.934 against 5.953 at 20); in float64
+    they do not (step 20: equal to every logged digit), so that drift is float32 rounding amplified, not a
+    difference of the data-parallel path."""
+    assert_same_metrics(command_line_runs(tmp_path / "f64", [str(HERE / "float64_train.py")], 20, 5))
+    assert_same_metrics(command_line_runs(tmp_path / "f32", ["-m", "mutexmatch.train"], 2, 1))
 
 
 def test_trainer_outside_a_group_is_the_single_process(tmp_path):
