@@ -68,6 +68,21 @@ def test_the_relaunch_trains_exactly_the_trials_whose_source_is_gone(lost):
     assert f"{purged} (experiment 'sweep_a') is gone (purged, e.g. by mlflow gc)" in lines[1]
 
 
+@pytest.mark.parametrize("no_reuse", [True, False])
+def test_the_launch_names_them_and_selects_exactly_them(lost, capsys, no_reuse):
+    """The sweep's own choice of trials (what follows is Ray and the phases): before, ``Run … not found``."""
+    from orchestration.launch.launch import Launch
+    from orchestration.sweep import _choose
+
+    tmp, uri, _, store_b, plan_b, yaml_b, links, _, fix = lost
+    launch = Launch(SweepOptions(spec_path=yaml_b, no_reuse=no_reuse), plan_b, uri, str(tmp / "ray"), "sweep_b",
+                    tmp, store=store_b)
+    chosen = _choose(launch)
+    assert chosen.grid_keys == fix and chosen.phases == []
+    printed = [line for line in capsys.readouterr().out.splitlines() if "its source run" in line]
+    assert printed == [f"[sweep] {line}" for line in store_b.lost_lines(links.values())] and len(printed) == 2
+
+
 def test_status_and_summary_say_which_trials_lost_their_source_and_do_not_count_them(lost):
     _, _, _, store_b, plan_b, _, _, _, _ = lost
     st = collect(store_b, plan_b)  # before: MlflowException "Run … not found"
