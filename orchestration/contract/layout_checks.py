@@ -11,8 +11,9 @@ from pydantic import ValidationError
 from mutexmatch.checks import validation_error_lines
 
 from orchestration.contract.layout_models import Axes, TableLayout, Terms
-from orchestration.contract.metrics import FIXED, is_logged, logged
-from orchestration.contract.published import MARKS, LayoutError, QuotedRow, parse_published
+from orchestration.contract.metrics import FIXED, PERCENT_METRICS, is_logged, logged
+from orchestration.contract.published import (MARKS, LayoutError, PublishedValue, QuotedRow, check_percentage,
+                                              parse_published)
 
 def _stringify_keys(value: Any) -> Any:
     """YAML turns level names like ``10`` or ``0.95`` into numbers; tags and cell ids hold them as strings."""
@@ -184,10 +185,12 @@ def _check_published(t: TableLayout, where: str, axes: Axes, groups: set, rows: 
                                   f"{', '.join(t.column_keys(axes))}")
                     continue
                 try:
-                    mark = parse_published(value, f"{base}.{row}.{col}").mark
+                    parsed = parse_published(value, f"{base}.{row}.{col}")
                 except LayoutError as e:
                     errors.append(str(e))
                     continue
+                mark = parsed.mark
+                errors += _out_of_range(t, parsed, value, f"{base}.{row}.{col}")
                 if mark is not None and mark not in t.footnotes:
                     errors.append(_no_footnote(f"{base}.{row}.{col}", value, mark))
     return errors
@@ -218,6 +221,9 @@ def _check_quoted(t: TableLayout, where: str, axes: Axes, rows: set) -> list[str
             if value is not None and any(getattr(o, key) == value and o.group == q.group
                                          for o in t.quoted_rows[:i]):
                 errors.append(f"{at}.{key}={value!r}: an earlier quoted row of the same group has it")
+        if q.level not in rows and q.label in {t.row_label(r) for r in rows}:   # two rows of one name (q-duplabel)
+            errors.append(f"{at}.label={q.label!r}: a run row of the table has this label too; give the quoted row "
+                          "another label, or `level: <that row>` if these are that row's printed numbers")
         errors += _check_quoted_values(t, at, q, t.column_keys(axes))
         if q.mark is not None and q.mark not in t.footnotes:
             errors.append(_no_footnote(f"{at}.mark", q.mark, q.mark))
@@ -244,9 +250,16 @@ def _check_quoted_values(t: TableLayout, at: str, q: QuotedRow, columns: list[st
     if not parsed:
         errors.append(f"{at}.values: every value is \"-\"; a quoted row needs at least one printed number")
     for col, value in parsed.items():
+        errors += _out_of_range(t, value, q.values[col], f"{at}.values.{col}")
         if value.mark is not None and value.mark not in t.footnotes:
             errors.append(_no_footnote(f"{at}.values.{col}", q.values[col], value.mark))
     return errors
+
+
+def _out_of_range(t: TableLayout, value: PublishedValue, raw: Any, where: str) -> list[str]:
+    """A printed value of a percentage metric's table outside [0, 100], as an error line (none for other metrics)."""
+    problem = check_percentage(value, raw, where) if t.metric in PERCENT_METRICS else None
+    return [problem] if problem else []
 
 
 def _check_footnotes(t: TableLayout, where: str) -> list[str]:

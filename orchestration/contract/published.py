@@ -1,10 +1,11 @@
 """The paper's printed numbers in a table layout: values as printed, their marks and footnotes, and quoted rows.
 
-A published value is a string as the paper prints it: ``"93.22±2.52"``, a bare mean ``"93.05"``, optionally
-followed by a mark the paper sets on that one cell (``"65.38±0.42*"``, Table 2's numbers taken from CoMatch). A
-*quoted row* is a row the paper prints and we do not run (MixMatch†, UPS†, EnAET‡ …): its label, the mark the paper
-gives it, the row group it sits in (with ``row_groups``) and its printed value per column, ``"-"`` where the paper
-leaves the cell empty. Each mark a table uses needs its footnote (``footnotes: {"†": "reported in FixMatch"}``).
+A published value is a string as the paper prints it: ``"93.22±2.52"``, a bare mean ``"93.05"`` (finite; in [0, 100]
+when the table's metric is a percentage), optionally followed by a mark the paper sets on that one cell
+(``"65.38±0.42*"``, Table 2's numbers taken from CoMatch). A *quoted row* is a row the paper prints and we do not
+run (MixMatch†, UPS†, EnAET‡ …): its label (not a run row's), the mark the paper gives it, the row group it sits in
+(with ``row_groups``) and its printed value per column, ``"-"`` where the paper leaves the cell empty. Each mark a
+table uses needs its footnote (``footnotes: {"†": "reported in FixMatch"}``).
 
 A quoted row may name the row ``level`` it becomes once the sweep runs it (CoMatch, which the paper's authors ran
 themselves): while the rows axis has no such level the row is printed as quoted; once it has, the row is a run row
@@ -14,13 +15,15 @@ once, in the quoted row (a ``published`` entry for the same row is refused).
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["MARKS", "EMPTY", "LayoutError", "PublishedValue", "QuotedRow", "parse_published", "parse_quoted"]
+__all__ = ["MARKS", "EMPTY", "LayoutError", "PublishedValue", "QuotedRow", "parse_published", "parse_quoted",
+           "check_percentage"]
 
 MARKS = ("†", "‡", "*")
 """The marks a paper table sets on rows or cells; each needs a footnote in the table's ``footnotes``."""
@@ -56,17 +59,32 @@ def parse_published(value: Any, where: str) -> PublishedValue:
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise LayoutError(f"{where}={value!r}: must be {_SHAPE}")
     if isinstance(value, (int, float)):
-        return PublishedValue(float(value), None)
-    m = _PUBLISHED.match(value)
-    if not m:
-        raise LayoutError(f"{where}={value!r}: must be {_SHAPE}")
-    return PublishedValue(float(m.group(1)), float(m.group(2)) if m.group(2) is not None else None, m.group(3))
+        parsed = PublishedValue(float(value), None)
+    else:
+        m = _PUBLISHED.match(value)
+        if not m:
+            raise LayoutError(f"{where}={value!r}: must be {_SHAPE}")
+        parsed = PublishedValue(float(m.group(1)), float(m.group(2)) if m.group(2) is not None else None, m.group(3))
+    if not math.isfinite(parsed.mean):   # YAML's .nan / .inf printed `nan` and `Δ -inf` (issue 33: q-nan, q-inf)
+        raise LayoutError(f"{where}={value!r}: must be a finite number, as the paper prints it")
+    return parsed
+
+
+def check_percentage(value: PublishedValue, raw: Any, where: str) -> str | None:
+    """The error line for a printed percentage outside [0, 100] (mean, or its ±), None when it lies within: a typo
+    such as 925.2 for 92.52 printed a Δ of hundreds of points without a word (issue 33: q-negstd)."""
+    if 0.0 <= value.mean <= 100.0 and (value.std is None or value.std <= 100.0):
+        return None
+    return (f"{where}={raw!r}: the table's metric is a percentage, so a printed value lies in [0, 100] (its ± too); "
+            "write it as the paper prints it, e.g. \"92.52±0.37\"")
 
 
 def parse_quoted(value: Any, where: str) -> PublishedValue | None:
     """A quoted row's value: as :func:`parse_published`, or ``None`` for ``"-"`` (the paper prints no number)."""
     if isinstance(value, str) and value.strip() == EMPTY:
         return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return parse_published(value, where)   # raises its own line: a number, but not a finite one
     try:
         return parse_published(value, where)
     except LayoutError:

@@ -126,6 +126,20 @@ T = "tables[0](t)"
     ({"published": {"mutexmatc": {"c10-40": "93.22±2.52"}}},
      f"{T}.published.mutexmatc: not a row of the table; rows: fixmatch, mutexmatch (a row the paper prints and the "
      "sweep does not run is a `quoted_rows` entry)"),
+    # issue 33's re-pass (q-nan, q-inf, q-negstd, q-duplabel): each printed nan, -inf, Δ -239.34 or two rows of
+    # one name with rc 0
+    ({"quoted_rows": quoted(0, values={"c10-40": float("nan"), "c10-250": "-"})},
+     f"{T}.quoted_rows[0].values.c10-40=nan: must be a finite number, as the paper prints it"),
+    ({"published": {"fixmatch": {"c10-40": float("inf")}}},
+     f"{T}.published.fixmatch.c10-40=inf: must be a finite number"),
+    ({"published": {"fixmatch": {"c10-40": "-5.00"}}},
+     f"{T}.published.fixmatch.c10-40='-5.00': the table's metric is a percentage, so a printed value lies in "
+     "[0, 100] (its ± too)"),
+    ({"quoted_rows": quoted(0, values={"c10-40": "250.00±3.00", "c10-250": "-"})},
+     f"{T}.quoted_rows[0].values.c10-40='250.00±3.00': the table's metric is a percentage"),
+    ({"quoted_rows": quoted(0, label="fixmatch")},
+     f"{T}.quoted_rows[0].label='fixmatch': a run row of the table has this label too; give the quoted row another "
+     "label, or `level: <that row>` if these are that row's printed numbers"),
     ({"paper": False}, f"{T}.quoted_rows: quoted rows print their numbers in the Paper sub-column, which "
                        "paper=False, value_columns=['ours', 'paper', 'delta'] hides; show it or drop the quoted rows"),
 ])
@@ -134,6 +148,11 @@ def test_bad_quoted_rows_and_footnotes_name_the_field(changes, message):
         validate_report(spec(**changes))
     assert message in str(err.value).splitlines() or any(line.startswith(message)
                                                          for line in str(err.value).splitlines()), str(err.value)
+
+
+def test_a_printed_value_outside_0_100_passes_for_a_metric_that_is_not_a_percentage():
+    """Only a percentage metric bounds its printed values; a train/loss table may print 250."""
+    assert validate_report(spec(metric="train/loss", published={"mutexmatch": {"c10-40": "250.00±3.00"}}))
 
 
 def test_a_run_rows_numbers_are_given_once():
