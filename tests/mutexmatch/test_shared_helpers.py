@@ -35,6 +35,25 @@ def test_a_failed_atomic_write_keeps_the_old_file_and_leaves_no_temporary(tmp_pa
     assert path.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["f.bin"]
 
 
+def test_a_full_disk_names_the_file_being_written_and_corrupts_nothing(tmp_path):
+    """Issue 33 (full disk): the write's OSError named no file ("[Errno 28] No space left on device"), so the run's
+    one line did not say which file, or which disk, was full."""
+    import errno
+
+    path = tmp_path / "ckpt.pt"
+    path.write_bytes(b"old")
+
+    def full(f):
+        f.write(b"half")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(OSError) as err:
+        atomic_write(path, full)
+    assert (err.value.errno, err.value.filename) == (errno.ENOSPC, str(path))
+    assert str(err.value) == f"[Errno 28] No space left on device: '{path}'"
+    assert path.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]
+
+
 def test_merge_set_and_flatten_dotted():
     base = {"a": {"b": 1, "c": [1]}, "d": 2}
     merged = deep_merge(base, {"a": {"b": 3}, "e": {"f": None}})
