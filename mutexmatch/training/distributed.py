@@ -16,6 +16,9 @@ The design, which makes every algorithm exact without any per-algorithm communic
   TNC, heads) get the whole gradient on every rank. :meth:`DataParallel.average_gradients` (one all-reduce of the
   gradients, divided by W, after backward) gives every rank the single process's gradient: sum_r W g_r / W = g for
   the backbone, W g / W = g after the gather. (For W a power of two the division is exact.)
+- Evaluation: each rank scores its contiguous share of the test (and validation) images and the correct counts
+  are summed over the ranks (:meth:`DataParallel.shard`, :meth:`DataParallel.sum_over_ranks`): the single
+  process's accuracy (whole counts), each rank scoring 1/W of the images.
 - BatchNorm (``train.sync_bn``, default on): :class:`SyncedBatchNorm2d` normalises with the mean and variance of
   the global rows of each forward (two differentiable all-reduces), the single process's statistics, also in a
   forward that leaves the running statistics alone (``bn_frozen``). torch's own ``SyncBatchNorm`` refuses CPU
@@ -238,6 +241,18 @@ class DataParallel:
         _collective("averaging gradients", lambda: dist.all_reduce(flat))
         flat.div_(self.world_size)
         torch._foreach_copy_(grads, [v.view_as(g) for v, g in zip(flat.split([g.numel() for g in grads]), grads)])
+
+    def shard(self, rows: int) -> slice:
+        """This rank's contiguous share of ``rows`` (evaluation: shares may differ by one row; all of them for the
+        single process)."""
+        return slice(self.rank * rows // self.world_size, (self.rank + 1) * rows // self.world_size)
+
+    def sum_over_ranks(self, t: Tensor) -> Tensor:
+        """``t`` summed over the ranks, on every rank (one all-reduce; ``t`` itself for the single process)."""
+        if self.active:
+            t = t.clone()
+            _collective("summing evaluation counts", lambda: dist.all_reduce(t))
+        return t
 
     def any_rank(self, flag: bool) -> bool:
         """True on every rank when ``flag`` is true on any rank (one all-reduce of one integer, on the CPU): a

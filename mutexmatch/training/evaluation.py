@@ -2,7 +2,8 @@
 for (:attr:`mutexmatch.algorithms.TrainContext.reference_loss`, e.g. Dash's rho_hat).
 
 Images stay uint8 on the host and are normalised per ``train.eval_batch_size`` batch on the training device, under
-``train.precision``'s autocast, through the model's TPC (``forward_tpc``), in eval mode meanwhile.
+``train.precision``'s autocast, through the model's TPC (``forward_tpc``), in eval mode meanwhile. Data parallel:
+each rank scores its contiguous share of the test and validation images, the correct counts summed over the ranks.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from mutexmatch.config import RunConfig
 from mutexmatch.data.augment import normalize
 from mutexmatch.data.load import DatasetBundle
 from mutexmatch.data.splits import Split
+from mutexmatch.training.distributed import DataParallel
 
 __all__ = ["Evaluator"]
 
@@ -26,8 +28,9 @@ class Evaluator:
     """The test, validation and reference images of one run, and the functions that score a model on them."""
 
     def __init__(self, cfg: RunConfig, bundle: DatasetBundle, split: Split, device: torch.device,
-                 autocast: Callable[[], AbstractContextManager]):
+                 autocast: Callable[[], AbstractContextManager], dp: DataParallel | None = None):
         self.cfg, self.bundle, self.split, self.device, self.autocast = cfg, bundle, split, device, autocast
+        self.dp = dp or DataParallel()   # data parallel: each rank scores its share of the images
 
     @torch.no_grad()
     def logits(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor
@@ -49,10 +52,13 @@ class Evaluator:
 
     @torch.no_grad()
     def accuracy(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+        """The share of ``y`` that ``model``'s argmax gets right (data parallel: every rank calls it; each scores
+        its share of the rows and the counts are summed)."""
         correct = torch.zeros((), device=self.device)
-        for logits, yb in self.logits(model, x, y):
+        mine = self.dp.shard(len(y))
+        for logits, yb in self.logits(model, x[mine], y[mine]):
             correct += (logits.argmax(1) == yb).sum()
-        return correct.item() / max(1, len(y))
+        return self.dp.sum_over_ranks(correct).item() / max(1, len(y))
 
     @torch.no_grad()
     def reference_loss(self, model: nn.Module) -> float:

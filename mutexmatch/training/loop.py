@@ -115,7 +115,7 @@ class Trainer:
         """The network, the algorithm, optimiser, schedule, the evaluator and the batch pipeline, on the device."""
         cfg, x = self.cfg, self.bundle.train.x
         self.autocast = autocast_factory(self.device, cfg.train.precision)
-        self.evaluator = Evaluator(cfg, self.bundle, self.split, self.device, self.autocast)
+        self.evaluator = Evaluator(cfg, self.bundle, self.split, self.device, self.autocast, self.dp)
         # draws the weights (the model's, then its extra heads'); the algorithm draws nothing
         net = build_network(cfg, alg_cls, self.num_classes, self.bundle.info.channels, x.shape[-1], self.device,
                             self.autocast, self.dp)

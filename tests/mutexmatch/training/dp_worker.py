@@ -7,7 +7,8 @@ global batch of :func:`config` in float64 (:func:`float64`), with a single-proce
 each step both trainers' weights, BatchNorm statistics, EMA, optimiser buffers, algorithm state and loss sums are
 saved (``OUT/<name>.rank0.pt``), then both evaluations' metrics. With ``extras``, then (in float32, the production
 precision) a 2-rank run stopped at step 3 and resumed beside the uninterrupted one (``OUT/resume.rank<r>.pt``) and
-a signal that reached rank 1 only (``OUT/preempt.rank<r>.pt``); in float64 the deliberate break, a
+a signal that reached rank 1 only (``OUT/preempt.rank<r>.pt``), the evaluation split over the ranks
+(:func:`sharded_accuracy`, ``OUT/eval.rank<r>.pt``); in float64 the deliberate break, a
 distribution-alignment mean over each rank's rows only (``OUT/broken.rank0.pt``), and ``train.sync_bn: false``
 beside its one-process reference, :class:`PerShareBatchNorm2d` (``OUT/perrank.rank<r>.pt``).
 """
@@ -177,6 +178,22 @@ def per_share_batchnorm(trainer) -> None:
                 m.__class__ = PerShareBatchNorm2d
 
 
+def sharded_accuracy(cfg, bundle) -> tuple[float, float]:
+    """The 2-rank evaluator's accuracy against labels its model gets right on exactly the first quarter of the
+    test images (and wrong elsewhere), and that quarter's share: every rank scores its share and the counts are
+    summed, so the two are equal; a rank's share alone, or a share scored twice, gives another number."""
+    from mutexmatch.training import Trainer
+
+    trainer = Trainer(cfg, bundle=bundle)
+    test, ev = bundle.test, trainer.evaluator
+    preds = torch.cat([logits.argmax(1) for logits, _ in ev.logits(trainer.model, test.x, test.y)]).cpu()
+    quarter = len(preds) // 4
+    labels = torch.cat([preds[:quarter], (preds[quarter:] + 1) % trainer.num_classes])
+    acc = ev.accuracy(trainer.model, test.x, labels)
+    trainer.close()
+    return acc, quarter / len(preds)
+
+
 def per_rank_alignment(trainer) -> None:
     """The deliberate break: ``trainer``'s distribution alignment takes its running mean from this rank's rows only
     (what a naive DDP port computes)."""
@@ -210,6 +227,7 @@ def main(out: Path, conftest: Path, names: list[str], extras: bool) -> None:
     if extras:
         resume_and_break(out, bundle, rank)
         torch.save(signal_on_one_rank(out, bundle, rank), out / f"preempt.rank{rank}.pt")
+        torch.save(sharded_accuracy(config(BREAK_ALGORITHM, out / "evaluation"), bundle), out / f"eval.rank{rank}.pt")
         with float64():
             torch.save({name: side_by_side(config(name, out / "perrank", sync_bn=False), out / "perrank", bundle,
                                            reference=per_share_batchnorm) for name in PER_RANK_NAMES},

@@ -76,7 +76,7 @@ def two_ranks(out: Path, names: list[str], extras: bool) -> dict[str, list]:
     logs = [p.communicate(timeout=1800)[0] for p in procs]
     for p, log in zip(procs, logs):
         assert p.returncode == 0, log[-3000:]
-    keys = names + (["resume", "broken", "preempt", "perrank"] if extras else [])
+    keys = names + (["resume", "broken", "preempt", "perrank", "eval"] if extras else [])
     return {k: [torch.load(out / f"{k}.rank{r}.pt", weights_only=False) for r in (0, 1)] for k in keys}
 
 
@@ -96,7 +96,7 @@ def mismatches(ref: dict, got: dict) -> list[str]:
         if b is not None and not torch.allclose(a.double(), b.double(), rtol=RTOL, atol=ATOL + RTOL * scale):
             bad.append(f"{k}: max |difference| {(a.double() - b.double()).abs().max():.3g}")
     metrics = ref.get("metrics", {})
-    for k in [k for k in metrics if k.startswith("train/") or k in (M.TEST_ACC, M.TEST_ACC_RAW)]:
+    for k in [k for k in metrics if k.startswith("train/") or k in (M.TEST_ACC, M.TEST_ACC_RAW, M.VAL_ACC)]:
         a, b = metrics[k], got["metrics"].get(k, float("nan"))
         if not (abs(a - b) <= ATOL + RTOL * abs(a) or math.isnan(a) and math.isnan(b)):   # nan: no rows of it
             bad.append(f"{k}: {a!r} vs {b!r}")
@@ -162,6 +162,13 @@ def test_per_rank_batchnorm_is_one_process_normalising_each_ranks_rows(runs, nam
     assert any(k.startswith("model.") and k.endswith("running_var") for k in first), first
     last = [m.split(":")[0] for m in mismatches(single[-2]["one"], rank0[-2]["two"])]
     assert any(k.startswith("model.") and k.endswith("weight") for k in last), last
+
+
+def test_an_evaluation_split_over_the_ranks_counts_every_image_once(runs):
+    """Each rank scores its share of the test images and the counts are summed: against labels right on exactly
+    the first quarter of the images, the accuracy is exactly that quarter's share on both ranks."""
+    for acc, quarter in runs["two"]["eval"]:
+        assert acc == quarter, (acc, quarter)
 
 
 def test_a_two_rank_run_stopped_and_resumed_equals_the_uninterrupted_one(runs):
