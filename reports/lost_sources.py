@@ -37,8 +37,10 @@ def _why(client: Any, run_id: str) -> str:
 
 def mark_lost(source: "RunSource", trials: pd.DataFrame) -> pd.DataFrame:
     """``trials`` (:meth:`reports.runs.RunSource.trials`, whose ``run_id`` of a link row is its source's and whose
-    ``lost_source`` is None there) with ``lost_source`` filled: why the source holds no results, "" when it does."""
-    links = trials["lost_source"].isna()
+    ``lost_source`` is None there) with ``lost_source`` filled for the FINISHED links (the only ones a table could
+    count, as :meth:`orchestration.store.store.Store.lost_sources`): why the source holds no results, "" when it
+    does."""
+    links = trials["lost_source"].isna() & (trials["status"] == "FINISHED")
     if not links.any():
         return trials
     why = {rid: _why(source.client, rid) for rid in sorted(set(trials.loc[links, "run_id"]))}

@@ -145,10 +145,11 @@ class Store:
 
     def lost_sources(self, runs: Iterable[Run]) -> dict[str, str]:
         """Link run id → why its source holds no results (:func:`orchestration.contract.source_lost`: deleted,
-        in a deleted experiment, purged), for each reused trial's link among ``runs`` whose source is lost."""
+        in a deleted experiment, purged), for each FINISHED link of a reused trial among ``runs`` whose source is
+        lost (a link left RUNNING and ended KILLED stands for nothing already)."""
         by_source: dict[str, list[str]] = {}
         for run in runs:
-            if run.data.tags.get(C.REUSED_FROM):
+            if run.data.tags.get(C.REUSED_FROM) and run.info.status == "FINISHED":
                 by_source.setdefault(run.data.tags[C.REUSED_FROM], []).append(run.info.run_id)
         lost: dict[str, str] = {}
         experiments: dict[str, str] = {}
