@@ -174,6 +174,7 @@ def _train(args: argparse.Namespace, callbacks: CallbackFactory | None = None) -
         print(_write_failed(trainer, args, e), file=sys.stderr)
         return 1
     m = summary.metrics
-    print(json.dumps({"step": summary.step, "output_dir": str(summary.output_dir),
-                      **{k: m[k] for k in (M.TEST_ACC, M.TEST_BEST_ACC, M.TEST_MEDIAN_ACC) if k in m}}))
+    if trainer.dp.is_main:   # data parallel: one summary line, not one per rank
+        print(json.dumps({"step": summary.step, "output_dir": str(summary.output_dir),
+                          **{k: m[k] for k in (M.TEST_ACC, M.TEST_BEST_ACC, M.TEST_MEDIAN_ACC) if k in m}}))
     return 0
