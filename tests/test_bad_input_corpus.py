@@ -317,6 +317,17 @@ CASES = [
     C("sweep-search-test-metric", S, "{t}/s.yaml", "search.metric='test/acc': must be a validation metric",
       files={"s.yaml": SWEEP_YAML + "search: {metric: test/acc, space: {algorithm.tau: {type: float, low: 0.5, "
                                     "high: 0.9}}}\n"}),
+    C("sweep-search-algorithm-name", S, "{t}/s.yaml --dry-run",   # issue 33: a 'fixmatch (tuned)' row ran UDA
+      "search.space.algorithm.name: a cell's algorithm is its axis level's, and its refit row is named after it",
+      files={"s.yaml": _sweep(("  data: {dataset: digits, num_labels: 20}",
+                               "  data: {dataset: digits, num_labels: 20, val_per_class: 2}"))
+             + "search: {metric: val/acc, cells: [{method: fixmatch}], n_trials: 2, space: {algorithm.name: {type: "
+               "categorical, choices: [fixmatch, uda]}}}\n"}),
+    C("sweep-level-switches-algorithm", S, "{t}/s.yaml --dry-run",
+      "comp_rank (from base.algorithm, which every level inherits: move lambda_c into the levels that run comatch)",
+      files={"s.yaml": _sweep(("  data: {dataset: digits, num_labels: 20}",
+                               "  data: {dataset: digits, num_labels: 20}\n  algorithm: {name: comatch, lambda_c: 2.0}"),
+                              ("    fixmatch: {algorithm: {name: fixmatch}}\n", ""))}),
     C("sweep-owned-field", S, "{t}/s.yaml", "base.output_dir='x': set per trial by orchestration",
       files={"s.yaml": _sweep(("base:\n", "base:\n  output_dir: x\n"))}),
     C("sweep-folds-repeated", S, "{t}/s.yaml", "folds=[0, 0]: folds must be distinct",

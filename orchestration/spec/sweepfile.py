@@ -191,6 +191,19 @@ def _config_errors(prefix: str, raw: dict[str, Any], folders: _DataFolders | Non
     return []
 
 
+def _inherited_hint(spec: SweepSpec, raw: dict[str, Any], line: str) -> str:
+    """For a cell whose level switches the algorithm away from the base's: which base parameter the line is about,
+    and that every level inherits it (issue 33: sweep-level-switches-algo said only 'not used by algorithm')."""
+    base = spec.base.get("algorithm")
+    name = (raw.get("algorithm") or {}).get("name")
+    if not isinstance(base, dict) or name == base.get("name", name) or name not in ALGORITHMS:
+        return ""
+    foreign = [p for p in base if p != "name" and p not in ALGORITHMS[name].Params.model_fields]
+    hit = next((p for p in foreign if line.startswith(f": algorithm.{p}=")), None)
+    return "" if hit is None else (f" (from base.algorithm, which every level inherits: move {hit} into the levels "
+                                   f"that run {base['name']})")
+
+
 def _split_errors(raw: dict[str, Any], workers: int) -> list[str]:
     """``resources.workers`` > 1 (issue 30): the global batch must split evenly over the ranks, as the trainer
     requires (:meth:`mutexmatch.training.distributed.DataParallel.check`); found here before any trial starts."""
@@ -211,7 +224,10 @@ def _space_path_errors(search: SearchSpec) -> list[str]:
     allowed = _searchable_paths()
     errors = []
     for path in search.space:
-        if path not in allowed:
+        if path == "algorithm.name":  # its refit row "fixmatch (tuned)" could be a UDA run (issue 33: search-algoname)
+            errors.append("search.space.algorithm.name: a cell's algorithm is its axis level's, and its refit row is "
+                          "named after it; search the algorithm's parameters, or make each algorithm a level")
+        elif path not in allowed:
             close = difflib.get_close_matches(path, sorted(allowed), n=3)
             hint = f"did you mean {' or '.join(close)}?" if close else "e.g. algorithm.tau, algorithm.k, optim.lr"
             owned = (" (set by orchestration)" if tuple(path.split(".")) in _OWNED else
@@ -260,7 +276,7 @@ def validate_spec(spec: SweepSpec, project_dir: Path) -> None:
         for fold in spec.folds:
             raw = trial_config(spec, cell, fold, project_dir=project_dir)
             for line in _config_errors("", raw, folders) + _split_errors(raw, spec.resources.workers):
-                by_problem.setdefault(line, []).append(fold)
+                by_problem.setdefault(line + _inherited_hint(spec, raw, line), []).append(fold)
         for line, folds in by_problem.items():
             where = "all folds" if len(folds) == len(spec.folds) > 1 else f"fold {','.join(map(str, folds))}"
             errors.append(f"cell {cell.id} {where}{line}")
