@@ -100,9 +100,11 @@ def _search_runs(source: RunSource, experiment_id: str, expected: dict[str, set[
             for (cell, fold), (_, h) in sorted(newest.items())}
 
 
-def _load_study(url: str, name: str) -> Any | None:
+def _load_study(url: str, name: str, owner: Callable[[], str] | None = None) -> Any | None:
     """The Optuna study ``name`` in ``url``, or None when the storage or the study does not exist (an SQLite file
-    is looked for first: opening a missing one would create it)."""
+    is looked for first: opening a missing one would create it). With ``owner`` (the store's
+    :func:`orchestration.contract.store_identity`, asked once the storage exists), the study that store's sweep uses
+    for ``name`` (:func:`orchestration.contract.choose_study`): never another store's study of the same name."""
     import optuna
     import sqlalchemy.exc
 
@@ -112,8 +114,10 @@ def _load_study(url: str, name: str) -> Any | None:
     if journal is not None and not Path(journal).is_file():
         return None
     try:
-        storage = url if journal is None else optuna.storages.JournalStorage(
+        storage = optuna.storages.RDBStorage(url) if journal is None else optuna.storages.JournalStorage(
             optuna.storages.journal.JournalFileBackend(journal))
+        if owner is not None:  # the report runs after its search runs: a study from before the mark is its own
+            name = C.choose_study(name, owner(), lambda n: C.study_owner(storage, n), ran_here=True)[0]
         return optuna.load_study(study_name=name, storage=storage)
     except KeyError:
         return None
@@ -244,8 +248,9 @@ def read_studies(info: SearchInfo, sweep: str, source: RunSource, experiment_id:
     studies = []
     for (cell, fold, search_hash), runs in _search_runs(source, experiment_id, expected).items():
         name = C.study_name(sweep, C.trial_key(cell, fold), search_hash)
-        durable = _load_study(url, name)
+        durable = _load_study(url, name, lambda: C.store_identity(source.client.get_experiment(experiment_id)))
         if durable is not None:
+            name = durable.study_name  # this store's own study when another store's holds the name
             study, rows, origin = durable, _optuna_rows(durable, runs, info), f"Optuna study `{name}` in `{url}`"
         else:
             study, rows = _mlflow_study(runs, info)

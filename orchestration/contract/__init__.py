@@ -5,6 +5,7 @@ here (``from orchestration import contract as C``; ``C.ROLE``):
 
 - :mod:`~orchestration.contract.tags`: tag names, role and kind values, a trial's tags, MLflow's Source columns
 - :mod:`~orchestration.contract.names`: cell ids, trial keys, run names, the ``best.`` prefix, Optuna study names
+- :mod:`~orchestration.contract.studies`: whose an Optuna study is, and which study a store uses
 - :mod:`~orchestration.contract.filters`: the MLflow search filters that find a layout's runs
 - :mod:`~orchestration.contract.artifacts`: artifact paths
 - :mod:`~orchestration.contract.metrics`: the metric names the layout relies on, accuracies in %
@@ -49,6 +50,7 @@ from orchestration.contract.names import *  # noqa: F401,F403
 from orchestration.contract.reuse import *  # noqa: F401,F403
 from orchestration.contract.search_trials import *  # noqa: F401,F403
 from orchestration.contract.settings import *  # noqa: F401,F403
+from orchestration.contract.studies import *  # noqa: F401,F403
 from orchestration.contract.store_access import *  # noqa: F401,F403
 from orchestration.contract.tags import *  # noqa: F401,F403
 from orchestration.contract.tracking_uri import *  # noqa: F401,F403

@@ -14,7 +14,7 @@ from orchestration.launch.launch import Launch, record_expected_runs
 from orchestration.spec.plan import REFIT_PHASE, SearchStudy, SweepPlan
 from orchestration.spec.tryouts import tryout_keys
 from orchestration.launch.refit import best_by_cell, pending_refits, refit_trials
-from orchestration.launch.search import fail_stale_trials, search_config
+from orchestration.launch.search import fail_stale_trials, search_config, study_for_store
 from orchestration.contract.filters import status_is, tag_equals
 from orchestration.store.store import Store
 
@@ -239,12 +239,13 @@ def _not_finished_here(launch: Launch, keys: list[str]) -> list[str]:
 def _run_search(launch: Launch, study: SearchStudy) -> PhaseResult:
     """One search study as a Tune phase; a relaunch runs only the trials its durable study still misses."""
     finished = len(launch.store.finished_search_runs(study.search_hash))
-    config = search_config(study, storage=launch.optuna_storage, finished=finished,
-                           name=C.study_name(launch.plan.spec.name, study.key, study.search_hash))
+    name = study_for_store(launch.store, launch.optuna_storage, C.study_name(launch.plan.spec.name, study.key,
+                           study.search_hash), mode=study.search.mode, ran_here=finished > 0)
+    config = search_config(study, storage=launch.optuna_storage, finished=finished, name=name)
     phase = Phase(study.phase, None, config, config["num_samples"], study.search.scheduler.type == "asha")
     res = _run(launch, phase, study=study)
     if not res.interrupted:
-        fail_stale_trials(launch.optuna_storage, C.study_name(launch.plan.spec.name, study.key, study.search_hash))
+        fail_stale_trials(launch.optuna_storage, name)
     return res
 
 

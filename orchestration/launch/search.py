@@ -11,7 +11,7 @@ from orchestration.spec.plan import SearchStudy, SweepPlan
 from orchestration.spec.models import CategoricalParam, FloatParam, IntParam
 from orchestration.store.store import Store
 
-__all__ = ["optuna_space", "search_config", "fail_stale_trials", "log_best", "open_storage"]
+__all__ = ["optuna_space", "search_config", "fail_stale_trials", "log_best", "open_storage", "study_for_store"]
 
 
 def optuna_space(study: SearchStudy) -> dict[str, Any]:
@@ -40,6 +40,26 @@ def open_storage(url: str) -> Any:
     from optuna.storages.journal import JournalFileBackend
 
     return optuna.storages.JournalStorage(JournalFileBackend(path))
+
+
+def study_for_store(store: Store, storage: str, name: str, *, mode: str, ran_here: bool) -> str:
+    """The Optuna study in ``storage`` this store's search ``name`` uses (:func:`orchestration.contract.choose_study`),
+    created and marked as the store's (:data:`orchestration.contract.STUDY_OWNER`) when it is new to it: a fresh
+    store beside another one never continues the other's study (issue 33 item 5). ``ran_here``: the store already
+    has search runs of it (a study from before the mark is then this store's)."""
+    import optuna
+
+    backend = open_storage(storage)
+    owner = C.store_identity(store.client.get_experiment(store.experiment_id))
+    chosen, claim = C.choose_study(name, owner, lambda n: C.study_owner(backend, n), ran_here)
+    if claim:
+        study = optuna.create_study(study_name=chosen, storage=backend, load_if_exists=True,
+                                    direction="maximize" if mode == "max" else "minimize")
+        study.set_user_attr(C.STUDY_OWNER, owner)
+    if chosen != name:
+        print(f"[sweep] the Optuna study {name!r} in {storage} holds another MLflow store's trials; this store's "
+              f"search uses its own study {chosen!r}", flush=True)
+    return chosen
 
 
 def search_config(study: SearchStudy, *, storage: str, name: str, finished: int = 0) -> dict[str, Any]:

@@ -146,7 +146,9 @@ def test_trials_are_read_and_matched_by_the_typed_sampled_values(tmp_path):
     sampled values (typed) instead, to rebuild the study from MLflow and to match a durable study's trials."""
     info, uri = SearchInfo.parse(FLOAT_K), f"sqlite:///{tmp_path / 'mlflow.db'}"
     runs = [_sampled_run("a", 10, 0.7, 0.6), _sampled_run("b", 11, 0.8, 0.35, early=True)]
-    source = SimpleNamespace(client=SimpleNamespace(search_runs=lambda *a, **kw: runs))
+    experiment = SimpleNamespace(experiment_id="1", creation_time=0)  # whose study it is (issue 33 item 5)
+    source = SimpleNamespace(client=SimpleNamespace(search_runs=lambda *a, **kw: runs,
+                                                    get_experiment=lambda _id: experiment))
     (rebuilt,) = read_studies(info, "srch", source, "1", uri)
     assert not rebuilt.durable and list(rebuilt.trials["algorithm.k"]) == [0.6, 0.35]
     assert [t.params for t in rebuilt.study.trials] == [{"algorithm.tau": 0.7, "algorithm.k": 0.6},
