@@ -17,8 +17,8 @@ and the lists the field roles derive) and :mod:`~mutexmatch.config.doc` (the gen
 
 from mutexmatch.config.doc import config_markdown
 from mutexmatch.config.files import apply_overrides, load_config, read_config_file
-from mutexmatch.config.identity import (config_hash, config_hashes, fields_with_role, legacy_config_hash,
-                                        owned_fields, unsearchable_fields)
+from mutexmatch.config.identity import (config_difference, config_hash, config_hashes, fields_with_role,
+                                        legacy_config_hash, owned_fields, unsearchable_fields)
 from mutexmatch.config.schema import (IMAGE_SIZE_MAX, IMAGE_SIZE_MIN, LEGACY_ALGORITHM_SECTION, NO_RESULT, OWNED,
                                       RESUMABLE, SEED_MAX, SWEEP_COMMAND, SWEEP_ONLY_KEY, TRAIN_COMMAND,
                                       AlgorithmConfig, ConfigError, DataConfig, ModelConfig, OptimConfig, RunConfig,
@@ -30,4 +30,4 @@ __all__ = ["ConfigError", "DataConfig", "ModelConfig", "AlgorithmConfig", "Optim
            "IMAGE_SIZE_MIN", "IMAGE_SIZE_MAX", "parse_config", "search_value", "apply_overrides", "resolve_k",
            "has_validation", "config_hash", "config_hashes", "legacy_config_hash", "LEGACY_ALGORITHM_SECTION",
            "NO_RESULT", "RESUMABLE", "OWNED", "roles", "fields_with_role", "owned_fields", "unsearchable_fields",
-           "config_markdown"]
+           "config_markdown", "config_difference"]

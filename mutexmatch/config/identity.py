@@ -74,6 +74,21 @@ def config_hash(cfg: RunConfig) -> str:
     return _hash(_revised(cfg.to_dict()))
 
 
+def config_difference(stored: dict[str, Any], cfg: RunConfig, most: int = 4) -> str:
+    """``algorithm.name fixmatch → pseudolabel, algorithm.tau 0.95 → 0.5``: the fields that change results and
+    differ between a stored resolved config (a checkpoint's) and ``cfg``, at most ``most`` of them ('' for none)."""
+    from mutexmatch.checks import shown
+    from mutexmatch.dotted import flatten_dotted
+
+    old, new = flatten_dotted(stored), flatten_dotted(cfg.to_dict())
+    excluded = {".".join(p) for p in _HASH_EXCLUDE}
+    keys = [k for k in sorted(old.keys() | new.keys(), key=lambda k: k != "algorithm.name")
+            if k not in excluded and old.get(k) != new.get(k) and k in old and k in new]  # one algorithm's own
+    keys += [k for k in sorted(old.keys() ^ new.keys()) if k not in excluded and not k.startswith("algorithm.")]
+    more = f", … ({len(keys) - most} more)" if len(keys) > most else ""
+    return ", ".join(f"{k} {shown(old.get(k))} → {shown(new.get(k))}" for k in keys[:most]) + more
+
+
 def legacy_config_hash(cfg: RunConfig) -> str | None:
     """The hash the code before issue 22 gave this config (its algorithm section held every built-in algorithm's
     parameters, :data:`LEGACY_ALGORITHM_SECTION`, the chosen one's values over their defaults), or None where that

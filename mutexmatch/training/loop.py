@@ -23,7 +23,7 @@ import torch
 from mutexmatch import metrics as M
 from mutexmatch.algorithms import ALGORITHMS, Algorithm, TrainContext
 from mutexmatch.atomic import atomic_write
-from mutexmatch.config import RunConfig, config_hash, config_hashes
+from mutexmatch.config import RunConfig, config_difference, config_hash, config_hashes
 from mutexmatch.data.load import DatasetBundle, load_dataset
 from mutexmatch.data.splits import Split, make_split
 from mutexmatch.training.batches import BatchSource
@@ -404,13 +404,15 @@ class Trainer:
             "scaler": self.scaler.state_dict(), **self.prefetcher.state(), "algorithm": self.algorithm.state_dict(),
             "rng": rng_state(), "history": list(self.history), "best_acc": self.best_acc,
             "best_val": self.best_val, "config_hash": config_hash(self.cfg), "split_digest": self.split.digest(),
-            "stats": self.stats.state_dict(),
+            "stats": self.stats.state_dict(), "config": self.cfg.to_dict(),   # names the fields a resume changed
         }
 
     def _load_state(self, path: Path, state: dict) -> None:
         if state.get("config_hash") not in config_hashes(self.cfg):
-            raise CheckpointError(f"{path}: written by a run with another configuration (config hash "
-                                  f"{state.get('config_hash')} is none of {', '.join(config_hashes(self.cfg))})")
+            changed = config_difference(state["config"], self.cfg) if isinstance(state.get("config"), dict) else ""
+            raise CheckpointError(f"{path}: written by a run with another configuration ("
+                                  f"{changed or 'config hash ' + str(state.get('config_hash'))}); restore the run's "
+                                  "config.yaml as it was, or start a new run in another output_dir")
         if state.get("split_digest") != self.split.digest():
             raise CheckpointError(f"{path}: written with another labeled split")
         if self.dp.is_main:

@@ -219,7 +219,9 @@ def test_resume_refuses_another_config(tmp_path):
     Trainer(_cfg(tmp_path)).fit(stop_at=2)
     from mutexmatch.training.checkpoint import CheckpointError
 
-    with pytest.raises(CheckpointError, match="another configuration"):
+    # issue 33 (resume-edit-algo): the line named two config hashes; it names the fields and the fix
+    with pytest.raises(CheckpointError, match=r"another configuration \(algorithm.tau 0.95 → 0.5\); restore the "
+                                              r"run's config.yaml as it was, or start a new run in another output_dir"):
         Trainer(_cfg(tmp_path, tau=0.5), resume=True)
 
 
