@@ -31,7 +31,8 @@ from mutexmatch.config import IMAGE_SIZE_MAX, IMAGE_SIZE_MIN
 from mutexmatch.data import imagefolder
 from mutexmatch.data.builtin import DATASET_NAMES, DATASETS
 from mutexmatch.data.cache import CHECKSUM_SUFFIX, checksum_path, verify_checksum
-from mutexmatch.data.export import EXPORT_FORMATS, SPLITS, class_names, index_names, write_split
+from mutexmatch.data.export import (EXPORT_FORMATS, SPLITS, class_names, dataset_class_names, index_names,
+                                    write_split)
 from mutexmatch.data.load import DatasetBundle, cache_paths, dataset_dir, load_dataset
 from mutexmatch.data.torchvision_reader import TorchvisionDataset
 
@@ -176,9 +177,10 @@ def run_check(args: argparse.Namespace) -> int:
     info = bundle.info
     print(f"images   {info.channels}x{info.image_size}x{info.image_size} uint8; mean "
           f"{_floats(info.mean)}, std {_floats(info.std)} (of pixel/255)")
-    names = class_names(args.name, args.root, bundle)
-    unnamed = names == index_names(len(names))
-    print(f"classes  {info.num_classes}" + (" (unnamed: shown by label index)" if unnamed else ""))
+    # the classes as the user named them: `export` alone shows its folder names (`0_café _ co__` for `café & co_%`)
+    known = dataset_class_names(args.name, args.root, bundle)
+    names = known if known is not None else index_names(info.num_classes)
+    print(f"classes  {info.num_classes}" + (" (unnamed: shown by label index)" if known is None else ""))
     print("\n".join(_class_table(bundle, names)))
     if bundle.predefined_folds is not None:
         print(f"folds    {len(bundle.predefined_folds)} predefined labeled folds of "

@@ -27,17 +27,22 @@ def class_names(name: str, root: str | Path, bundle: DatasetBundle) -> list[str]
     The dataset's own names when it has them, they are already sorted and are usable as folder names; otherwise
     ``<index>_<name>`` or the bare zero-padded index.
     """
-    known = bundle.classes
-    if known is None and name in DATASETS:
-        known = DATASETS[name].class_names(dataset_dir(name, root))
-    n = bundle.info.num_classes
-    if known is None or len(known) != n:
+    known, n = dataset_class_names(name, root, bundle), bundle.info.num_classes
+    if known is None:
         return index_names(n)
-    known = list(known)
     if known == sorted(known) and len(set(known)) == n and all(_safe_folder_name(c) == c for c in known):
         return known
     width = len(str(n - 1))
     return [f"{i:0{width}d}_{_safe_folder_name(c)}" for i, c in enumerate(known)]
+
+
+def dataset_class_names(name: str, root: str | Path, bundle: DatasetBundle) -> list[str] | None:
+    """The classes as the dataset names them (an image folder's class folders as they are), in label order; None
+    when it names none (or not one per class)."""
+    known = bundle.classes
+    if known is None and name in DATASETS:
+        known = DATASETS[name].class_names(dataset_dir(name, root))
+    return None if known is None or len(known) != bundle.info.num_classes else list(known)
 
 
 def index_names(n: int) -> list[str]:

@@ -223,6 +223,17 @@ def test_check_stl10_reports_unlabeled_and_folds(fake_root, capsys):
     assert "10 predefined labeled folds" in out
 
 
+def test_check_shows_an_image_folders_classes_as_they_are_named(tmp_path, capsys):
+    """Issue 33 (uni-imagefolder-check): the table showed the export's folder names (`0_café_`), not the classes."""
+    for split in ("train", "test"):
+        for cls in ("café%", "日本"):
+            (tmp_path / "été" / split / cls).mkdir(parents=True)
+            Image.new("RGB", (16, 16), (9, 9, 9)).save(tmp_path / "été" / split / cls / "0.png")
+    rc, out, err = _run(["check", "imagefolder", "--root", tmp_path / "été"], capsys)
+    assert rc == 0, err
+    assert _table(out)[1] == {"café%": [1, 1], "日本": [1, 1]} and "unnamed" not in out
+
+
 def test_check_imagefolder_cache_states(tmp_path, fake_root, capsys):
     folder = tmp_path / "folder"
     assert _run(["export", "cifar10", "--root", fake_root, "--to", folder], capsys)[0] == 0
