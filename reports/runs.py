@@ -398,6 +398,11 @@ def read_settings(source: RunSource, experiment_id: str, digest: str, overrides:
         sets = sorted({" ".join(f"--set {i}" for i in json.loads(p.data.tags.get(C.OVERRIDES, "[]"))) or "no --set"
                        for p in recorded})
         given = " ".join(f"--set {i}" for i in overrides) or "no --set"
+        if given in sets:  # the same --set gave another digest: the file itself changed (report-after-yaml-edit)
+            raise ValueError(f"experiment at {source.tracking_uri}: no launch of this YAML with these settings "
+                             f"(settings digest {digest}), though a launch ran with {given}: the YAML was edited "
+                             "since; report the YAML as it was launched, or launch the edited one (finished trials "
+                             "are skipped)")
         raise ValueError(f"experiment at {source.tracking_uri}: no launch of this YAML with these settings ({given}; "
                          f"settings digest {digest}); its launches ran with: {'; '.join(sets)}. Pass the --set of "
                          "the launch to report, or launch these settings (finished trials are skipped)")

@@ -141,6 +141,17 @@ def test_settings_no_launch_ran_are_refused_naming_the_launches(store):
         build_report(QUICKSTART, tracking_uri=uri, out_dir=tmp / "x", formats=["md"], overrides=["base.optim.lr=0.1"])
 
 
+def test_an_edited_yaml_is_said_to_be_edited_not_to_need_another_set(store):
+    """Issue 33 (report-after-yaml-edit): the line said to pass the launch's --set, which was the same (none)."""
+    tmp, uri, *_ = store
+    edited = tmp / "edited.yaml"
+    edited.write_text(Path(QUICKSTART).read_text().replace("train: {iterations: 1000,", "train: {iterations: 900,", 1))
+    with pytest.raises(ValueError, match=r"no launch of this YAML with these settings \(settings digest \w+\), though "
+                                         r"a launch ran with no --set: the YAML was edited since; report the YAML as "
+                                         r"it was launched, or launch the edited one"):
+        build_report(edited, tracking_uri=uri, out_dir=tmp / "edited", formats=["md"])
+
+
 def test_sweep_summary_and_status_ignore_the_tryout(store):
     _, _, client, exp_id, full, _, _, _ = store
     summary = grid_summary(Store(client, exp_id), full)
