@@ -66,7 +66,8 @@ def _rank_env(rank: int, world: int, port: int) -> dict[str, str]:
 
 
 def two_ranks(out: Path, names: list[str], extras: bool) -> dict[str, list]:
-    """Both ranks' records of ``dp_worker.py`` (one 2-process gloo group), by algorithm (and resume, broken)."""
+    """Both ranks' records of ``dp_worker.py`` (one 2-process gloo group), by algorithm (and with ``extras``: resume,
+    broken, preempt, perrank, eval)."""
     out.mkdir(parents=True)
     port = _free_port()
     procs = [subprocess.Popen([sys.executable, str(HERE / "dp_worker.py"), str(out), str(HERE.parent / "conftest.py"),
@@ -134,7 +135,8 @@ def test_two_ranks_train_as_one_process(runs, name):
 
 @pytest.mark.heavy
 def test_two_ranks_train_as_one_process_for_every_algorithm(tmp_path):
-    """The whole registry (a new algorithm joins by registering), in one 2-process group (~2 min on 2 cores)."""
+    """The whole registry (a new algorithm joins by registering), in one 2-process group (650-780 s on 2 cores
+    shared with other work at load 12-20, float64)."""
     records = two_ranks(tmp_path / "two", NAMES, extras=False)
     worst = {name: check_free_running(*records[name], name) for name in NAMES}
     print("largest relative difference, 2 ranks vs 1 process:", max(worst.values()), max(worst, key=worst.get))
