@@ -90,7 +90,9 @@ def compile_pdf(tex: Path) -> Path:
         text = log.read_text(errors="replace") if log.is_file() else proc.stdout
         if proc.returncode != 0:
             first = next((ln for ln in text.splitlines() if ln.startswith("!")), f"exit code {proc.returncode}")
-            raise ValueError(f"{tex}: pdflatex failed ({first.lstrip('! ')}); see {log}")
+            fix = ("; replace that character in the YAML's captions and labels, or leave pdf out of --format"
+                   if "Unicode character" in first else "")   # pdflatex's fonts lack emoji, Hebrew… (issue 33)
+            raise ValueError(f"{tex}: pdflatex failed ({first.lstrip('! ')}); see {log}{fix}")
         if not _RERUN.search(text):
             break
     for ext in (".aux", ".out"):       # working files; report.log stays for its warnings

@@ -103,3 +103,17 @@ def test_index_lists_markdown_latex_and_pdf(paper):
     assert "split rule: not logged." in (paper.out_dir / "main.md").read_text()   # the fixture logs no params
     tex = (paper.out_dir / "report.tex").read_text()
     assert r"\figurefile{curves-main}" in tex  # at its own (paper) size, shrunk only when wider than the text
+
+
+def test_a_character_pdflatex_cannot_set_says_what_to_do(tmp_path, monkeypatch):
+    """Issue 33 (uni-row-labels-pdf): a caption with 🚀 failed with LaTeX's error and the log's path only."""
+    tex = tmp_path / "report.tex"
+    tex.write_text("x")
+    log = "! LaTeX Error: Unicode character 🚀 (U+1F680)\n"
+    monkeypatch.setattr("reports.latex.pdflatex", lambda: "pdflatex")
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: (tex.with_suffix(".log").write_text(log),
+                                                            subprocess.CompletedProcess(a, 1, "", ""))[1])
+    with pytest.raises(ValueError, match=r"pdflatex failed \(LaTeX Error: Unicode character 🚀 \(U\+1F680\)\); see "
+                                         r".*report.log; replace that character in the YAML's captions and labels, or "
+                                         r"leave pdf out of --format$"):
+        compile_pdf(tex)
