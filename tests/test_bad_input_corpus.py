@@ -326,7 +326,8 @@ CASES = [
     C("sweep-level-switches-algorithm", S, "{t}/s.yaml --dry-run",
       "comp_rank (from base.algorithm, which every level inherits: move lambda_c into the levels that run comatch)",
       files={"s.yaml": _sweep(("  data: {dataset: digits, num_labels: 20}",
-                               "  data: {dataset: digits, num_labels: 20}\n  algorithm: {name: comatch, lambda_c: 2.0}"),
+                               "  data: {dataset: digits, num_labels: 20}\n"
+                               "  algorithm: {name: comatch, lambda_c: 2.0}"),
                               ("    fixmatch: {algorithm: {name: fixmatch}}\n", ""))}),
     C("sweep-owned-field", S, "{t}/s.yaml", "base.output_dir='x': set per trial by orchestration",
       files={"s.yaml": _sweep(("base:\n", "base:\n  output_dir: x\n"))}),
@@ -362,7 +363,8 @@ CASES = [
       "`.`, `+`; '固' (U+56FA) at position 1 is not allowed", files={"s.yaml": _sweep(("    fixmatch:", "    固定:"))}),
     C("sweep-experiment-name-homoglyph", S, "{t}/s.yaml --experiment-name advswееp",
       "--experiment-name='advswееp': must start with an ASCII letter or digit and use only ASCII letters, digits, "
-      "`_`, `-`, `.`, `+` (it names a folder); 'е' (U+0435) at position 6 is not allowed", files={"s.yaml": SWEEP_YAML}),
+      "`_`, `-`, `.`, `+` (it names a folder); 'е' (U+0435) at position 6 is not allowed",
+      files={"s.yaml": SWEEP_YAML}),
     C("sweep-experiment-name-escape", S, "{t}/s.yaml --experiment-name ../../escape", "--experiment-name",
       files={"s.yaml": SWEEP_YAML}),
     C("sweep-tracking-uri-not-a-db", S, "{t}/s.yaml --tracking-uri {t}/notes.db", "{t}/notes.db",

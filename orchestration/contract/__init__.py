@@ -34,7 +34,7 @@ one place, the trainer's leaf modules that themselves import only the standard l
 :mod:`mutexmatch.metrics` (the metric names a run logs), here at import; and, in the modules named,
 :mod:`mutexmatch.yamlfile` (how a YAML and a ``--set`` value are read: ``settings``, ``fileio``; PyYAML),
 :mod:`mutexmatch.dotted` and :mod:`mutexmatch.checks` (dotted keys and the one-line error style: ``layout``,
-``layout_checks``), :mod:`mutexmatch.atomic` (``fileio``), :mod:`mutexmatch.cli` (how a command line ends on an
+``layout_checks``, ``settings``), :mod:`mutexmatch.atomic` (``fileio``), :mod:`mutexmatch.cli` (how a command line ends on an
 unforeseen error: ``cli``). The trainer may import nothing above it, so their one
 copy lives there; the contract is the one door through which ``reports`` reaches them. ``import
 orchestration.contract`` loads the standard library and :mod:`mutexmatch.metrics` only (``orchestration/__init__.py``
