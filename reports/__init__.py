@@ -1,7 +1,8 @@
 """Rebuild the paper's tables and figures from MLflow: ``python -m reports.build experiments/X.yaml``.
 
 Modules: :mod:`reports.specfile` (reading the YAML: duplicate keys and syntax errors in one line),
-:mod:`reports.runs` (MLflow → pandas, the best/final/median20 protocols), :mod:`reports.lost_sources` (reused
+:mod:`reports.runs` (MLflow → pandas, the best/final/median20 protocols), :mod:`reports.selection` (which runs
+the settings count: newest FINISHED per cell and fold), :mod:`reports.lost_sources` (reused
 trials whose source run is gone), :mod:`reports.class_counts` (a trial's
 class counts), :mod:`reports.stats` (cell statistics, paired t-test), :mod:`reports.tables` (Markdown),
 :mod:`reports.tables_latex` (LaTeX), :mod:`reports.figures` (PNG, PDF, SVG), :mod:`reports.drawing` (runs →

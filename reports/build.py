@@ -35,7 +35,7 @@ import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import pandas as pd
 
@@ -43,13 +43,13 @@ from orchestration import contract as C
 from orchestration.contract.cli import entry_point
 from orchestration.contract.fileio import atomic_write
 from orchestration.contract import TRACKING_URI_ENV, apply_set_items, settings_digest
-from reports.drawing import DrawnFigure, all_cells, draw_figure, level_labels
+from reports.drawing import DrawnFigure, all_cells, draw_figure
 from reports.latex import TEX_INSTALL, compile_pdf, latex_document, pdflatex
 from orchestration.contract.layout import (PROTOCOLS, CurvesFigure, ReportLayout, SensitivityFigure, cell_id,
                                           validate_report)
 from reports.lost_sources import lost_lines, mark_lost
-from reports.runs import (MetricCache, RunSource, empty_trials, open_run_source, read_settings, resolve_tracking_uri,
-                          select_trials, split_by_settings)
+from reports.runs import MetricCache, RunSource, empty_trials, open_run_source, resolve_tracking_uri
+from reports.selection import read_settings, select_trials, split_by_settings
 from reports.search import SearchOutput, with_refit_trials, write_searches
 from reports.specfile import load_spec
 from reports.tables import (PROTOCOL_TEXT, TableData, build_table_data, caption, render_folds_markdown,

@@ -33,14 +33,14 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import numpy as np
 import pandas as pd
 
 from orchestration import contract as C
 from orchestration.contract.fileio import atomic_write
 from reports.drawing import level_labels
 from orchestration.contract.layout import ReportLayout, metric_name, param_name
-from reports.runs import RunSource, select_trials, split_by_settings
+from reports.runs import RunSource
+from reports.selection import select_trials, split_by_settings
 from reports.search_model import (COMPLETE, FAILED, MIN_IMPORTANCE_TRIALS, PRUNED, RUNNING, STATES, SearchInfo,
                                   SearchOutput, StudyTrials)
 from reports.tables_latex import latex_escape
@@ -65,7 +65,7 @@ def with_refit_trials(layout: ReportLayout, source: RunSource, experiment_id: st
                       ) -> tuple[tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame], list[str]]:
     """The grid's (used, duplicates, unfinished) plus, when a table has ``tuned_rows``, the refit runs (kind
     ``refit``) whose config hash the settings expect (``expected``: trial key → hashes; None keeps all) split the
-    same way (:func:`reports.runs.select_trials`), and the FINISHED refit runs of other settings. Their cell ids end
+    same way (:func:`reports.selection.select_trials`), and the FINISHED refit runs of other settings. Their cell ids end
     in ``tuned=true``, so they can only fill a tuned row, never a grid cell's statistics."""
     if not any(t.tuned_rows for t in layout.tables):
         return grid, []

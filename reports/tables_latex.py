@@ -3,7 +3,6 @@ plain text for pdflatex that every LaTeX output uses."""
 
 from __future__ import annotations
 
-import math
 import unicodedata
 
 from orchestration.contract.layout import PairedSpec, QuotedRow

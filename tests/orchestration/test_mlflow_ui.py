@@ -70,7 +70,8 @@ def test_the_view_holds_exactly_the_runs_the_report_counts(tmp_path_factory):
     from orchestration import contract as C
     from orchestration.launch.summary import _newest_matching
     from orchestration.store.store import Store
-    from reports.runs import SqliteRunSource, select_trials, split_by_settings
+    from reports.runs import SqliteRunSource
+    from reports.selection import select_trials, split_by_settings
 
     import tempfile
     from pathlib import Path

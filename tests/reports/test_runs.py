@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from reports.class_counts import load_class_counts, sum_class_counts
-from reports.runs import ApiRunSource, SqliteRunSource, open_run_source, resolve_tracking_uri, select_trials, summarise
+from reports.runs import ApiRunSource, SqliteRunSource, open_run_source, resolve_tracking_uri, summarise
+from reports.selection import select_trials
 
 AXES = ["method", "setting", "k"]
 
