@@ -60,7 +60,7 @@ def _trial(client, exp_id: str, parent: str, method: str, fold: int, config_hash
 
 
 def test_the_view_holds_exactly_the_runs_the_report_counts(tmp_path_factory):
-    """The sweep's marking (its summary's rule) and the report's selection (reports.runs) pick the same runs from
+    """The sweep's marking (its summary's rule) and the report's selection (reports.selection) pick the same runs from
     one store: no search trial, no --set try-out, no older duplicate, no failed run; the view's filter finds them,
     also while a launch goes on (a run marked as it finishes)."""
     from types import SimpleNamespace
