@@ -41,6 +41,7 @@ from typing import Any, Callable, Sequence
 
 from mutexmatch.cli import entry_point
 from orchestration.runtime.jobs import check_job_paths, require_packages
+from orchestration.runtime.processes import start_time
 
 if __name__ == "__main__":
     require_packages()  # before the imports below: one line, not a traceback (a Ray head's Python without them)
@@ -329,6 +330,7 @@ def _open_parent(launch: Launch, chosen: _Selection) -> tracking.ParentInfo:
         parent = tracking.ParentInfo(found.info.run_id, found.data.tags[C.LAUNCH_ID], launch.storage)
         client.update_run(parent.run_id, "RUNNING")
         client.set_tag(parent.run_id, C.DRIVER_PID, str(os.getpid()))
+        client.set_tag(parent.run_id, C.DRIVER_START, start_time())
         print(f"[sweep] resuming launch {parent.launch_id} (parent run {parent.run_id})", flush=True)
         return parent
     launch_id = f"{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"

@@ -10,7 +10,7 @@ __all__ = ["TAG", "PARENT_RUN_ID", "ROLE", "KIND", "CELL", "FOLD", "VARIANT", "C
            "GIT_COMMIT", "TRIAL_ID", "LAUNCH_ID", "SEARCH_HASH", "SEARCH_PHASE", "SAMPLED", "ATTEMPTS",
            "WORKER_PID", "NODE_ID", "STOPPED", "LAST_STEP", "EARLY_STOPPED", "REUSED_FROM",
            "REUSED_FROM_EXPERIMENT", "REUSED_ARTIFACT_URI", "ENDED_BY", "ERROR", "SPEC_HASH", "SPEC_PATH",
-           "STORAGE", "SMOKE", "DRIVER_HOST", "DRIVER_PID", "COMMAND", "RAY_PROCESSES", "OVERRIDES",
+           "STORAGE", "SMOKE", "DRIVER_HOST", "DRIVER_PID", "DRIVER_START", "COMMAND", "RAY_PROCESSES", "OVERRIDES",
            "SETTINGS_TAG", "NOTE", "ROLE_SWEEP", "ROLE_TRIAL", "KIND_GRID", "KIND_SEARCH", "KIND_SMOKE",
            "KIND_REFIT", "KIND_SINGLE", "ALGORITHM_AXIS", "TUNED_AXIS", "TUNED_LEVEL", "axis_tag", "attempt_tag",
            "overhead_tag", "parent_display_tags", "EXPERIMENT_KIND", "EXPERIMENT_KIND_ML", "SHARED_VIEW_TAG",
@@ -52,6 +52,7 @@ ENDED_BY, ERROR = TAG + "ended_by", TAG + "error"
 # A launch's parent run: the spec it runs and the driver that runs it (a later launch checks it is alive).
 SPEC_HASH, SPEC_PATH, STORAGE, SMOKE = TAG + "spec_hash", TAG + "spec_path", TAG + "storage", TAG + "smoke"
 DRIVER_HOST, DRIVER_PID, COMMAND = TAG + "driver_host", TAG + "driver_pid", TAG + "command"
+DRIVER_START = TAG + "driver_start"  # the driver's start time: a restarted container may reuse its pid
 RAY_PROCESSES = TAG + "ray_processes"  # "<pid>:<start time> ..." of the local Ray the driver started (orphans.py)
 OVERRIDES = TAG + "overrides"       # the launch's --set key=value items, a JSON list
 SETTINGS_TAG = TAG + "settings."    # + a settings digest: the parent run holds that settings' expected runs

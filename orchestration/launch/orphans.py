@@ -13,19 +13,11 @@ import os
 import signal
 from pathlib import Path
 
+from orchestration.runtime.processes import stat as _stat
+
 __all__ = ["describe_children", "end_orphans"]
 
 _PROC = Path("/proc")
-
-
-def _stat(pid: int) -> tuple[int, str] | None:
-    """(parent pid, start time in clock ticks since boot) of ``pid``, or None when it is gone."""
-    try:
-        text = (_PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) ": state, ppid, ..., starttime (22nd field)
-    return int(fields[1]), fields[19]
 
 
 def _descendants(pid: int) -> list[int]:

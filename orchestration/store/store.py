@@ -18,6 +18,7 @@ from orchestration import contract as C
 from orchestration.contract.filters import (NEWEST_FIRST, OLDEST_FIRST, all_of, children_filter, status_is,
                                             status_is_not, sweeps_filter, tag_equals, trials_filter)
 from orchestration.runtime.env import apply_closed_network_env
+from orchestration.runtime.processes import running
 
 apply_closed_network_env()
 
@@ -35,14 +36,10 @@ def end_run(client: MlflowClient, run_id: str, status: str) -> None:
     client.set_terminated(run_id, status, end_time=int(time.time() * 1000))
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def _driver_alive(tags: dict[str, str]) -> bool:
+    """Whether a parent run's driver (its recorded pid and start time, on this host) still runs."""
+    pid = tags.get(C.DRIVER_PID, "")
+    return pid.isdigit() and int(pid) != os.getpid() and running(int(pid), tags.get(C.DRIVER_START, ""))
 
 
 @dataclass(frozen=True)
@@ -229,8 +226,7 @@ class Store:
         for run in self.sweeps(status_is("RUNNING")):
             t = run.data.tags
             pid = t.get(C.DRIVER_PID, "")
-            if t.get(C.DRIVER_HOST) != host or not pid.isdigit() or int(pid) == os.getpid() or _pid_alive(
-                    int(pid)):
+            if t.get(C.DRIVER_HOST) != host or not pid.isdigit() or int(pid) == os.getpid() or _driver_alive(t):
                 continue
             self.end_open_children(run.info.run_id, "KILLED")
             self.client.set_tag(run.info.run_id, C.ENDED_BY, "next launch (driver process was gone)")
@@ -243,10 +239,9 @@ class Store:
         hosts, whose liveness cannot be seen from here). Call after :meth:`kill_dead_launches`."""
         host, here, elsewhere = socket.gethostname(), [], []
         for run in self.sweeps(status_is("RUNNING")):
-            pid = run.data.tags.get(C.DRIVER_PID, "")
             if run.data.tags.get(C.DRIVER_HOST) != host:
                 elsewhere.append(run)
-            elif pid.isdigit() and int(pid) != os.getpid() and _pid_alive(int(pid)):
+            elif _driver_alive(run.data.tags):
                 here.append(run)
         return here, elsewhere
 

@@ -38,6 +38,7 @@ from mutexmatch.training import checkpoint_pair
 from orchestration import contract as C
 from orchestration.store import mlflow_ui
 from orchestration.runtime.env import apply_closed_network_env
+from orchestration.runtime.processes import start_time
 from orchestration.store.store import Store, end_run
 from orchestration.store.location import check_artifact_home
 from orchestration.trial.model_log import MODEL_KINDS, log_classifier
@@ -127,7 +128,7 @@ def create_parent_run(store: Store, *, launch_id: str, spec_path: Path, spec_tex
     launch on the same host tell whether this driver is still alive."""
     tags = {C.ROLE: C.ROLE_SWEEP, C.SPEC_HASH: spec_hash, C.SPEC_PATH: str(spec_path), C.GIT_COMMIT: commit,
             C.LAUNCH_ID: launch_id, C.STORAGE: storage, C.SMOKE: str(smoke).lower(),
-            C.DRIVER_HOST: socket.gethostname(), C.DRIVER_PID: str(os.getpid()), C.COMMAND: command[:5000],
+            C.DRIVER_HOST: socket.gethostname(), C.DRIVER_PID: str(os.getpid()), C.DRIVER_START: start_time(), C.COMMAND: command[:5000],
             **C.source_tags(str(spec_path), commit)}
     run = store.client.create_run(store.experiment_id, tags=tags,
                                   run_name=C.parent_run_name(Path(spec_path).stem, datetime.now(), smoke))

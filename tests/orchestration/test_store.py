@@ -13,6 +13,7 @@ from mlflow import MlflowClient
 from orchestration import contract as C
 from orchestration.trial import tracking
 from orchestration.contract import filters as F
+from orchestration.runtime.processes import start_time
 from orchestration.store.store import Store, as_store
 
 
@@ -53,6 +54,7 @@ def test_runs_of_a_dead_driver_are_killed_and_a_live_one_is_left_alone(store):
         info = tracking.create_parent_run(runs, launch_id=label, spec_path=Path("s.yaml"), spec_text="x",
                                           spec_hash="h", commit="c", storage="st", smoke=False, command="cmd")
         client.set_tag(info.run_id, C.DRIVER_PID, str(pid))
+        client.set_tag(info.run_id, C.DRIVER_START, start_time(pid))
         child = client.create_run(exp_id, tags={C.PARENT_RUN_ID: info.run_id, C.ROLE: C.ROLE_TRIAL})
         done = client.create_run(exp_id, tags={C.PARENT_RUN_ID: info.run_id, C.ROLE: C.ROLE_TRIAL})
         runs.end_run(done.info.run_id, "FINISHED")
@@ -64,3 +66,24 @@ def test_runs_of_a_dead_driver_are_killed_and_a_live_one_is_left_alone(store):
     found = runs.resumable_parent(spec_hash="h", storage="st", smoke=False)
     assert found is not None and found.data.tags[C.LAUNCH_ID] == "alive"  # the newest launch
     assert runs.resumable_parent(spec_hash="h", storage="other", smoke=False) is None
+
+
+def test_a_driver_pid_that_another_process_reuses_is_a_dead_driver(store):
+    """make test-cluster's finding (issue 31): the head container restarted, the dead driver's pid belonged to another
+    process, and the resubmitted --resume auto was refused as 'launch … is running'. The recorded start time tells
+    them apart; a parent run from before the start time was recorded keeps the pid-only rule."""
+    _, uri, client = store
+    runs = Store(client, tracking.ensure_experiment(client, "reused-pid", uri))
+    parents = {}
+    for label, started in (("reused", str(int(start_time(os.getppid())) + 1)), ("same", start_time(os.getppid())),
+                           ("unrecorded", "")):
+        info = tracking.create_parent_run(runs, launch_id=label, spec_path=Path("s.yaml"), spec_text="x",
+                                          spec_hash="h", commit="c", storage="st", smoke=False, command="cmd")
+        client.set_tag(info.run_id, C.DRIVER_PID, str(os.getppid()))  # alive: the process that runs pytest's
+        client.set_tag(info.run_id, C.DRIVER_START, started)
+        parents[label] = info.run_id
+    here, _ = runs.live_launches()
+    assert {r.data.tags[C.LAUNCH_ID] for r in here} == {"same", "unrecorded"}
+    assert [r.info.run_id for r in runs.kill_dead_launches()] == [parents["reused"]]
+    assert {label: client.get_run(i).info.status for label, i in parents.items()} == {
+        "reused": "KILLED", "same": "RUNNING", "unrecorded": "RUNNING"}
