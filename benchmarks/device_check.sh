@@ -31,6 +31,10 @@
 #   loss against fp32, errors. Half the registry per call (compiling each algorithm's model costs tens of seconds);
 #   no algorithm starts after 470 s, the rest are recorded as skipped: rerun them with ZOO_SHARD=1/1 and
 #   ZOO="--steps 200 --algorithms a,b" (DRY=1 runs all of them, tiny, on the CPU with ZOO_SHARD=1/1).
+# spanning (issue 30, limit 240 s, a call of its own): benchmarks/span_check.py trains digits 60 steps (evaluating
+#   every 30) as the single process and through the trial-spanning path with ONE Ray Train worker holding the GPU
+#   (a private local Ray): the process group's backend (NCCL) and world size, train/loss and test/acc of both equal
+#   within 1e-5 relative. Needs Ray on the machine (its image has none: carry it).
 # Python packages the machine lacks travel as wheels in .whl (pydantic and its needs).
 set -u
 OUT=${OUT:?set OUT to a folder for logs}
@@ -61,14 +65,17 @@ if [[ ${DRY:-0} == 1 ]]; then
   # graphs stays in the fast path to exercise a recorded refusal (CUDA graphs need CUDA); compiling is left out
   ZOO="--backbone small_cnn --batch 2 --mu 1 --steps 2 --warmup 1 --loss-steps 1 --images 256 --fast bf16,graphs"
   ZOO_SHARD=${ZOO_SHARD:-1/1}
+  SPAN="--device cpu --steps 4 --eval-interval 2 --set train.batch_size=4 --set train.mu=2"  # gloo, not NCCL
 else
   DEV=cuda; STEP="--steps 30 --rounds 3 --workers 4"
   PIPES=ours,ours+bf16,ours+bf16+compile,ours+bf16+compile+graphs,ours+fp16; PROF="--warmup 10 --steps 5 --sync-steps 5"
   MEM="--setups wrn28_8@80,wrn28_8@64,wrn37_2@96 --precision fp32,bf16"; SHARE="--steps 20"; FID=""
   ZOO="--steps 200 --fast bf16,compile,graphs --budget-s 470"  # no algorithm starts after 470 s of the 560
+  # deterministic kernels: cuDNN's benchmark mode may pick other kernels in the Ray worker's process
+  SPAN="--device cuda --steps 60 --eval-interval 30 --set train.deterministic=true"
 fi
 ZOO_SHARD=${ZOO_SHARD:-1/2}
-export DEV STEP PIPES PROF MEM SHARE FID FIDELITY_STEPS FIDELITY_FAST ZOO ZOO_SHARD
+export DEV STEP PIPES PROF MEM SHARE FID FIDELITY_STEPS FIDELITY_FAST ZOO ZOO_SHARD SPAN
 mkdir -p "$W/results"
 pack() { tar -czf "$OUT/device_check.tgz" -C "$W" .; }
 part() {  # part NAME SECONDS COMMAND...
@@ -157,6 +164,10 @@ zoo() {  # every registered algorithm, fp32 and the fast path: half of the regis
 }
 export -f zoo
 part zoo 560 zoo
+
+spanning() { $PY benchmarks/span_check.py $SPAN --out "$W/results/span_check_${DEV}.json"; }
+export -f spanning
+part spanning 240 spanning
 
 part augment 30 $PY benchmarks/augment.py --device cuda --seconds 5 --workers 12
 

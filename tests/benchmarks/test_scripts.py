@@ -346,11 +346,77 @@ def test_op_count_counts_leaf_aten_operators_by_category():
 def test_device_check_dry_zoo_trains_every_registered_algorithm(tmp_path):
     """DRY=1 zoo: all registered algorithms, fp32 and the fast path, tiny on the CPU (about 4 minutes on 2 cores)."""
     from mutexmatch.algorithms import ALGORITHMS
-    proc = subprocess.run(["bash", str(BENCH / "device_check.sh"), "zoo"], cwd=BENCH.parent, capture_output=True,
-                          text=True, env={**os.environ, "OUT": str(tmp_path), "DRY": "1", "PYTHON": sys.executable},
-                          timeout=1800)
-    assert proc.returncode == 0 and "=== zoo: rc=0 in " in proc.stdout, proc.stdout[-4000:]
-    with tarfile.open(tmp_path / "device_check.tgz") as tar:
-        record = json.load(tar.extractfile("./results/zoo_cpu_shard1of1.json"))
+    record = _dry_part_record(tmp_path, "zoo", "zoo_cpu_shard1of1.json", timeout=1800)
     assert list(record["algorithms"]) == list(ALGORITHMS)
     assert all("losses" in row[p] for row in record["algorithms"].values() for p in ("fp32", "fast"))
+
+
+def test_span_check_compares_both_runs_and_the_process_group_and_device_check_calls_it_alone():
+    """benchmarks/span_check.py (issue 30's GPU check): its verdict names the backend, a missed evaluation and a
+    metric off by more than --rtol; the part runs in a call of its own, tiny on the CPU under DRY=1. The real run
+    (Ray Train, one worker) is the heavy test below."""
+    span = _bench_module("span_check")
+    args = span.parse(["--device", "cpu", "--rtol", "1e-5"])
+    single, ray_run = span.Collector(), span.Collector()
+    single.evals = {30: {"train/loss": 2.0, "test/acc": 0.5}, 60: {"train/loss": 1.0, "test/acc": 0.75}}
+    ray_run.evals = {30: {"train/loss": 2.0, "test/acc": 0.5}, 60: {"train/loss": 1.0 + 1e-6, "test/acc": 0.75}}
+    gloo = {"backend": "gloo", "world_size": 1}
+    assert span.verdict(args, gloo, single, ray_run) == []
+    ray_run.evals[60]["test/acc"] = 0.74
+    assert span.verdict(args, {"backend": "nccl", "world_size": 1}, single, ray_run) == [
+        "process group: backend nccl, world size 1 (want gloo, 1)",
+        "step 60 test/acc: 0.74 through Ray Train vs 0.75 alone (relative difference 0.0133 > 1e-05)"]
+    del ray_run.evals[60]
+    assert span.verdict(args, gloo, single, ray_run) == ["evaluated at steps [30] through Ray Train, [30, 60] alone"]
+    assert span.rel_diff(0.0, 0.0) == 0.0 and span.rel_diff(1.0, float("nan")) == float("inf")
+    with pytest.raises(SystemExit):
+        span.parse(["--device", "cpu", "--steps", "10", "--eval-interval", "20"])
+    script = (BENCH / "device_check.sh").read_text()
+    default = re.search(r'WANTED=" \$\{\*:-([a-z0-9_ ]+)\} "', script).group(1).split()
+    assert "spanning" not in default and int(re.search(r"^part spanning (\d+) spanning$", script, re.M)[1]) <= 240
+    assert re.search(r'^  SPAN="--device cpu --steps 4 ', script, re.M)  # DRY=1: tiny, gloo
+
+
+def test_span_check_starts_ray_without_loopback_only_where_orchestration_launch_cannot_be_imported(monkeypatch):
+    span = _bench_module("span_check")
+    with span._loopback() as loopback:
+        assert loopback is True
+    monkeypatch.setitem(sys.modules, "orchestration.launch.cluster", None)  # MLflow missing: the import fails
+    with span._loopback() as loopback:
+        assert loopback is False
+
+
+def test_carry_ray_leaves_out_the_java_jars_and_their_record_lines(tmp_path):
+    import zipfile
+
+    wheel = tmp_path / "ray-2.60.0-cp312-cp312-manylinux2014_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("ray/__init__.py", "x = 1\n")
+        z.writestr("ray/jars/ray_dist.jar", b"\0" * 100)
+        z.writestr("ray-2.60.0.dist-info/RECORD", "ray/__init__.py,sha256=a,6\nray/jars/ray_dist.jar,sha256=b,100\n"
+                   "ray-2.60.0.dist-info/RECORD,,\n")
+    out = _bench_module("carry_ray").strip_wheel(wheel, tmp_path / "whl")
+    with zipfile.ZipFile(out) as z:
+        assert z.namelist() == ["ray/__init__.py", "ray-2.60.0.dist-info/RECORD"]
+        assert z.read("ray-2.60.0.dist-info/RECORD") == b"ray/__init__.py,sha256=a,6\nray-2.60.0.dist-info/RECORD,,\n"
+    with pytest.raises(SystemExit, match="another folder"):
+        _bench_module("carry_ray").strip_wheel(wheel, tmp_path)
+
+
+@pytest.mark.heavy  # heavy: 108 s at this VM's load (a private local Ray and a Ray Train worker)
+@pytest.mark.slow
+def test_device_check_dry_spanning_trains_through_one_ray_train_worker_as_the_single_process(tmp_path):
+    """DRY=1 spanning on the CPU: the process group is gloo of world size 1 and both runs' evaluations agree."""
+    record = _dry_part_record(tmp_path, "spanning", "span_check_cpu.json", timeout=900)
+    assert record["failed"] == [] and record["process_group"]["backend"] == "gloo"
+    assert record["process_group"]["world_size"] == 1 and [r["step"] for r in record["evaluations"]] == [2, 4]
+
+
+def _dry_part_record(tmp_path: Path, part: str, results_file: str, timeout: int) -> dict:
+    """``DRY=1 device_check.sh PART`` run to success; the results file it packed."""
+    proc = subprocess.run(["bash", str(BENCH / "device_check.sh"), part], cwd=BENCH.parent, capture_output=True,
+                          text=True, env={**os.environ, "OUT": str(tmp_path), "DRY": "1", "PYTHON": sys.executable},
+                          timeout=timeout)
+    assert proc.returncode == 0 and f"=== {part}: rc=0 in " in proc.stdout, proc.stdout[-4000:]
+    with tarfile.open(tmp_path / "device_check.tgz") as tar:
+        return json.load(tar.extractfile(f"./results/{results_file}"))
