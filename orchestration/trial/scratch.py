@@ -22,7 +22,7 @@ def scratch_root() -> Path:
     uid = os.getuid()
     root = Path(tempfile.gettempdir()) / f"{SCRATCH_DIRNAME}-{uid}"
     try:
-        root.mkdir(mode=0o700)
+        root.mkdir(mode=0o700, parents=True)  # a TMPDIR that does not exist yet is made too
     except FileExistsError:
         pass
     info = root.lstat()

@@ -502,11 +502,16 @@ def test_each_algorithm_owns_its_config_section(name: str) -> None:
     doc = config_markdown()
     assert f"| `{name}` |" in doc and all(f"`{f}` = `{field.default!r}`" in doc for f, field in own.items())
     takes = re.escape(", ".join(own) or "no parameters")
+    pinned = ALGORITHMS[name].Params.pinned  # a shared parameter this algorithm fixes: "fixed at", not "not used"
     foreign = [(f, field.default, other) for other, cls in sorted(ALGORITHMS.items())
                for f, field in cls.Params.model_fields.items() if f not in own]
-    for f, default, other in foreign[:1]:
+    for f, default, other in [c for c in foreign if c[0] not in pinned][:1]:
         with pytest.raises(ConfigError, match=rf"^algorithm\.{f}={re.escape(repr(default))}: not used by "
                            rf"algorithm '{name}' \(a parameter of [^)]*{other}[^)]*\); '{name}' takes: {takes}$"):
+            parse_config({"algorithm": {"name": name, f: default}})
+    for f, default, _ in [c for c in foreign if c[0] in pinned and c[1] != pinned[c[0]]][:1]:
+        with pytest.raises(ConfigError, match=rf"^algorithm\.{f}={re.escape(repr(default))}: fixed at "
+                           rf"{re.escape(repr(pinned[f]))} by algorithm '{name}'; leave it out; '{name}' takes: {takes}$"):
             parse_config({"algorithm": {"name": name, f: default}})
     with pytest.raises(ConfigError, match=rf"^algorithm\.bogus_key: unknown key \(no algorithm has it\); "
                        rf"'{name}' takes: {takes}$"):
