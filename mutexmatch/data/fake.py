@@ -22,9 +22,11 @@ from pathlib import Path
 import numpy as np
 
 from mutexmatch.data.builtin import DATASETS
+from mutexmatch.data.cache import CACHE_DIRNAME
 from mutexmatch.data.fakefill import pixels
 from mutexmatch.data.registry import FakeSize, listed
 from mutexmatch.data.torchvision_reader import TorchvisionDataset
+from mutexmatch.data.written import foreign_files, has_manifest, record_written, shown
 
 __all__ = ["FakeSize", "FAKE_DATASETS", "generated_checksums_accepted", "write_fake_dataset",
            "write_fake_imagefolder", "write_fake_root"]
@@ -57,7 +59,8 @@ def write_fake_dataset(name: str, root: str | Path, size: FakeSize | None = None
     """Write dataset ``name`` (one of :data:`FAKE_DATASETS`) below the data root ``root``; return its folder.
 
     ``size`` defaults to the dataset's ``fake_size``. Raises ``ValueError`` for an unknown name or a size that
-    cannot form the dataset (no train or test image per class).
+    cannot form the dataset (no train or test image per class), and, before writing anything, for a dataset folder
+    holding files it did not write (:func:`refuse_foreign_files`).
     """
     if name not in FAKE_DATASETS:
         raise ValueError(f"name={name!r}: must be one of {', '.join(FAKE_DATASETS)} (digits needs no files)")
@@ -65,7 +68,11 @@ def write_fake_dataset(name: str, root: str | Path, size: FakeSize | None = None
     size = dataset.fake_size if size is None else size
     if not isinstance(size, FakeSize) or size.train_per_class < 1 or size.test_per_class < 1 or size.unlabeled < 0:
         raise ValueError(f"size={size!r}: needs train_per_class >= 1, test_per_class >= 1, unlabeled >= 0")
-    return dataset.write_fake(Path(root), size, np.random.default_rng(seed))
+    folder = Path(root) / dataset.folder
+    refuse_foreign_files(folder)
+    written = dataset.write_fake(Path(root), size, np.random.default_rng(seed))
+    record_written(folder, _TOOL, skip=(CACHE_DIRNAME,))
+    return written
 
 
 def write_fake_imagefolder(folder: str | Path, *, num_classes: int = 10, train_per_class: int = 30,
@@ -101,6 +108,9 @@ def write_fake_root(root: str | Path, names: Sequence[str] = FAKE_DATASETS, *,
     ``sizes`` overrides the datasets' ``fake_size``. With ``decode`` (default) each dataset is loaded once through
     :func:`mutexmatch.data.load.load_dataset` (with its extra split too, where one was written) with torchvision's
     md5 check bypassed, so the real readers parse the generated files and leave the caches that later loads use.
+
+    Files it did not write are never written over: a dataset folder holding any (real CIFAR-10 files, a hand-edited
+    generated file) raises ``ValueError`` naming them before anything is written (:func:`refuse_foreign_files`).
     """
     root = Path(root).expanduser().resolve()
     root.mkdir(parents=True, exist_ok=True)
@@ -108,6 +118,8 @@ def write_fake_root(root: str | Path, names: Sequence[str] = FAKE_DATASETS, *,
     unknown = sorted(set(names) - set(FAKE_DATASETS)) + sorted(set(sizes) - set(FAKE_DATASETS))
     if unknown:
         raise ValueError(f"names/sizes: unknown dataset(s) {unknown}; allowed: {', '.join(FAKE_DATASETS)}")
+    for name in names:
+        refuse_foreign_files(root / DATASETS[name].folder)
     for i, name in enumerate(names):
         write_fake_dataset(name, root, sizes.get(name), seed=seed + i)
     if decode:
@@ -119,3 +131,19 @@ def write_fake_root(root: str | Path, names: Sequence[str] = FAKE_DATASETS, *,
                 if DATASETS[name].extra_split and (sizes.get(name) or DATASETS[name].fake_size).unlabeled:
                     load_dataset(name, root, svhn_extra=True)  # the extra split's cache too
     return root
+
+
+_TOOL = "fakedata"
+
+
+def refuse_foreign_files(folder: Path) -> None:
+    """Raise ``ValueError`` naming the files in the dataset folder ``folder`` that fake data did not write (finding
+    #13: real CIFAR-10 files were overwritten with noise). A folder it generated before may hold caches of other
+    image sizes (loads write them); one it did not generate may not even hold a cache: a cache of real files is
+    decoded from them, and the next load of the real data would read the noise's."""
+    skip = (CACHE_DIRNAME,) if has_manifest(folder, _TOOL) else ()
+    foreign = foreign_files(folder, _TOOL, skip=skip)
+    if foreign:
+        raise ValueError(f"{folder} holds {len(foreign)} file(s) mutexmatch.fakedata did not write "
+                         f"({shown(folder, foreign)}); it never writes over them: give another data root for the "
+                         f"fake data, or move them away")

@@ -111,3 +111,25 @@ def test_the_extra_split_is_generated_and_cached_too(root, name):
     size = _small(name)
     bundle = load_dataset(name, root, svhn_extra=True)
     assert len(bundle.train) == size.train_per_class * DATASETS[name].info.num_classes + size.unlabeled
+
+
+def test_never_writes_over_files_it_did_not_make(tmp_path, capsys):
+    """Adversarial finding #13 (data loss): `python -m mutexmatch.fakedata ROOT` over a folder holding real CIFAR-10
+    files overwrote them with random pixels, rc 0, and later runs trained on noise."""
+    from mutexmatch.fakedata import main
+
+    real = tmp_path / "cifar10" / "cifar-10-batches-py"
+    real.mkdir(parents=True)
+    (real / "data_batch_1").write_bytes(b"the user's photos")
+    with pytest.raises(SystemExit) as exit_:
+        main([str(tmp_path), "--datasets", "svhn,cifar10", "--test-per-class", "1"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and str(real / "data_batch_1") in err and "did not write" in err
+    assert (real / "data_batch_1").read_bytes() == b"the user's photos"
+    assert not (tmp_path / "svhn").exists()  # refused before anything is written, for every dataset named
+    # A hand-edited generated file is not the generator's any more either.
+    fake = write_fake_root(tmp_path / "fake", ["cifar10"], sizes={"cifar10": FakeSize(1, 1)})
+    write_fake_root(fake, ["cifar10"], sizes={"cifar10": FakeSize(1, 1)})  # its own files: rewritten
+    (fake / "cifar10" / "cifar-10-batches-py" / "test_batch").write_bytes(b"replaced by hand")
+    with pytest.raises(ValueError, match="test_batch"):
+        write_fake_root(fake, ["cifar10"], sizes={"cifar10": FakeSize(1, 1)})
