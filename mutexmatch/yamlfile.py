@@ -1,6 +1,10 @@
 """The one YAML reader of the project: run configs, sweep YAMLs, a run folder's ``config.yaml`` and the reports.
 
-``yaml.safe_load`` with two differences that matter to users:
+``yaml.safe_load`` with differences that matter to users:
+
+- numbers are read as people write them: YAML 1.2's float rule, so ``3e-4``, ``1E-5``, ``5.e-4`` and ``.5`` are
+  floats (PyYAML's YAML 1.1 reads the first three as text), and YAML 1.1's octal ``0755`` (493) and base-60 ``1:00``
+  (60), which YAML 1.2 does not have, are refused naming the line, as in ``--set``;
 
 - a key repeated in one mapping (at any depth) is an error naming the key and both lines, instead of the last
   value silently winning (a duplicated sweep level would otherwise train the wrong method under the first name);
@@ -37,9 +41,47 @@ class YamlFileError(ValueError):
     """A file that cannot be read as the YAML mapping it should be; the message is one line naming the file."""
 
 
+# Plain scalars YAML 1.1 (PyYAML) reads as numbers nobody typing them means: 010 is 8 (octal), 1:00 is 60 (base 60).
+# YAML 1.2 has neither; they are refused, in a file as in --set, rather than read either way without a word.
+_YAML11_SURPRISE = re.compile(r"^[-+]?(0[0-7_]+|[0-9][0-9_]*(:[0-5]?[0-9])+(\.[0-9_]*)?)$")
+_SURPRISE_TAG = "tag:mutexmatch,2026:yaml11-number"
+# YAML 1.1's integers without its octal and base 60: decimal (1_000 too), 0x hex and 0b binary.
+_INT = re.compile(r"^[-+]?(0|[1-9][0-9_]*|0x[0-9a-fA-F_]+|0b[01_]+)$")
+# YAML 1.2's float rule (3e-4, 1E-5, 5.e-4, .5; YAML 1.1 wants a dot and a signed exponent, so reads 3e-4 as text)
+# less its bare integers, which stay ints; digits may hold underscores as YAML 1.1 allows.
+_FLOAT = re.compile(r"""^(?:[-+]?(?:\.[0-9][0-9_]*|[0-9][0-9_]*\.[0-9_]*)(?:[eE][-+]?[0-9]+)?
+    |[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$""", re.X)
+
+
+class _Yaml11Number(yaml.constructor.ConstructorError):
+    """A plain scalar YAML 1.1 reads as an octal or base-60 number (:data:`_YAML11_SURPRISE`)."""
+
+
+def _number_resolvers() -> dict[str, list]:
+    """SafeLoader's implicit resolvers with its YAML 1.1 int and float rules replaced by :data:`_INT`,
+    :data:`_FLOAT` and the refused :data:`_YAML11_SURPRISE`."""
+    numbers = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+    resolvers = {first: [(tag, rule) for tag, rule in rules if tag not in numbers]
+                 for first, rules in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+    for tag, rule, first in ((_SURPRISE_TAG, _YAML11_SURPRISE, "-+0123456789"),
+                             ("tag:yaml.org,2002:int", _INT, "-+0123456789"),
+                             ("tag:yaml.org,2002:float", _FLOAT, "-+0123456789.")):
+        for char in first:
+            resolvers.setdefault(char, []).append((tag, rule))
+    return resolvers
+
+
 class UniqueKeyLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` that refuses a key repeated within one mapping (merge keys ``<<`` may still be
-    overridden by explicit keys, as YAML intends)."""
+    overridden by explicit keys, as YAML intends), reads floats by YAML 1.2's rule and refuses YAML 1.1's octal
+    and base-60 numbers."""
+
+    yaml_implicit_resolvers = _number_resolvers()
+
+    def construct_yaml11_number(self, node: yaml.ScalarNode) -> None:
+        token = node.value
+        raise _Yaml11Number(None, None, f"YAML 1.1 reads {token} as {yaml.safe_load(token)!r}; write the number you "
+                            f"mean (or quote it, '{token}', for text)", node.start_mark)
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         first_line: dict[Any, int] = {}
@@ -54,6 +96,9 @@ class UniqueKeyLoader(yaml.SafeLoader):
                     "each key may appear once in a mapping", key_node.start_mark)
             first_line[key] = line
         return super().construct_mapping(node, deep=deep)
+
+
+UniqueKeyLoader.add_constructor(_SURPRISE_TAG, UniqueKeyLoader.construct_yaml11_number)
 
 
 def _where(path: Path, what: str) -> str:
@@ -119,9 +164,10 @@ def _too_many_values(where: str, values: int, written: int) -> str:
             "config may have; write the values out instead of repeating aliases")
 
 
-def load_text(text: str, where: str) -> Any:
+def load_text(text: str, where: str, located: bool = True) -> Any:
     """``text`` parsed by :class:`UniqueKeyLoader` within :data:`MAX_VALUES`; any failure is a
-    :class:`YamlFileError` starting with ``where``."""
+    :class:`YamlFileError` starting with ``where`` (and the line and column of a refused YAML 1.1 number, unless
+    ``located`` is false: a one-line ``--set`` value)."""
     loader = UniqueKeyLoader(text)
     try:
         node = loader.get_single_node()
@@ -132,16 +178,16 @@ def load_text(text: str, where: str) -> Any:
         if values > MAX_VALUES:
             raise YamlFileError(_too_many_values(where, values, written=len(sizes)))
         return loader.construct_document(node)
+    except _Yaml11Number as err:
+        mark = err.problem_mark
+        at = f": line {mark.line + 1}, column {mark.column + 1}" if located and mark is not None else ""
+        raise YamlFileError(f"{where}{at}: {err.problem}") from None
     except yaml.YAMLError as err:
         raise _syntax_error(where, err) from None
     except RecursionError:
         raise YamlFileError(f"{where}: nested too deeply to be a config") from None
     finally:
         loader.dispose()
-
-
-# Plain scalars YAML 1.1 (PyYAML) reads as numbers nobody typing them means: 010 is 8 (octal), 1:00 is 60 (base 60).
-_YAML11_SURPRISE = re.compile(r"^[-+]?(0[0-7_]+|[0-9][0-9_]*(:[0-5]?[0-9])+(\.[0-9_]*)?)$")
 
 
 def read_set_value(item: str, text: str) -> Any:
@@ -157,11 +203,8 @@ def read_set_value(item: str, text: str) -> Any:
     token = text.strip()
     if not token:
         return None
-    if _YAML11_SURPRISE.match(token):
-        raise YamlFileError(f"{where}: YAML 1.1 reads {token} as {yaml.safe_load(token)!r}; write the number you mean "
-                            f"(or quote it, '{token}', for text)")
     try:
-        return load_text(text, where)
+        return load_text(text, where, located=False)
     except YamlFileError as err:
         raise YamlFileError(str(err).replace(f"{where}: not valid YAML", f"{where}: the value is not valid YAML", 1)
                             ) from None

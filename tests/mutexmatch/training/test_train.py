@@ -262,6 +262,19 @@ def test_cli_trains_and_resumes(tmp_path, capsys):
     assert last["step"] == 4
 
 
+def test_cli_trains_with_numbers_as_people_write_them(tmp_path, capsys):
+    """Issue 40 item 4: `--set optim.lr=3e-4` and `lr: 1E-5` in a file (YAML 1.1 reads both as text) train."""
+    (tmp_path / "run.yaml").write_text("optim: {lr: 1E-5, weight_decay: 5.e-4}\nalgorithm: {tau: .95}\n")
+    args = ["--config", str(tmp_path / "run.yaml"), "--set", "train.iterations=2", "--set", "train.eval_interval=2",
+            "--set", "train.batch_size=4", "--set", "train.mu=2", "--set", "train.progress=false"]
+    assert main(args + ["--set", f"output_dir={tmp_path}/file"]) == 0
+    assert main(args + ["--set", "optim.lr=3e-4", "--set", f"output_dir={tmp_path}/set"]) == 0, capsys.readouterr().err
+    from mutexmatch.yamlfile import read_yaml_mapping
+    trained = {name: read_yaml_mapping(tmp_path / name / "config.yaml") for name in ("file", "set")}
+    assert (trained["file"]["optim"]["lr"], trained["set"]["optim"]["lr"]) == (1e-5, 3e-4)
+    assert trained["set"]["optim"]["weight_decay"] == 5e-4 and trained["set"]["algorithm"]["tau"] == 0.95
+
+
 def _ahead(trainer: Trainer) -> Trainer:
     trainer.prefetcher.ahead = True  # what CUDA does (on a side stream): each step also makes the next batch
     return trainer
