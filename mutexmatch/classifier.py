@@ -13,19 +13,26 @@ as in training and returns the class probabilities of the TPC head (the paper's 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from mutexmatch.checks import check_int, shown
 from mutexmatch.config import RunConfig, load_config
+from mutexmatch.config.schema import IMAGE_SIZE_MAX, IMAGE_SIZE_MIN
 from mutexmatch.training.runfolder import CONFIG, DATASET
 
-__all__ = ["RunFiles", "Classifier", "find_run_files", "load_classifier", "folder_images", "predict_folder",
-           "accuracy"]
+__all__ = ["RunFiles", "Classifier", "find_run_files", "read_dataset_facts", "load_classifier", "folder_images",
+           "predict_folder", "accuracy"]
 
 _LUMA = torch.tensor([0.299, 0.587, 0.114]).view(1, 3, 1, 1)   # RGB → gray as PIL's convert("L") (ITU-R 601-2)
+# A run's dataset.json is a few hundred bytes (a few KB with an image folder's class names); a file past this bound
+# is not one (a 6 GB sidecar was read whole, fresh finding #9), nor a class count past MAX_CLASSES.
+MAX_FACTS_BYTES = 1 << 20
+MAX_CLASSES = 100_000
 
 
 @dataclass(frozen=True)
@@ -83,12 +90,54 @@ def _network(cfg: RunConfig, num_classes: int, in_channels: int, image_size: int
     return model
 
 
+def _statistics(where: Path, facts: dict) -> tuple[list[float], list[float]]:
+    """The normalisation's mean and std: lists of 1 (gray) or 3 (RGB) finite numbers of one length, std > 0."""
+    out = []
+    for field in ("mean", "std"):
+        v = facts.get(field)
+        ok = isinstance(v, list) and len(v) in (1, 3) and all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in v)
+        if not ok or field == "std" and min(v) <= 0:
+            raise ValueError(f"{where}: {field}={shown(v)}: must be a list of 1 or 3 finite numbers"
+                             f"{' > 0' if field == 'std' else ''}; restore the run's own {DATASET}")
+        out.append([float(x) for x in v])
+    if len(out[0]) != len(out[1]):
+        raise ValueError(f"{where}: std={shown(out[1])}: must have one value per channel of mean={shown(out[0])}")
+    return out[0], out[1]
+
+
+def read_dataset_facts(path: Path) -> tuple[list[float], list[float], int, list[str]]:
+    """A run's ``dataset.json`` (:func:`mutexmatch.training.run_files.dataset_facts`) as (mean, std, image size,
+    class names), its size bounded before it is read and every field used checked (``ValueError``: one line)."""
+    size = path.stat().st_size
+    if size > MAX_FACTS_BYTES:
+        raise ValueError(f"{path}: is {size / 2**20:.1f} MiB, larger than the {MAX_FACTS_BYTES >> 20} MiB a run's "
+                         f"{DATASET} can be (a few KB); not the run's own file: restore it from the run folder")
+    try:
+        facts = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not JSON ({e}); restore the run's own {DATASET}") from None
+    if not isinstance(facts, dict):
+        raise ValueError(f"{path}: holds {type(facts).__name__}, not the object of a run's {DATASET}")
+    mean, std = _statistics(path, facts)
+    image_size = check_int(f"{path}: image_size", facts.get("image_size"), low=IMAGE_SIZE_MIN, high=IMAGE_SIZE_MAX)
+    n = check_int(f"{path}: num_classes", facts.get("num_classes"), low=2, high=MAX_CLASSES)
+    classes = facts.get("classes")
+    if classes is None:
+        return mean, std, image_size, [str(i) for i in range(n)]
+    if not (isinstance(classes, list) and all(isinstance(c, str) for c in classes)
+            and len(set(classes)) == len(classes)):
+        raise ValueError(f"{path}: classes={shown(classes)}: must be null or a list of distinct names")
+    if len(classes) != n:
+        raise ValueError(f"{path}: num_classes={n}: must be the number of names in classes ({len(classes)})")
+    return mean, std, image_size, classes
+
+
 def load_classifier(weights: str | Path) -> Classifier:
     """The classifier of the run whose ``weights`` these are (:func:`find_run_files`), in eval mode on the CPU."""
     files = find_run_files(weights)
-    facts = json.loads(files.dataset.read_text())
-    mean, std, size, n = facts["mean"], facts["std"], int(facts["image_size"]), int(facts["num_classes"])
-    net = _network(load_config(files.config), n, len(mean), size)
+    mean, std, size, classes = read_dataset_facts(files.dataset)
+    net = _network(load_config(files.config), len(classes), len(mean), size)
     state = torch.load(files.weights, map_location="cpu", weights_only=True)
     try:
         net.load_state_dict(state)
@@ -96,7 +145,6 @@ def load_classifier(weights: str | Path) -> Classifier:
         first = str(e).strip().splitlines()[0]
         raise ValueError(f"--weights {files.weights}: not the weights of the network {files.config} describes "
                          f"({first})") from None
-    classes = facts.get("classes") or [str(i) for i in range(n)]
     return Classifier(net, mean, std, size, classes).eval()
 
 

@@ -26,11 +26,25 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _bad_args(args: argparse.Namespace) -> str | None:
+    """What is wrong with the arguments that needs no model to tell, said before any work (an ``--out`` into a
+    missing folder failed only after every image was classified, fresh finding #12)."""
+    if args.batch_size < 1:
+        return f"--batch-size={args.batch_size}: must be >= 1"
+    out = args.out
+    if out is not None and out.is_dir():
+        return f"--out {out}: is a folder; give a file name (e.g. {out / 'predictions.csv'})"
+    if out is not None and not out.parent.is_dir():
+        return f"--out {out}: folder {out.parent} does not exist; make it (mkdir -p {out.parent}) or write elsewhere"
+    return None
+
+
 @entry_point("python -m mutexmatch.predict")
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.batch_size < 1:
-        print(f"error: --batch-size={args.batch_size}: must be >= 1", file=sys.stderr)
+    problem = _bad_args(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     from mutexmatch.classifier import accuracy, folder_images, load_classifier, predict_folder
 
