@@ -3,8 +3,9 @@
 The body is Slack's incoming-webhook JSON, ``{"text": "..."}`` (Mattermost, Rocket.Chat, Discord's ``/slack``
 endpoint and Teams' workflow webhooks take the same). Messages are posted by one background thread, in order, each
 with a :data:`TIMEOUT_S` timeout: a webhook that fails or hangs never stops or slows the sweep; it costs one warning
-line per failed message. At the end of the launch :meth:`Notifier.close` waits at most :data:`TIMEOUT_S` for the
-last message (the one that says how the sweep ended) before the driver exits.
+line per failed message; a webhook that moved gets the same POST at its new address. At the end of the launch
+:meth:`Notifier.close` waits at most :data:`TIMEOUT_S` for the last message (the one that says how the sweep ended)
+before the driver exits.
 """
 
 from __future__ import annotations
@@ -29,6 +30,22 @@ def check_url(url: str) -> str:
         raise ValueError(f"--notify {url!r}: must be an http:// or https:// webhook URL that takes Slack-compatible "
                          "JSON ({\"text\": ...}), e.g. https://hooks.slack.com/services/...")
     return url
+
+
+class _PostAgain(urllib.request.HTTPRedirectHandler):
+    """A webhook that moved (301, 302, 307, 308) gets the same POST at its new address: urllib would follow a 301
+    or 302 as a GET without the body (a browser's habit), losing the message while the GET's 200 counted it sent
+    (adversarial finding #21), and would not follow a 307 or 308 to a POST at all. Loops and more than urllib's 10
+    hops still fail."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: PLR0913 - urllib's signature
+        if code not in (301, 302, 307, 308) or not newurl.startswith(("http://", "https://")):
+            return None     # urllib then raises the answer as an HTTPError: said, not counted
+        return urllib.request.Request(newurl, data=req.data, method="POST", headers=dict(req.headers),
+                                      origin_req_host=req.origin_req_host, unverifiable=True)
+
+
+_OPENER = urllib.request.build_opener(_PostAgain)
 
 
 class Notifier:
@@ -64,13 +81,22 @@ class Notifier:
         request = urllib.request.Request(self.url, data=body, method="POST",
                                          headers={"Content-Type": "application/json"})
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as answer:
+            with _OPENER.open(request, timeout=self.timeout_s) as answer:
                 answer.read()
             self.sent += 1
-        except (urllib.error.URLError, OSError, ValueError) as e:  # HTTPError is a URLError; a timeout an OSError
-            code = f"HTTP {e.code} " if isinstance(e, urllib.error.HTTPError) else ""
-            print(f"warning: --notify: the webhook did not take the message ({type(e).__name__}: {code}"
-                  f"{getattr(e, 'reason', None) or e}); the sweep goes on", file=sys.stderr, flush=True)
+        except urllib.error.HTTPError as e:
+            if e.code == 303:   # "see other": the POST was handled and the answer is elsewhere (RFC 9110 15.4.4)
+                self.sent += 1
+                return
+            where = f" at {e.url}" if e.url and e.url != self.url else ""  # after a redirect: where it ended
+            self._warn(f"HTTPError: HTTP {e.code} {e.reason}{where}")
+        except (urllib.error.URLError, OSError, ValueError) as e:  # a timeout is an OSError
+            self._warn(f"{type(e).__name__}: {getattr(e, 'reason', None) or e}")
+
+    @staticmethod
+    def _warn(why: str) -> None:
+        print(f"warning: --notify: the webhook did not take the message ({why}); the sweep goes on", file=sys.stderr,
+              flush=True)
 
 
 def sweep_text(status: str, exp_name: str, launch_id: str | None, counts: dict[str, int], resume: str | None,

@@ -16,10 +16,20 @@ from orchestration.launch.notify import Notifier, check_url, notify_ended, trial
 
 class _Hook(http.server.BaseHTTPRequestHandler):
     def do_POST(self):  # noqa: N802 - http.server's name
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        self.server.received.append((self.headers["Content-Type"], json.loads(body)))
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        moved = self.server.moved.get(self.path)        # path → (status, Location): a webhook that redirects
+        if moved is None:
+            self.server.received.append((self.headers["Content-Type"], json.loads(body)))
         time.sleep(self.server.delay)
-        self.send_response(self.server.status)
+        self.send_response(moved[0] if moved else self.server.status)
+        if moved:
+            self.send_header("Location", moved[1])
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def do_GET(self):  # noqa: N802 - a redirect followed as a GET loses the message
+        self.server.gets.append(self.path)
+        self.send_response(200)
         self.end_headers()
         self.wfile.write(b"ok")
 
@@ -31,7 +41,7 @@ class _Hook(http.server.BaseHTTPRequestHandler):
 def webhook():
     """``(url, server)``: a webhook on 127.0.0.1 that records what it gets (``server.status``, ``server.delay``)."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hook)
-    server.received, server.status, server.delay = [], 200, 0.0
+    server.received, server.status, server.delay, server.moved, server.gets = [], 200, 0.0, {}, []
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}/hook", server
@@ -95,6 +105,40 @@ def test_a_failing_webhook_is_one_warning_line_per_message(webhook, capsys):
     unreachable.close()
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("warning: --notify:"), err
+
+
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+def test_a_redirecting_webhook_gets_the_message_posted_at_its_new_address(webhook, status):
+    """Adversarial finding #21: urllib follows a 301/302 to a POST as a GET without the body, so the message was
+    lost and still counted as sent (and a 307/308 not at all)."""
+    url, server = webhook
+    server.moved = {"/hook": (status, "/new-hook")}
+    notifier = Notifier(url)
+    notifier.send("moved")
+    notifier.close()
+    assert server.received == [("application/json", {"text": "moved"})] and server.gets == []
+    assert notifier.sent == 1
+
+
+def test_a_see_other_answer_means_the_webhook_took_the_message(webhook, capsys):
+    url, server = webhook
+    server.moved = {"/hook": (303, "/receipt")}
+    notifier = Notifier(url)
+    notifier.send("taken")
+    notifier.close()
+    assert notifier.sent == 1 and server.gets == [] and capsys.readouterr().err == ""
+
+
+def test_a_redirect_that_ends_nowhere_is_said_and_not_counted(webhook, capsys):
+    url, server = webhook
+    server.moved = {"/hook": (302, "/gone"), "/gone": (404, "")}
+    notifier = Notifier(url)
+    notifier.send("lost")
+    notifier.close()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert notifier.sent == 0 and server.gets == []
+    assert len(err) == 1 and err[0].startswith("warning: --notify: the webhook did not take the message"), err
+    assert "404" in err[0] and "/gone" in err[0], err
 
 
 def test_without_a_url_nothing_is_sent_or_started():
