@@ -30,11 +30,12 @@ from mutexmatch.cliwarnings import one_line_warnings
 from mutexmatch.config import IMAGE_SIZE_MAX, IMAGE_SIZE_MIN
 from mutexmatch.data import imagefolder
 from mutexmatch.data.builtin import DATASET_NAMES, DATASETS
-from mutexmatch.data.cache import CHECKSUM_SUFFIX, checksum_path, verify_checksum
-from mutexmatch.data.export import (EXPORT_FORMATS, SPLITS, class_names, dataset_class_names, index_names,
+from mutexmatch.data.cache import CACHE_DIRNAME, CHECKSUM_SUFFIX, checksum_path, verify_checksum
+from mutexmatch.data.export import (EXPORT_FORMATS, class_names, dataset_class_names, index_names,
                                     write_split)
 from mutexmatch.data.load import DatasetBundle, cache_paths, dataset_dir, load_dataset
 from mutexmatch.data.torchvision_reader import TorchvisionDataset
+from mutexmatch.data.written import foreign_files, record_written, remove_written, shown
 
 PROG = "python -m mutexmatch.datasets"
 DESCRIPTION = "Download, check and export the datasets mutexmatch trains on (layouts: docs/datasets.md)."
@@ -218,6 +219,8 @@ def _floats(values: Sequence[float]) -> str:
 # ----------------------------------------------------------------------------------------------------------------
 # export
 
+_EXPORT = "export"  # the manifest of the files an export wrote (mutexmatch.data.written)
+
 
 def _prepare_target(to: Path, overwrite: bool, source: Path | None) -> None:
     if to.exists() and not to.is_dir():
@@ -232,7 +235,12 @@ def _prepare_target(to: Path, overwrite: bool, source: Path | None) -> None:
                        "replacing) its split folders would change the source; give a folder outside it")
     if to.is_dir() and any(to.iterdir()) and not overwrite:
         raise CLIError(f"export: --to {to} is not empty; give a new or empty folder, or pass --overwrite (which "
-                       f"replaces its {', '.join(SPLITS)} folders)")
+                       f"replaces an earlier export there)")
+    foreign = foreign_files(to, _EXPORT, skip=(CACHE_DIRNAME,))  # finding #14: --overwrite deleted users' files
+    if foreign:
+        raise CLIError(f"export: --to {to} holds {len(foreign)} file(s) that no earlier export wrote "
+                       f"({shown(to, foreign)}); --overwrite replaces only an export's own files: move them away, "
+                       "or give a new or empty folder")
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -245,9 +253,8 @@ def run_export(args: argparse.Namespace) -> int:
     if empty:
         raise CLIError(f"export {args.name}: class(es) {', '.join(empty[:5])} have no train image; an image folder "
                        f"takes its classes from train/, so the labels would shift")
-    for split in SPLITS:  # --overwrite: an earlier export's files must not mix with this one's
-        if (to / split).exists():
-            shutil.rmtree(to / split)
+    if to.is_dir():  # --overwrite: an earlier export's files must not mix with this one's
+        remove_written(to, _EXPORT)
     parts = {"train": bundle.train, "test": bundle.test, "val": bundle.val,
              imagefolder.UNLABELED_SPLIT: bundle.extra_unlabeled}
     written = []
@@ -257,6 +264,7 @@ def run_export(args: argparse.Namespace) -> int:
         write_split(data, to / split, None if split == imagefolder.UNLABELED_SPLIT else names)
         written.append(f"{split} {len(data):,}")
         print(f"  {split:<10} {len(data):>8,} images -> {to / split}", file=sys.stderr)
+    record_written(to, _EXPORT, skip=(CACHE_DIRNAME,))
     print(f"{args.name}: wrote {', '.join(written)} images as PNG to {to}; classes (label order): "
           f"{', '.join(names[:10])}{' ...' if len(names) > 10 else ''}")
     print(f"use it with: --set data.dataset=imagefolder --set data.root={to}"
@@ -298,7 +306,8 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--to", required=True, metavar="DIR", help="the image folder to write (new or empty)")
             p.add_argument("--format", choices=EXPORT_FORMATS, default="png", help="image format (lossless)")
             p.add_argument("--overwrite", action="store_true",
-                           help=f"write into a non-empty --to, replacing its {', '.join(SPLITS)} folders")
+                           help="replace an earlier export in --to (only the files it wrote; any other file "
+                           "there is refused)")
     return parser
 
 

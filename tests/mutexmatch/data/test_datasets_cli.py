@@ -323,9 +323,29 @@ def test_export_refuses_a_non_empty_folder_unless_overwrite(tmp_path, fake_root,
     rc, _, err = _run(["export", "cifar10", "--root", fake_root, "--to", to], capsys)
     _assert_one_line_error(rc, err, str(to), "not empty", "--overwrite")
     assert (to / "train" / "stale" / "old.png").exists()
+    rc, _, err = _run(["export", "cifar10", "--root", fake_root, "--to", to, "--overwrite"], capsys)
+    _assert_one_line_error(rc, err, str(to / "notes.txt"), str(to / "train" / "stale" / "old.png"),
+                           "no earlier export wrote")
+    assert (to / "train" / "stale" / "old.png").exists() and (to / "notes.txt").read_text() == "keep"
+
+
+def test_export_overwrite_removes_only_what_an_earlier_export_wrote(tmp_path, fake_root, capsys):
+    """Adversarial finding #14 (data loss): `export --overwrite` into a folder holding the user's files deleted
+    them (`test/test_model.py`, `train/notes.md`) with the split folders."""
+    to = tmp_path / "out"
+    assert _run(["export", "cifar100", "--root", fake_root, "--to", to], capsys)[0] == 0
+    load_dataset("imagefolder", to)  # a load leaves its cache in the export: the export's own, not the user's
+    (to / "test" / "test_model.py").write_text("the user's code")
+    (to / "train" / "notes.md").write_text("the user's notes")
+    rc, _, err = _run(["export", "cifar10", "--root", fake_root, "--to", to, "--overwrite"], capsys)
+    _assert_one_line_error(rc, err, str(to / "test" / "test_model.py"), str(to / "train" / "notes.md"))
+    assert (to / "test" / "test_model.py").read_text() == "the user's code"
+    assert (to / "train" / "notes.md").read_text() == "the user's notes"
+    (to / "test" / "test_model.py").unlink()
+    (to / "train" / "notes.md").unlink()
     assert _run(["export", "cifar10", "--root", fake_root, "--to", to, "--overwrite"], capsys)[0] == 0
-    assert not (to / "train" / "stale").exists() and (to / "notes.txt").read_text() == "keep"
-    assert len(load_dataset("imagefolder", to).classes) == 10
+    assert sorted(p.name for p in (to / "train").iterdir()) == [f"c{i}" for i in range(10)]  # no CIFAR-100 class
+    _assert_same(load_dataset("imagefolder", to).train, load_dataset("cifar10", fake_root).train)
 
 
 class _Payload:
