@@ -148,7 +148,12 @@ def scan_folder(root: str | Path) -> FolderIndex:
         if not (root / split).is_dir():
             continue
         rows: list[tuple[str, int]] = []
-        for cls in _class_folders(root / split):
+        found = _class_folders(root / split)
+        if not found:  # finding #16: an empty test/ scored 0.0, an empty val/ passed a search's dry run
+            carve = " (or remove the empty val/ to carve data.val_per_class out of train/)" if split == "val" else ""
+            raise ImageFolderError(f"imagefolder: {root / split} holds no class folder: {split}/ needs "
+                                   f"{split}/<class>/ images of the train classes{carve}")
+        for cls in found:
             if cls not in index:
                 raise ImageFolderError(f"imagefolder: {root / split / cls} is not a class of train/ "
                                        f"({', '.join(classes)}): every {split} class needs a train folder")

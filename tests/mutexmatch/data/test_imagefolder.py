@@ -184,6 +184,13 @@ BAD_LAYOUTS = {
                       r"imgs/train/x.png lies directly in train/"),
     "one class": Bad(lambda r: [shutil.rmtree(r / "train" / c) for c in ("dog", "zebra")] and None,
                      r"holds 1 class folder\(s\): a classifier needs at least 2"),
+    # Adversarial finding #16: an empty test/ trained and logged test/acc 0.0 (rc 0); a search on an empty val/
+    # passed --dry-run.
+    "empty test": Bad(lambda r: shutil.rmtree(r / "test") or (r / "test").mkdir(),
+                      r"imgs/test holds no class folder: test/ needs test/<class>/ images of the train classes"),
+    "empty val": Bad(lambda r: (r / "val" / ".hidden").mkdir(parents=True),
+                     r"imgs/val holds no class folder: val/ needs val/<class>/ images of the train classes "
+                     r"\(or remove the empty val/ to carve data.val_per_class out of train/\)"),
 }
 
 
