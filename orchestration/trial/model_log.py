@@ -6,7 +6,13 @@ The run's final EMA weights (its best ones when it stopped before the end) becom
 normalisation and TPC head inside), logged with MLflow's pytorch flavour under ``model`` with its signature and an
 input example (two blank images of the run's channels and size: a batch of one would make ``torch.export`` fix the
 batch size to 1). MLflow 3 saves it in the ``pt2`` format (``torch.export``, no pickle), so loading it needs only
-torch, not this project."""
+torch, not this project.
+
+MLflow 3 keeps a logged model in an experiment: ``Model.log`` puts it in the *active* one, which for a client-only
+process is MLflow's Default (issue 40: 20 of 20 models there, ``runs:/<run>/model`` failing, since that URI looks
+for a model named ``model`` in the run's experiment). So the logged model is created here, in the run's experiment,
+named ``model`` (what ``runs:/<run>/model`` resolves) and tagged with the run's cell, fold and kind
+(:data:`MODEL_TAGS`), and ``Model.log`` fills it."""
 
 from __future__ import annotations
 
@@ -18,11 +24,13 @@ from orchestration import contract as C
 if TYPE_CHECKING:  # mlflow is imported by the caller, after orchestration.runtime.env turned its telemetry off
     from mlflow import MlflowClient
 
-__all__ = ["MODEL_KINDS", "log_classifier"]
+__all__ = ["MODEL_KINDS", "MODEL_TAGS", "log_classifier"]
 
 # The runs whose model a user takes away: a grid or refit trial, a single run. Search and smoke trials are many and
 # only scored (logging costs ~1-4 s of torch.export per run on a CPU).
 MODEL_KINDS = (C.KIND_GRID, C.KIND_REFIT, C.KIND_SINGLE)
+# The run's tags its logged model carries: which cell, fold and kind it is, where the experiment's Models tab shows it.
+MODEL_TAGS = (C.CELL, C.FOLD, C.KIND, C.VARIANT, C.CONFIG_HASH)
 
 
 def log_classifier(client: "MlflowClient", run_id: str, weights: Path) -> str:
@@ -40,8 +48,12 @@ def log_classifier(client: "MlflowClient", run_id: str, weights: Path) -> str:
     example = np.zeros((2, model.mean.shape[1], model.image_size, model.image_size), dtype=np.float32)
     with torch.no_grad():
         signature = infer_signature(example, model(torch.from_numpy(example)).numpy())
+    run = client.get_run(run_id)
+    logged = client.create_logged_model(
+        experiment_id=run.info.experiment_id, name=C.MODEL_ARTIFACT, source_run_id=run_id,
+        tags={k: run.data.tags[k] for k in MODEL_TAGS if k in run.data.tags}, params=run.data.params)
     with _use_tracking_uri(client.tracking_uri):  # Model.log reads the global store; the trial's is this client's
         info = Model.log(artifact_path=None, name=C.MODEL_ARTIFACT, flavor=mlflow.pytorch, run_id=run_id,
-                         pytorch_model=model, signature=signature, input_example=example,
+                         model_id=logged.model_id, pytorch_model=model, signature=signature, input_example=example,
                          pip_requirements=[f"torch=={torch.__version__.split('+')[0]}"])
     return info.model_uri

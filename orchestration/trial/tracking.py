@@ -7,8 +7,8 @@ is defined in :mod:`orchestration.contract`.
 - one *child* run per trial (``mlflow.parentRunId``, ``mutexmatch.role=trial``, ``mutexmatch.kind``, the cell and
   its axes, fold, variant, config hash, split digest, git commit, trial id), named ``<cell id>/fold<k>``;
   params = the resolved RunConfig flattened with dots; metrics at ``step=`` the training step; artifacts
-  ``config.yaml``, ``split.json``, ``weights/{best,final}_model.pt``, ``class_counts/step_<step>.json``, and the
-  final checkpoint under ``checkpoints/``.
+  ``config.yaml``, ``split.json``, ``dataset.json``, ``weights/{best,final}_model.pt``,
+  ``class_counts/step_<step>.json``, and the final checkpoint under ``checkpoints/``.
 
 Only :class:`mlflow.MlflowClient` is used (no fluent ``mlflow.start_run`` state), so the driver and every trial
 process address runs by id and a restarted trial continues *its* run. Terminal statuses: FINISHED (trained to the
@@ -225,6 +225,7 @@ class TrialRun:
         config_text = event.run.config.read_text()
         self.client.log_text(self.run_id, config_text, C.CONFIG_ARTIFACT)
         self.client.log_text(self.run_id, event.run.split.read_text(), C.SPLIT_ARTIFACT)
+        self.client.log_artifact(self.run_id, str(event.run.dataset))  # beside config.yaml: what predict needs
         self._log_dataset((yaml.safe_load(config_text) or {}).get("data", {}), event.split_digest)
 
     def _log_dataset(self, data: dict, split_digest: str) -> None:

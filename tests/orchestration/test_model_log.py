@@ -1,9 +1,12 @@
 """A trial's model in MLflow (orchestration.trial.model_log, issue 34): logged with its signature and input
 example, shown in the run's Models column (its logged-model outputs), loaded by mlflow.pytorch.load_model and used
-on an image folder with the same predictions as ``python -m mutexmatch.predict``."""
+on an image folder with the same predictions as ``python -m mutexmatch.predict``. Issue 40 item 3: the model lives
+in the run's own experiment (it went to MLflow's Default one), loads as ``runs:/<run>/model`` (pytorch and pyfunc),
+carries the run's cell, and the run's downloaded artifacts serve ``python -m mutexmatch.predict``."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -11,6 +14,61 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
+
+@pytest.fixture
+def store_dir(tmp_path):
+    shm = Path("/dev/shm")  # MLflow's ~60 schema migrations fsync each: tmpfs halves the cost
+    store = Path(tempfile.mkdtemp(dir=shm)) if shm.is_dir() else tmp_path / "store"
+    yield store
+    shutil.rmtree(store, ignore_errors=True)
+
+
+def test_a_trials_model_is_in_its_experiment_and_loads_from_its_run(tmp_path, store_dir, train_tiny_digits,
+                                                                  write_image_folder, capsys):
+    """The trial's own path (TrialRun.log_start/log_end) into an experiment of a fresh store: every logged model in
+    that experiment, none in Default; ``runs:/<run>/model`` loads with both flavours and agrees with the weights;
+    predict works on the run's downloaded artifacts (config.yaml and dataset.json one folder up from weights/)."""
+    import mlflow.pyfunc
+    import mlflow.pytorch
+    from mlflow import MlflowClient
+    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+
+    from mutexmatch.classifier import load_classifier
+    from mutexmatch.predict import main as predict
+    from mutexmatch.training import StartEvent
+    from mutexmatch.training.runfolder import RunFolder
+    from orchestration import contract as C
+    from orchestration.trial.tracking import TrialRun, ensure_experiment
+
+    trainer, summary = train_tiny_digits(tmp_path / "run", "fixmatch", 2)
+    uri = f"sqlite:///{store_dir / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    exp = ensure_experiment(client, "sweep", uri)
+    tags = {C.KIND: C.KIND_GRID, C.CELL: "method=fixmatch", C.FOLD: "0"}
+    run = client.create_run(exp, tags=tags, run_name="fixmatch · fold 0")
+    trial = TrialRun(client, run, 1, -1)
+    folder = RunFolder(tmp_path / "run")
+    trial.log_start(StartEvent(0, 2, folder, "hash", json.loads(folder.marker.read_text())["split_digest"]))
+    trial.log_end(summary)
+
+    run_id = run.info.run_id
+    models = client.search_logged_models(experiment_ids=[exp, "0"])
+    assert [(m.experiment_id, m.source_run_id, m.name) for m in models] == [(exp, run_id, "model")]
+    assert {k: models[0].tags.get(k) for k in tags} == tags          # the cell it belongs to, on the model
+    x = torch.zeros(2, 1, 16, 16)
+    with torch.no_grad(), _use_tracking_uri(uri):
+        expected = load_classifier(summary.final_weights)(x)
+        assert torch.allclose(mlflow.pytorch.load_model(f"runs:/{run_id}/model")(x), expected, atol=1e-6)
+        assert np.allclose(mlflow.pyfunc.load_model(f"runs:/{run_id}/model").predict(x.numpy()), expected.numpy(),
+                           atol=1e-6)
+
+    local = Path(client.download_artifacts(run_id, "", str(tmp_path / "downloaded")))
+    images = write_image_folder(trainer.bundle.test.x[:10], trainer.bundle.test.y[:10], tmp_path / "images")
+    out = tmp_path / "pred.csv"
+    assert predict(["--weights", str(local / "weights" / "final_model.pt"), "--images", str(images),
+                    "--out", str(out)]) == 0, capsys.readouterr().err
+    assert len(out.read_text().splitlines()) == 11
 
 
 @pytest.mark.heavy  # ~25 s idle (a training run, MLflow's schema, torch.export): CI covers mutexmatch.classifier
