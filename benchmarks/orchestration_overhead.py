@@ -31,11 +31,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
-
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from mutexmatch.yamlfile import dump_yaml  # noqa: E402
 from orchestration import contract as C  # noqa: E402
 
 TRIAL = {
@@ -70,7 +69,7 @@ def run_cli(work: Path, iterations: int, eval_interval: int, data_root: Path, ta
            "train": {**TRIAL["train"], "iterations": iterations, "eval_interval": eval_interval},
            "output_dir": str(work / f"cli_{tag}")}
     path = work / f"trial_{tag}.yaml"
-    path.write_text(yaml.safe_dump(cfg))
+    path.write_text(dump_yaml(cfg))
     return _timed([sys.executable, "-m", "mutexmatch.train", "--config", str(path)], work)
 
 
@@ -83,7 +82,7 @@ def run_tune(work: Path, iterations: int, eval_interval: int, data_root: Path, t
             "axes": {"method": {"fixmatch": {"algorithm": {"name": "fixmatch"}}}}, "resources": {"cpu": 1, "gpu": 0}}
     project = work / f"tune_{tag}"
     project.mkdir()
-    (project / "spec.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    (project / "spec.yaml").write_text(dump_yaml(spec))
     return _timed([sys.executable, "-m", "orchestration.sweep", "spec.yaml"], project)
 
 

@@ -26,7 +26,6 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 import numpy as np  # noqa: E402
-import yaml  # noqa: E402
 from mlflow import MlflowClient  # noqa: E402
 from mlflow.entities import Metric, Param  # noqa: E402
 
@@ -35,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from orchestration import contract as C  # noqa: E402
 from reports.build import build_report  # noqa: E402
+from mutexmatch.yamlfile import dump_yaml  # noqa: E402
 
 METHODS = ["supervised", "fixmatch", "mutexmatch", "mutexmatch-k06"]
 SETTINGS = [f"c10-{n}" for n in (10, 20, 40, 80)] + [f"c100-{n}" for n in (200, 400, 2500)] + \
@@ -107,7 +107,7 @@ def write_store(root: Path, evals: int, extra_metrics: int) -> tuple[str, Path, 
                     n += 1
     client.set_terminated(parent)
     spec_path = root / "bench.yaml"
-    spec_path.write_text(yaml.safe_dump(spec(), sort_keys=False, allow_unicode=True))
+    spec_path.write_text(dump_yaml(spec()))
     return uri, spec_path, n
 
 

@@ -46,9 +46,9 @@ ZOO = ROOT / "experiments" / "zoo_digits.yaml"
 
 def zoo_algorithms() -> dict[str, list[str]]:
     """Every method row of the zoo YAML as ``--set`` items: ``{"dash": ["algorithm.name=dash", ...]}``."""
-    import yaml
+    from mutexmatch.yamlfile import read_yaml_mapping
 
-    methods = yaml.safe_load(ZOO.read_text())["axes"]["method"]
+    methods = read_yaml_mapping(ZOO, "zoo YAML")["axes"]["method"]
     return {m: [f"algorithm.{k}={v}" for k, v in row["algorithm"].items()] for m, row in methods.items()}
 
 

@@ -29,7 +29,7 @@ import yaml
 
 from mutexmatch.checks import shown
 
-__all__ = ["YamlFileError", "UniqueKeyLoader", "read_yaml", "read_yaml_mapping", "load_text", "read_set_value", "MAX_BYTES", "MAX_VALUES"]
+__all__ = ["YamlFileError", "UniqueKeyLoader", "read_yaml", "read_yaml_mapping", "load_text", "read_set_value", "dump_yaml", "MAX_BYTES", "MAX_VALUES"]
 
 # The experiment YAMLs are at most a few KB and hold at most ~400 values (scalars, lists and mappings) after their
 # aliases are expanded; these bounds leave room for far larger configs and none for a bomb.
@@ -99,6 +99,18 @@ class UniqueKeyLoader(yaml.SafeLoader):
 
 
 UniqueKeyLoader.add_constructor(_SURPRISE_TAG, UniqueKeyLoader.construct_yaml11_number)
+
+
+class _Dumper(yaml.SafeDumper):
+    """``yaml.SafeDumper`` that quotes a string :class:`UniqueKeyLoader` would read as a number (``'1e5'``), so
+    what the project writes reads back as it was."""
+
+    yaml_implicit_resolvers = _number_resolvers()
+
+
+def dump_yaml(data: Any) -> str:
+    """``data`` as YAML text in the keys' own order, read back unchanged by :func:`load_text`."""
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True)
 
 
 def _where(path: Path, what: str) -> str:

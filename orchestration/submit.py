@@ -60,20 +60,15 @@ def _runtime_env(options: list[str]) -> dict:
     if text is not None and path is not None:
         raise ValueError("--runtime-env and --runtime-env-json: give one of them (Ray takes only one)")
     where = "--runtime-env-json" if path is None else f"--runtime-env {path}"
-    try:
-        if path is not None:
-            import yaml
+    if path is not None:  # the project's one YAML reader: its one-line errors name the file (a ValueError)
+        from mutexmatch.yamlfile import read_yaml
 
-            with open(path, encoding="utf-8") as f:
-                env = yaml.safe_load(f)
-        else:
+        env = read_yaml(path, "--runtime-env")
+    else:
+        try:
             env = json.loads(text) if text is not None else {}
-    except OSError as e:
-        raise ValueError(f"{where}: cannot read it ({e.strerror or e})") from None
-    except ValueError as e:  # json's and PyYAML's errors (yaml.YAMLError is not a ValueError: caught below)
-        raise ValueError(f"{where}: not valid {'YAML' if path else 'JSON'} ({e})") from None
-    except Exception as e:  # noqa: BLE001 - yaml.YAMLError, whose module is imported only for a file
-        raise ValueError(f"{where}: not valid YAML ({' '.join(str(e).split())})") from None
+        except ValueError as e:
+            raise ValueError(f"{where}: not valid JSON ({e})") from None
     if env is None and path is not None:
         env = {}
     if not isinstance(env, dict):

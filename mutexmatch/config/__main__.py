@@ -5,11 +5,10 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-import yaml
-
 from mutexmatch.cli import entry_point
 from mutexmatch.config.doc import config_markdown
 from mutexmatch.config.schema import RunConfig
+from mutexmatch.yamlfile import dump_yaml
 
 parser = argparse.ArgumentParser(
     prog="python -m mutexmatch.config",
@@ -23,7 +22,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if parser.parse_args(argv).doc:
         print(config_markdown())
     else:
-        print(yaml.safe_dump(RunConfig.model_construct().model_dump(mode="json"), sort_keys=False))
+        print(dump_yaml(RunConfig.model_construct().model_dump(mode="json")))
     return 0
 
 

@@ -7,13 +7,12 @@ from __future__ import annotations
 import json
 import warnings
 
-import yaml
-
 from mutexmatch.atomic import atomic_write
 from mutexmatch.config import RunConfig, config_hash
 from mutexmatch.data.load import DatasetBundle
 from mutexmatch.data.splits import Split
 from mutexmatch.training.runfolder import RunFolder
+from mutexmatch.yamlfile import dump_yaml
 
 __all__ = ["marker", "dataset_facts", "write_run_files", "check_resumed_files"]
 
@@ -37,7 +36,7 @@ def dataset_facts(cfg: RunConfig, bundle: DatasetBundle, split: Split) -> dict:
 
 def write_run_files(run: RunFolder, cfg: RunConfig, bundle: DatasetBundle, split: Split) -> None:
     """A fresh run's files (and no metrics log yet)."""
-    atomic_write(run.config, yaml.safe_dump(cfg.to_dict(), sort_keys=False).encode())
+    atomic_write(run.config, dump_yaml(cfg.to_dict()).encode())
     split.save(run.split)
     atomic_write(run.marker, json.dumps(marker(cfg, split), indent=2).encode())
     atomic_write(run.dataset, json.dumps(dataset_facts(cfg, bundle, split), indent=2).encode())

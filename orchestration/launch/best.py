@@ -15,8 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
+from mutexmatch.yamlfile import YamlFileError, load_text
 from orchestration import contract as C
 from orchestration.spec.plan import SearchStudy, SweepPlan
 from orchestration.spec.sweepfile import sampled_config_values
@@ -50,7 +49,10 @@ def legacy_config_value(logged: str) -> Any:
             pass
     if logged == "None":  # str(None): YAML's null is spelled differently
         return None
-    value = yaml.safe_load(logged)
+    try:
+        value = load_text(logged, "a logged param")
+    except YamlFileError:  # not YAML, or YAML 1.1's octal or base 60: text, as it was logged
+        return logged
     return value if isinstance(value, bool) else logged
 
 

@@ -5,10 +5,12 @@ is 60) refused in one line, the same in a file as in ``--set`` (finding #20)."""
 from __future__ import annotations
 
 import math
+import re
+from pathlib import Path
 
 import pytest
 
-from mutexmatch.yamlfile import YamlFileError, load_text, read_set_value, read_yaml_mapping
+from mutexmatch.yamlfile import YamlFileError, dump_yaml, load_text, read_set_value, read_yaml_mapping
 
 FLOATS = {
     "3e-4": 3e-4, "1E-5": 1e-5, "5.e-4": 5e-4, ".5": 0.5, "-.5": -0.5, "+.5": 0.5, "-3e-4": -3e-4, "+1E5": 1e5,
@@ -59,3 +61,22 @@ def test_yaml11_octal_and_base60_are_refused_in_a_file_as_in_set(tmp_path, text,
     assert str(set_error.value) == (f"--set 'train.seed={text}': YAML 1.1 reads {text} as {was}; write the number "
                                     f"you mean (or quote it, '{text}', for text)")
     assert load_text(f"seed: '{text}'", "x") == {"seed": text}  # quoted: text, as the message says
+
+
+def test_what_the_project_writes_reads_back_unchanged():
+    """A string the loader would read as a number is quoted (yaml.safe_dump leaves `1e5` bare: a run folder named
+    so would come back as 100000.0 from the run's config.yaml)."""
+    data = {"output_dir": "1e5", "name": ".5", "seed": "0755", "lr": 3e-4, "wd": 1e-5, "k": "0.6C", "n": [1, 2.5, "2."],
+            "inf": math.inf}
+    assert load_text(dump_yaml(data), "x") == data
+
+
+def test_every_yaml_the_project_reads_or_writes_goes_through_the_one_loader():
+    """A YAML parsed or written with PyYAML's own functions would read `3e-4` as text again, or write `1e5` bare."""
+    repo = Path(__file__).resolve().parents[2]
+    direct = re.compile(r"\byaml\.(safe_load|load|full_load|unsafe_load|safe_dump|dump)(_all)?\(")
+    found = [f"{path.relative_to(repo)}:{n}" for folder in ("mutexmatch", "orchestration", "reports", "experiments",
+                                                           "benchmarks")
+             for path in sorted((repo / folder).rglob("*.py")) if path.name != "yamlfile.py"
+             for n, line in enumerate(path.read_text().splitlines(), 1) if direct.search(line)]
+    assert not found, f"use mutexmatch.yamlfile (read_yaml, load_text, dump_yaml) at {found}"

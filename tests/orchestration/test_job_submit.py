@@ -129,6 +129,20 @@ def test_submit_hands_the_commit_to_the_job():
             submit_command(bad, "c")
 
 
+def test_a_runtime_env_file_is_read_by_the_projects_one_yaml_reader(tmp_path):
+    """Issue 40 item 4: every YAML the project parses goes through mutexmatch.yamlfile (its numbers, its one-line
+    errors naming the file)."""
+    path = tmp_path / "env.yaml"
+    path.write_text("env_vars: {A: '1'}\nconfig: {setup_timeout_seconds: 6e2}\n")
+    cmd = submit_command(["--runtime-env", str(path), "--", "python"], "c")
+    assert json.loads(cmd[cmd.index("--runtime-env-json") + 1]) == {"env_vars": {"A": "1", COMMIT_ENV: "c"},
+                                                                    "config": {"setup_timeout_seconds": 600.0}}
+    path.write_text("env_vars: {A: '1'}\nenv_vars: {B: '2'}\n")
+    with pytest.raises(ValueError, match=r"^--runtime-env '.*env.yaml': not valid YAML at line 2, column 1: "
+                                         r"duplicate key 'env_vars'"):
+        submit_command(["--runtime-env", str(path), "--", "python"], "c")
+
+
 def test_submit_to_an_address_where_nothing_answers_is_one_line_before_ray_starts(monkeypatch, capsys):
     """Issue 33 (submit-dead-address): ``ray job submit`` retried, then printed 107 lines ending in a ConnectionError."""
     from orchestration import submit
