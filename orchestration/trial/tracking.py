@@ -29,10 +29,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-import yaml
-
 from mutexmatch.training import EvalEvent, RunSummary, StartEvent
 from mutexmatch.dotted import flatten_dotted
+from mutexmatch.yamlfile import load_text
 from mutexmatch.training import checkpoint_pair
 
 from orchestration import contract as C
@@ -226,7 +225,7 @@ class TrialRun:
         self.client.log_text(self.run_id, config_text, C.CONFIG_ARTIFACT)
         self.client.log_text(self.run_id, event.run.split.read_text(), C.SPLIT_ARTIFACT)
         self.client.log_artifact(self.run_id, str(event.run.dataset))  # beside config.yaml: what predict needs
-        self._log_dataset((yaml.safe_load(config_text) or {}).get("data", {}), event.split_digest)
+        self._log_dataset((load_text(config_text, str(event.run.config)) or {}).get("data", {}), event.split_digest)
 
     def _log_dataset(self, data: dict, split_digest: str) -> None:
         """MLflow's Dataset column: the training data, identified by the split's digest (once per split)."""
