@@ -2,7 +2,7 @@
 
 ::
 
-    python -m reports.build experiments/quickstart.yaml [--tracking-uri URI] [--out DIR]
+    python -m reports.build experiments/quickstart.yaml [--tracking-uri URI] [--out DIR] [--overwrite]
         [--protocol best|final|median20] [--format md,tex,pdf,png] [--experiment-name NAME] [--set KEY=VALUE ...]
 
 Reads the YAML itself (its ``name``, ``axes``, ``folds``, ``exclude``, ``tables`` and ``figures``, amended by
@@ -23,7 +23,9 @@ for each of ours, every file saying it is a preview (what a table will look like
 
 Refuses, with one line and exit code 2, before writing anything: a YAML that is broken, has a duplicate key or a bad
 layout; a store that is missing, not a database or a server that does not answer; an experiment with no finished
-run of the YAML's cells; a table or figure metric no run logged; an ``--out`` below a file.
+run of the YAML's cells; a table or figure metric no run logged; an ``--out`` below a file; an ``--out`` holding a
+file the build would replace that no build wrote as it is now (hand-written or edited since; ``--overwrite``
+replaces it; :mod:`reports.out_folder`).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from reports.drawing import DrawnFigure, all_cells, draw_figure
 from reports.latex import TEX_INSTALL, compile_pdf, latex_document, pdflatex
 from orchestration.contract.layout import (PROTOCOLS, CurvesFigure, ReportLayout, SensitivityFigure, cell_id,
                                           validate_report)
+from reports import out_folder
 from reports.lost_sources import lost_lines, mark_lost
 from reports.runs import MetricCache, RunSource, empty_trials, open_run_source, resolve_tracking_uri
 from reports.selection import read_settings, select_trials, split_by_settings
@@ -123,14 +126,15 @@ def _check_formats(formats: Sequence[str]) -> list[str]:
 
 def build_report(spec_path: str | Path, tracking_uri: str | None = None, out_dir: str | Path | None = None,
                  protocol: str | None = None, formats: Sequence[str] = DEFAULT_FORMATS,
-                 experiment_name: str | None = None, overrides: Sequence[str] = (), preview: bool = False
-                 ) -> BuildResult:
+                 experiment_name: str | None = None, overrides: Sequence[str] = (), preview: bool = False,
+                 overwrite: bool = False) -> BuildResult:
     """Build every table and figure the YAML lays out; see the module docstring for the files written.
 
     ``protocol`` overrides every table's and sensitivity figure's protocol; ``formats`` is any of md, tex, pdf, png;
     ``overrides`` are the sweep's ``--set key=value`` items (the same rule: :func:`orchestration.contract.apply_set_items`),
     which choose the runs of those settings. Raises ``ValueError`` (one line per problem) for a bad YAML, layout,
-    argument, store, experiment or metric. ``preview``: no store is read (:func:`_preview`).
+    argument, store, experiment or metric, or an ``out_dir`` holding files the build would replace that no build
+    wrote (:mod:`reports.out_folder`; ``overwrite`` replaces them). ``preview``: no store is read (:func:`_preview`).
     """
     if protocol is not None and protocol not in PROTOCOLS:
         raise ValueError(f"--protocol {protocol!r}: must be one of {', '.join(PROTOCOLS)}")
@@ -141,9 +145,12 @@ def build_report(spec_path: str | Path, tracking_uri: str | None = None, out_dir
     uri = resolve_tracking_uri(tracking_uri)
     out = Path(out_dir) if out_dir is not None else Path("reports") / "out" / layout.name
     _check_out(out)
+    out_folder.check(out, layout, formats, preview, overwrite)
     if preview:
-        return _preview(layout, out, protocol, formats, tuple(overrides))
-    with open_run_source(uri, label=_uri_label(tracking_uri)) as source:
+        with out_folder.recording(out, layout, formats, preview):
+            return _preview(layout, out, protocol, formats, tuple(overrides))
+    with open_run_source(uri, label=_uri_label(tracking_uri)) as source, \
+            out_folder.recording(out, layout, formats, preview):
         return _build(layout, source, uri, out, protocol, formats, experiment_name, digest, tuple(overrides))
 
 
@@ -432,6 +439,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--experiment-name", default=None, help="MLflow experiment (default: the YAML's name)")
     parser.add_argument("--preview", action="store_true",
                         help="read no store: the tables with the paper's numbers and empty cells for ours")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace files in --out that reports.build did not write (or that were edited since)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="the --set items of the sweep launch to report (repeatable); the tables count only the "
                              "runs whose config these settings give")
@@ -443,7 +452,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = build_report(args.spec, tracking_uri=args.tracking_uri, out_dir=args.out, protocol=args.protocol,
                               formats=[f.strip() for f in args.format.split(",") if f.strip()],
                               experiment_name=args.experiment_name, overrides=args.overrides,
-                              preview=args.preview)
+                              preview=args.preview, overwrite=args.overwrite)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

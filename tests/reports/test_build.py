@@ -13,6 +13,7 @@ import pytest
 from matplotlib.image import imread
 
 from orchestration.contract import TRAINER_MODULES
+from reports import out_folder
 from reports.build import build_report, main
 
 
@@ -147,7 +148,7 @@ def test_protocol_override(store, tmp_path, protocol, sup_d20, mutex_d20):
     assert f"protocol: {protocol} (" in text
     assert f"| Supervised | {sup_d20} | — | — | — | — | — |" in text
     assert f"| MutexMatch | {mutex_d20} |" in text
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["index.md", "main.md", "main_folds.md"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [out_folder.MANIFEST, "index.md", "main.md", "main_folds.md"]
     assert result.tables["main"].protocol == protocol
 
 
