@@ -19,11 +19,13 @@ if TYPE_CHECKING:
 
 
 def dataset_input(data: dict, split_digest: str, run_id: str) -> dict[str, str]:
-    """MLflow's Dataset column for a trial: the dataset and its label budget, identified by the labeled split's
-    digest (MLflow keeps 36 characters; 16 identify a split) and found in the run's ``split.json``."""
+    """MLflow's Dataset column for a trial: the dataset and its label budget, the labeled split's digest (16
+    characters identify a split) and the run (12 characters of its id; MLflow keeps 36), found in the run's own
+    ``split.json``. MLflow keeps one dataset per experiment, name and digest, with the source of the run that logged
+    it first: without the run in the digest, every run of a split named the first run's ``split.json`` (issue 40)."""
     labels = data.get("num_labels")
     return {"name": f"{data.get('dataset', '?')} ({labels} labels)" if labels else str(data.get("dataset", "?")),
-            "digest": split_digest[:16], "source_type": "local",
+            "digest": f"{split_digest[:16]}-{run_id[:12]}", "source_type": "local",
             "source": json.dumps({"uri": f"runs:/{run_id}/{SPLIT_ARTIFACT}"})}
 
 

@@ -39,6 +39,7 @@ from orchestration.store import mlflow_ui
 from orchestration.runtime.env import apply_closed_network_env
 from orchestration.runtime.processes import start_time
 from orchestration.store.store import Store, end_run
+from orchestration.store.concurrent import create_or_get_experiment, idempotent
 from orchestration.store.location import check_artifact_home
 from orchestration.trial.model_log import MODEL_KINDS, log_classifier
 
@@ -81,15 +82,15 @@ def ensure_experiment(client: MlflowClient, name: str, tracking_uri: str, tags: 
     gets its own artifact folder, or is refused (:func:`orchestration.store.location.check_artifact_home`)."""
     check_artifact_home(tracking_uri)
     exp = client.get_experiment_by_name(name)
-    if exp is None:
-        experiment_id = client.create_experiment(name, artifact_location=artifact_location(tracking_uri))
+    if exp is None:  # another launch of a tracking server may create it at the same moment: the same experiment
+        experiment_id = create_or_get_experiment(client, name, artifact_location(tracking_uri))
     else:
         experiment_id = exp.experiment_id
         if exp.lifecycle_stage == "deleted":
             client.restore_experiment(experiment_id)
             print(f"[sweep] {C.deleted_experiment(name, experiment_id, tracking_uri, restored=True)}", flush=True)
     for key, value in tags.items():
-        client.set_experiment_tag(experiment_id, key, value)
+        idempotent(lambda: client.set_experiment_tag(experiment_id, key, value))
     return experiment_id
 
 
@@ -228,13 +229,15 @@ class TrialRun:
         self._log_dataset((load_text(config_text, str(event.run.config)) or {}).get("data", {}), event.split_digest)
 
     def _log_dataset(self, data: dict, split_digest: str) -> None:
-        """MLflow's Dataset column: the training data, identified by the split's digest (once per split)."""
-        logged = self._run.inputs.dataset_inputs if self._run.inputs else []
-        if any(d.dataset.digest == split_digest[:16] for d in logged):
-            return
+        """MLflow's Dataset column: the training data and this run's split (once per split,
+        :func:`orchestration.store.mlflow_ui.dataset_input`: a dataset of its own, so its source is this run's
+        ``split.json`` and no other trial inserts the same row at the same moment; one that did would be used)."""
         dataset = Dataset(**mlflow_ui.dataset_input(data, split_digest, self.run_id))
+        logged = self._run.inputs.dataset_inputs if self._run.inputs else []
+        if any(d.dataset.digest == dataset.digest for d in logged):
+            return
         context = InputTag(C.DATASET_CONTEXT, "train")
-        self.client.log_inputs(self.run_id, datasets=[DatasetInput(dataset, [context])])
+        idempotent(lambda: self.client.log_inputs(self.run_id, datasets=[DatasetInput(dataset, [context])]))
 
     def log_eval(self, event: EvalEvent) -> None:
         """The evaluation's metrics and class counts, unless an earlier attempt logged this step."""

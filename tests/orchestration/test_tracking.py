@@ -103,6 +103,7 @@ def test_a_trial_run_continues_across_attempts_and_logs_each_evaluation_once(sto
     run.path.mkdir()
     run.config.write_text("train: {seed: 0}\ndata: {dataset: digits, num_labels: 20}\n")
     run.split.write_text('{"labeled": []}')
+    run.dataset.write_text("{}")
     first.log_start(StartEvent(step=0, iterations=6, run=run, config_hash="h", split_digest="d" * 64))
     for step in (2, 4):
         first.log_eval(_event(step, step / 10))
@@ -124,7 +125,7 @@ def test_a_trial_run_continues_across_attempts_and_logs_each_evaluation_once(sto
     # MLflow's Dataset column: the data and its label budget, identified by the split (logged once, not per attempt)
     second.log_start(StartEvent(step=2, iterations=6, run=run, config_hash="h", split_digest="d" * 64))
     [given] = client.get_run(first.run_id).inputs.dataset_inputs
-    assert (given.dataset.name, given.dataset.digest) == ("digits (20 labels)", "d" * 16)
+    assert (given.dataset.name, given.dataset.digest) == ("digits (20 labels)", f"{'d' * 16}-{first.run_id[:12]}")
     assert {(x.key, x.value) for x in given.tags} == {(C.DATASET_CONTEXT, "train")}
     # accuracies also in %, for the UI: the same evaluations, the contract's conversion
     pct = client.get_metric_history(first.run_id, C.percent_metric(C.TEST_ACC))
