@@ -346,6 +346,12 @@ CASES = [
     C("sweep-set-twice", S, "{t}/s.yaml --dry-run --set base.train.seed=1 --set base.train.seed=2",
       "--set 'base.train.seed=2': base.train.seed is already set by --set 'base.train.seed=1'",
       files={"s.yaml": SWEEP_YAML}),
+    # Finding #20: a typo'd level made a new cell; YAML 1.1's octal trained seed 0755 as 493 (--set refused it)
+    C("sweep-set-level-typo", S, "{t}/s.yaml --dry-run --set axes.method.fixmach.algorithm.tau=0.9",
+      "--set 'axes.method.fixmach.algorithm.tau=0.9': axes.method has no level 'fixmach'; its levels: fixmatch, "
+      "mutexmatch", files={"s.yaml": SWEEP_YAML}),
+    C("sweep-octal-seed", S, "{t}/s.yaml --dry-run", "spec '{t}/s.yaml': line 4, column 72: YAML 1.1 reads 0755 as "
+      "493; write the number you mean", files={"s.yaml": _sweep(("mu: 2}", "mu: 2, seed: 0755}"))}),
     C("sweep-null-level", S, "{t}/s.yaml --dry-run", "level method.mutexmatch: is null; give its settings, or {}",
       files={"s.yaml": _sweep(("{algorithm: {name: mutexmatch}}", "null"))}),
     C("sweep-level-trailing-newline", S, "{t}/s.yaml --dry-run", "level method.'fixmatch\\n': use ASCII letters, "
@@ -400,6 +406,10 @@ CASES = [
       files={"s.yaml": REPORT_YAML, "notes.db": "not a database\n"}),
     C("report-table-id-newline", R, "{t}/s.yaml", "'main\\n'",
       files={"s.yaml": REPORT_YAML.replace("id: main", 'id: "main\\n"')}),
+    C("report-table-id-index", R, "{t}/s.yaml", "tables(index).id='index': the report writes its own index.md; "
+      "choose another id", files={"s.yaml": REPORT_YAML.replace("id: main", "id: index")}),
+    C("report-set-level-typo", R, "{t}/s.yaml --set axes.setting.d2O.data.num_labels=30",
+      "axes.setting has no level 'd2O'; its levels: d20", files={"s.yaml": REPORT_YAML}),
     C("report-tracking-uri-memory", R, "{t}/s.yaml --tracking-uri sqlite:///:memory:",
       "--tracking-uri='sqlite:///:memory:': an in-memory store", files={"s.yaml": REPORT_YAML}),
     C("report-bad-format", R, "{t}/s.yaml --format md,docx", "docx", files={"s.yaml": REPORT_YAML}),

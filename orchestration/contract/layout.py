@@ -194,6 +194,7 @@ def validate_report(spec: dict[str, Any], terms: Terms = None) -> ReportLayout:
     dupes = sorted({x for x in ids if ids.count(x) > 1})
     if dupes:
         errors.append(f"tables/figures id: {', '.join(dupes)} used twice (ids name the output files)")
+    errors += _file_clashes(tables, figures, set(dupes))
     if errors:
         raise LayoutError("\n".join(errors))
     if not raw_figures:
@@ -204,6 +205,28 @@ def validate_report(spec: dict[str, Any], terms: Terms = None) -> ReportLayout:
     return ReportLayout(name=name, axes=axes, folds=list(folds), tables=tables, figures=figures,
                         exclude=_parse_exclude(spec.get("exclude")),
                         search=spec.get("search") if isinstance(spec.get("search"), dict) else None)
+
+
+# The files a build writes for itself (reports.build), and for each table and figure: an id must not name them twice.
+_OWN_FILES = ("index.md", "report.tex", "report.pdf")
+
+
+def _file_clashes(tables: list[TableLayout], figures: list, dupes: set[str]) -> list[str]:
+    """One line per table or figure whose output files (``<id>.md``, ``<id>_folds.tex``, ``<id>.png`` …) are the
+    report's own (a table ``index`` replaced index.md) or another's (tables ``main`` and ``main_folds``)."""
+    owner = {name: "the report writes its own" for name in _OWN_FILES}
+    items = [(f"tables({t.id})", t.id, [f"{stem}.{ext}" for stem in (t.id, f"{t.id}_folds") for ext in ("md", "tex")])
+             for t in tables] + [(f"figures({f.id})", f.id, [f"{f.id}.{ext}" for ext in ("png", "pdf", "svg")])
+                                 for f in figures]
+    errors = []
+    for where, item_id, names in items:
+        if item_id in dupes:
+            continue  # said as `used twice`
+        clash = next((name for name in names if name in owner), None)
+        if clash is not None:
+            errors.append(f"{where}.id={item_id!r}: {owner[clash]} {clash}; choose another id")
+        owner.update({name: f"{where} writes" for name in names})
+    return errors
 
 
 def _check_tuned_rows(t: TableLayout, axes: Axes, search: Any) -> list[str]:

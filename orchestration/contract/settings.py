@@ -41,14 +41,39 @@ def parse_set_item(item: str) -> tuple[list[str], object]:
     return key.strip().split("."), read_set_value(item, text)
 
 
+_ABSENT = object()
+
+
+def _existing(node: dict, name: str) -> object:
+    """The key of ``node`` spelled ``name`` (a YAML level name may be an int: ``k: {3: …}``), else ``_ABSENT``."""
+    return next((k for k in node if str(k) == name), _ABSENT)
+
+
+def _no_such_axis_or_level(walked: list[str], name: str, node: dict, item: str) -> None:
+    """Refuse a path through an axis or level the YAML does not have (a typo made a new cell without a word); a
+    new axis or level is set whole."""
+    if walked == ["axes"]:
+        what, known, new = "axis", "its axes", "axes.NAME"
+    elif len(walked) == 2 and walked[0] == "axes":
+        what, known, new = "level", "its levels", f"axes.{walked[1]}.NAME"
+    else:
+        return
+    raise ValueError(f"{SET_OPTION} {_shown(item)}: {'.'.join(walked)} has no {what} {name!r}; {known}: "
+                     f"{', '.join(map(str, node)) or 'none'} (a new {what} is set whole: {SET_OPTION} {new}={{...}})")
+
+
 def _set_path(raw: dict, parts: list[str], value: object, item: str) -> None:
-    node, i = raw, 0
+    node, i, walked = raw, 0, []
     while i < len(parts) - 1:
         # the longest key present at this level: search.space keys are dotted run-config paths
-        j = next((j for j in range(len(parts), i, -1) if ".".join(parts[i:j]) in node), i + 1)
+        j = next((j for j in range(len(parts), i, -1) if _existing(node, ".".join(parts[i:j])) is not _ABSENT), i + 1)
         if j == len(parts):
             break
-        key = ".".join(parts[i:j])
+        name = ".".join(parts[i:j])
+        key = _existing(node, name)
+        if key is _ABSENT:
+            _no_such_axis_or_level(walked, name, node, item)
+            key = name
         child = node.setdefault(key, {})
         if child is None:
             child = node[key] = {}
@@ -56,7 +81,10 @@ def _set_path(raw: dict, parts: list[str], value: object, item: str) -> None:
             raise ValueError(f"{SET_OPTION} {_shown(item)}: {'.'.join(parts[:j])}={child!r} is not a mapping, so "
                              f"it has no key {parts[j]!r}")
         node, i = child, j
-    node[".".join(parts[i:])] = value
+        walked.append(name)
+    last = ".".join(parts[i:])
+    key = _existing(node, last)
+    node[last if key is _ABSENT else key] = value
 
 
 def apply_set_items(raw: dict, items: Iterable[str]) -> dict:

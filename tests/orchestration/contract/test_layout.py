@@ -173,3 +173,24 @@ def test_spec_level_errors():
     with pytest.raises(LayoutError, match=r"folds=\[\]: must be a non-empty list of integers"):
         validate_layout({"name": "x", "axes": AXES, "folds": []})
     assert validate_layout({"name": "x", "axes": AXES}) == []
+
+
+@pytest.mark.parametrize("ids, clash", [
+    (["index"], "tables(index).id='index': the report writes its own index.md"),
+    (["report"], "tables(report).id='report': the report writes its own report.tex"),
+    (["main", "main_folds"], "tables(main_folds).id='main_folds': tables(main) writes main_folds.md"),
+])
+def test_ids_that_would_write_over_the_reports_own_files_are_refused(ids, clash):
+    """Finding #20: a table `index` or `report` replaced the report's own index.md / report.tex."""
+    s = spec()
+    s["tables"] = [{**copy.deepcopy(TABLE), "id": i} for i in ids]
+    with pytest.raises(LayoutError) as err:
+        validate_report(s)
+    assert clash in str(err.value) and "choose another id" in str(err.value), str(err.value)
+
+
+def test_a_figure_named_report_is_refused():
+    s = spec()
+    s["figures"] = [{"type": "curves", "id": "report"}]
+    with pytest.raises(LayoutError, match=r"figures\(report\).id='report': the report writes its own report.pdf"):
+        validate_report(s)
