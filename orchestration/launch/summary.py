@@ -119,6 +119,7 @@ class TrialStatus:
     failed: list[str] = field(default_factory=list)
     not_finished: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    retried: list[str] = field(default_factory=list)   # trials that took more than one attempt, and why
 
 
 def trial_statuses(store: Store, parent_run_id: str | None, plan: SweepPlan, grid_keys: list[str],
@@ -133,6 +134,8 @@ def trial_statuses(store: Store, parent_run_id: str | None, plan: SweepPlan, gri
             if tg.get(C.KIND) == C.KIND_SEARCH:
                 key = f"{tg.get(C.SEARCH_PHASE)}:{key}"
             by_key.setdefault(key, []).append(run.info.status)
+            if (note := _retried(key, tg)) is not None:
+                st.retried.append(note)
     for key in grid_keys:
         statuses = by_key.get(key, [])
         (st.finished if "FINISHED" in statuses else st.failed if "FAILED" in statuses else st.not_finished
@@ -153,6 +156,16 @@ def trial_statuses(store: Store, parent_run_id: str | None, plan: SweepPlan, gri
     return st
 
 
+def _retried(key: str, tags: dict[str, str]) -> str | None:
+    """``cell/fold1 (2 attempts; a failed one: <its error line>)`` for a trial run Tune started more than once (a
+    failure retried, or an interrupted trial resumed), else None: a retry is never silent (issue 40 item 2)."""
+    attempts = tags.get(C.ATTEMPTS, "1")
+    if not attempts.isdigit() or int(attempts) < 2:
+        return None
+    error = (tags.get(C.ERROR) or "").strip().splitlines()
+    return f"{key} ({attempts} attempts" + (f"; a failed one: {error[0][:200]}" if error else "") + ")"
+
+
 def _grouped(items: list[str]) -> str:
     """``cell/fold0, cell/fold1`` → ``cell folds 0,1`` (search entries are kept as they are)."""
     groups: dict[str, list[str]] = {}
@@ -171,4 +184,6 @@ def format_statuses(st: TrialStatus) -> str:
                          ("FAILED", st.failed), ("not finished", st.not_finished)):
         if items:
             lines.append(f"{label} ({len(items)}): {_grouped(items)}")
+    if st.retried:
+        lines.append(f"retried ({len(st.retried)}): {'; '.join(sorted(st.retried))}")
     return "\n".join(lines)
