@@ -35,14 +35,15 @@ class StoreNotWritable(ValueError):
 
 
 def lock_path(tracking_uri: str, experiment: str | None = None) -> Path | None:
-    """The launch lock of a SQLite store, or None (a tracking server, an in-memory store). One per store: the
-    experiment no longer names it (``experiment`` is accepted for the callers that pass it)."""
+    """The launch lock of a SQLite store, or None (a tracking server, an in-memory store). One per store, keyed by
+    the store's resolved path (links followed): the experiment no longer names it (``experiment`` is accepted for
+    the callers that pass it)."""
     if not tracking_uri.startswith("sqlite:///"):
         return None
     db = tracking_uri[len("sqlite:///"):].partition("?")[0]
     if db in ("", ":memory:"):
         return None
-    db_path = Path(db)
+    db_path = Path(db).resolve()  # a store reached through a link locks beside its file (adversarial finding #18)
     return db_path.parent / f".{db_path.name}.launch.lock"
 
 

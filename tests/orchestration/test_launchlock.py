@@ -46,3 +46,19 @@ def test_a_tracking_server_has_no_lock_file() -> None:
     assert lock_path("http://127.0.0.1:5000", "e") is None
     with launch_lock("http://127.0.0.1:5000", "e", "x") as name:
         name("launch")
+
+
+def test_the_lock_follows_a_symlinked_store_to_the_file_it_names(tmp_path) -> None:
+    # finding #18: a store reached through a link kept its lock beside the link, so two launches ran on one store
+    real = tmp_path / "real" / "mlflow.db"
+    real.parent.mkdir()
+    real.touch()
+    (tmp_path / "elsewhere").mkdir()
+    link = tmp_path / "elsewhere" / "link.db"
+    link.symlink_to(real)
+    direct, linked = f"sqlite:///{real}", f"sqlite:///{link}"
+    assert lock_path(linked) == lock_path(direct) == real.parent / ".mlflow.db.launch.lock"
+    with launch_lock(direct, "a", "python -m orchestration.sweep a.yaml"):
+        with pytest.raises(LaunchRunning, match="another launch is running"):
+            with launch_lock(linked, "b", "python -m orchestration.sweep b.yaml"):
+                pass
