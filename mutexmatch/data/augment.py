@@ -34,8 +34,13 @@ are PIL's ImageOps / ImageEnhance semantics (the released code's ops), with thes
   ``affine(translate=[-v*W, 0])``; TranslateY(v) uses v*H.
 * Cutout: see :func:`cutout`.
 
-Within one op slot the images are grouped by op (one sort per slot) so each op runs once on its sub-batch; the five
-geometric ops of a slot share one ``grid_sample`` call with per-image matrices. No Python loop runs over images.
+Within one op slot the images are grouped by op (one sort per slot) so each op runs once on the images that drew
+it; no Python loop runs over images. By default (``fused=True``, issue 45) a slot is three batched operations
+(:mod:`mutexmatch.data.augment_ops`): the six pointwise ops as one per-image lookup table applied by one gather,
+Color + Sharpness as one blend, the five geometric ops as one ``grid_sample``; consecutive slots re-sort in one
+``index_select``, and the strong view's last un-sort, Cutout, flip and pad-crop are one gather and one masked fill.
+``fused=False`` runs each op on its own sub-batch (the path before issue 45); both give the same images bit for bit
+from the same random draws (tests/mutexmatch/data/test_augment_fused.py).
 
 Nothing is read back from the images' device, so a CUDA step never waits for its augmentation: the op choices are
 drawn on the host (``op_generator``, a CPU generator; on the CPU the images' own generator), the grouping (sort order,
@@ -44,15 +49,15 @@ to a device once and cached (a ``torch.tensor(..., device=cuda)`` per call is a 
 """
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as nnf
-import torchvision.transforms.v2.functional as tvf
 
-from mutexmatch.data.prefetch import to_device
 from mutexmatch.checks import check_int
+from mutexmatch.data.augment_ops import (BLEND_OPS, COLOUR_OPS, GEOMETRIC_OPS, LUT_OPS, blend_chunk, constant,
+                                         geometric, lut_chunk)
+from mutexmatch.data.prefetch import to_device
 
 STRONG_OPS: tuple[str, ...] = (
     "AutoContrast", "Brightness", "Color", "Contrast", "Equalize", "Identity", "Posterize",
@@ -72,19 +77,15 @@ CUTOUT_FILL: tuple[int, int, int] = (125, 123, 114)
 PAD_MODES: tuple[str, ...] = ("constant", "reflect")
 
 _OP_INDEX = {name: i for i, name in enumerate(STRONG_OPS)}
-_GEOMETRIC = ("Rotate", "ShearX", "ShearY", "TranslateX", "TranslateY")
-# Processing order inside a slot: the geometric ops last, so that after sorting by this rank they form one
+# Per-op processing order inside a slot: the geometric ops last, so that after sorting by this rank they form one
 # contiguous chunk that is resampled with a single grid_sample call.
-_PROCESS_ORDER = tuple(n for n in STRONG_OPS if n not in _GEOMETRIC) + _GEOMETRIC
+_PROCESS_ORDER = tuple(n for n in STRONG_OPS if n not in GEOMETRIC_OPS) + GEOMETRIC_OPS
 _RANK_OF_OP = tuple(_PROCESS_ORDER.index(n) for n in STRONG_OPS)
-_NUM_NON_GEOMETRIC = len(STRONG_OPS) - len(_GEOMETRIC)
-
-
-@functools.lru_cache(maxsize=None)
-def _constant(values: tuple, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """The table ``values`` on ``device``, copied there once: a per-call ``torch.tensor(values, device=cuda)`` is a
-    blocking host->device copy, i.e. a synchronisation per step. Callers never write into it."""
-    return torch.tensor(values, dtype=dtype, device=device)
+_NUM_NON_GEOMETRIC = len(STRONG_OPS) - len(GEOMETRIC_OPS)
+# Fused order: lookup-table ops, blend ops, Identity (nothing to do), geometric ops (issue 45).
+_FUSED_ORDER = LUT_OPS + BLEND_OPS + ("Identity",) + GEOMETRIC_OPS
+# geometric()'s op code (index into GEOMETRIC_OPS) of each op; 0 for the others, whose code is never read.
+_GEOMETRIC_CODE = tuple(GEOMETRIC_OPS.index(n) if n in GEOMETRIC_OPS else 0 for n in STRONG_OPS)
 
 
 # ----------------------------------------------------------------------------------------------- argument checks
@@ -136,6 +137,40 @@ def _check_crop_args(x: torch.Tensor, flip: object, pad: object, pad_mode: objec
 
 
 # ------------------------------------------------------------------------------------------------- weak: flip/crop
+def _crop_draws(n: int, flip: bool, pad: int, generator: torch.Generator | None,
+                device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per image: flipped (bool), top and left offsets in ``[0, 2*pad]``."""
+    # One draw per image for the flip even when flip=False keeps the generator's stream independent of the flag.
+    flipped = (torch.rand(n, generator=generator, device=device) < 0.5) & flip
+    offsets = torch.randint(0, 2 * pad + 1, (n, 2), generator=generator, device=device)
+    return flipped, offsets[:, 0], offsets[:, 1]
+
+
+def _crop_source(flipped: torch.Tensor, top: torch.Tensor, left: torch.Tensor, h: int, w: int, pad: int,
+                 pad_mode: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Where each output pixel of flip -> pad -> crop reads the image: rows (N, H), columns (N, W), and for zero
+    padding which pixels are inside the image (N, H, W; None for reflection)."""
+    dev = top.device
+    rows = top[:, None] + torch.arange(h, device=dev) - pad  # (N, H) row in the unpadded image
+    cols = left[:, None] + torch.arange(w, device=dev) - pad  # (N, W) column in the (flipped) unpadded image
+    if pad_mode == "reflect":
+        rows = torch.where(rows < 0, -rows, torch.where(rows >= h, 2 * (h - 1) - rows, rows))
+        cols = torch.where(cols < 0, -cols, torch.where(cols >= w, 2 * (w - 1) - cols, cols))
+        valid = None
+    else:
+        valid = ((rows >= 0) & (rows < h))[:, :, None] & ((cols >= 0) & (cols < w))[:, None, :]
+        rows, cols = rows.clamp(0, h - 1), cols.clamp(0, w - 1)
+    # Flip before padding == read the mirrored column of the unflipped image (the padding is symmetric).
+    return rows, torch.where(flipped[:, None], w - 1 - cols, cols), valid
+
+
+def _gather_pixels(x: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """``out[i, :, r, c] = x[i, :, rows[i, r], cols[i, c]]`` as one gather."""
+    n, c, h, w = x.shape
+    index = (rows[:, :, None] * w + cols[:, None, :]).reshape(n, 1, h * w).expand(n, c, h * w)
+    return torch.gather(x.reshape(n, c, h * w), 2, index).reshape(n, c, h, w)
+
+
 def weak_augment(x: torch.Tensor, *, flip: bool, pad: int, pad_mode: str = "constant",
                  generator: torch.Generator | None = None,
                  return_params: bool = False) -> torch.Tensor | tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -154,25 +189,9 @@ def weak_augment(x: torch.Tensor, *, flip: bool, pad: int, pad_mode: str = "cons
     _check_generator(generator, x)
     _check_crop_args(x, flip, pad, pad_mode)
     n, c, h, w = x.shape
-    dev = x.device
-    # One draw per image for the flip even when flip=False keeps the generator's stream independent of the flag.
-    flipped = (torch.rand(n, generator=generator, device=dev) < 0.5) & flip
-    offsets = torch.randint(0, 2 * pad + 1, (n, 2), generator=generator, device=dev)
-    top, left = offsets[:, 0], offsets[:, 1]
-
-    rows = top[:, None] + torch.arange(h, device=dev) - pad  # (N, H) row in the unpadded image
-    cols = left[:, None] + torch.arange(w, device=dev) - pad  # (N, W) column in the (flipped) unpadded image
-    if pad_mode == "reflect":
-        rows = torch.where(rows < 0, -rows, torch.where(rows >= h, 2 * (h - 1) - rows, rows))
-        cols = torch.where(cols < 0, -cols, torch.where(cols >= w, 2 * (w - 1) - cols, cols))
-        valid = None
-    else:
-        valid = ((rows >= 0) & (rows < h))[:, :, None] & ((cols >= 0) & (cols < w))[:, None, :]
-        rows, cols = rows.clamp(0, h - 1), cols.clamp(0, w - 1)
-    # Flip before padding == read the mirrored column of the unflipped image (the padding is symmetric).
-    cols = torch.where(flipped[:, None], w - 1 - cols, cols)
-    index = (rows[:, :, None] * w + cols[:, None, :]).reshape(n, 1, h * w).expand(n, c, h * w)
-    out = torch.gather(x.reshape(n, c, h * w), 2, index).reshape(n, c, h, w)
+    flipped, top, left = _crop_draws(n, flip, pad, generator, x.device)
+    rows, cols, valid = _crop_source(flipped, top, left, h, w, pad, pad_mode)
+    out = _gather_pixels(x, rows, cols)
     if valid is not None:
         out.mul_(valid[:, None].to(torch.uint8))  # zero padding; a broadcast multiply is ~10x a masked_fill here
     if return_params:
@@ -180,115 +199,13 @@ def weak_augment(x: torch.Tensor, *, flip: bool, pad: int, pad_mode: str = "cons
     return out
 
 
-# --------------------------------------------------------------------------------------------------- colour ops
-def _blend(img: torch.Tensor, other: torch.Tensor, ratio: torch.Tensor) -> torch.Tensor:
-    """torchvision's ``_blend`` with a per-image ratio: ``img*r + other*(1-r)``, clamped and truncated to uint8.
-
-    ``addcmul`` reproduces the fused multiply-add of torchvision's ``mul(r).add_(other, alpha=1-r)`` bit for bit
-    on CPU (checked by the tests; a plain ``a*r + b*(1-r)`` differs by one level on ~0.1 % of pixels, where the
-    truncation to uint8 falls on the other side). CUDA kernels were not compared here."""
-    return torch.addcmul(img.float().mul_(ratio), other, 1.0 - ratio).clamp_(0, 255).to(torch.uint8)
-
-
-def _brightness(x: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
-    return x.float().mul_(f).clamp_(0, 255).to(torch.uint8)
-
-
-def _color(x: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
-    if x.shape[1] == 1:  # PIL (and torchvision): saturation of a grayscale image is a no-op
-        return x
-    # rgb_to_grayscale's uint8 output is the floored float luma torchvision blends with.
-    return _blend(x, tvf.rgb_to_grayscale(x).float(), f)
-
-
-def _contrast(x: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
-    gray = tvf.rgb_to_grayscale(x) if x.shape[1] == 3 else x
-    return _blend(x, gray.float().mean(dim=(-3, -2, -1), keepdim=True), f)
-
-
-def _sharpness(x: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
-    """PIL's SMOOTH-kernel sharpness as torchvision computes it: blend with the rounded 3x3 blur
-    ``round((sum of the 3x3 window + 4 * centre) / 13)`` (kernel 1/13 around, 5/13 in the middle), border pixels
-    kept.
-
-    The blur is summed exactly in float with shifted slices (several times faster than a grouped conv2d here). It
-    rounds to the same integer as torchvision's conv: the exact value T/13 (T an integer) is never closer than 1/26
-    to a half-integer, far beyond either computation's float error."""
-    h, w = x.shape[-2:]
-    if h <= 2 or w <= 2:
-        return x
-    out = x.float()
-    rows = out[..., :-2, :] + out[..., 1:-1, :] + out[..., 2:, :]
-    inner = out[..., 1:-1, 1:-1]
-    blurred = (rows[..., :-2] + rows[..., 1:-1] + rows[..., 2:]).add_(inner, alpha=4).div_(13).round_()
-    inner.copy_(torch.addcmul(inner, blurred.sub_(inner), 1.0 - f))
-    return out.clamp_(0, 255).to(torch.uint8)
-
-
-def _posterize(x: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
-    keep = 256 - torch.pow(2, 8 - bits.long())  # (0xFF << (8 - bits)) & 0xFF
-    return x & keep.to(torch.uint8)
-
-
-def _solarize(x: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
-    return torch.where(x >= threshold, 255 - x, x)
-
-
-# ------------------------------------------------------------------------------------------------ geometric ops
-def _geometric(x: torch.Tensor, op: torch.Tensor, mag: torch.Tensor) -> torch.Tensor:
-    """Rotate/ShearX/ShearY/TranslateX/TranslateY, each image with its own op and magnitude, in one resample.
-
-    Builds, per image, the inverse affine matrix torchvision's ``rotate``/``affine`` build for that op (in float64,
-    then float32, in centred pixel coordinates; a shear uses PIL's v itself, which torchvision's
-    ``tan(radians(degrees(atan v)))`` equals to float64 rounding), the sampling grid exactly as torchvision's
-    ``_affine_grid`` does, and one nearest ``grid_sample`` with zero padding (= fill 0)."""
-    n, _, h, w = x.shape
-    dev = x.device
-    m = mag.double()
-    one, zero = torch.ones_like(m), torch.zeros_like(m)
-    # torchvision.rotate(a) maps output to input with rot = radians(-(a mod 360)): [[cos, sin], [-sin, cos]].
-    rot = torch.deg2rad(-torch.remainder(m, 360.0))
-    cos, sin = torch.cos(rot), torch.sin(rot)
-    is_ = {name: op == _OP_INDEX[name] for name in _GEOMETRIC}
-    # Rows of the inverse matrix [[t0, t1, t2], [t3, t4, t5]] (centred coordinates, y down).
-    t0 = torch.where(is_["Rotate"], cos, one)
-    t1 = torch.where(is_["Rotate"], sin, torch.where(is_["ShearX"], m, zero))
-    t3 = torch.where(is_["Rotate"], -sin, torch.where(is_["ShearY"], m, zero))
-    t4 = t0
-    # Shears about the top-left corner (PIL's origin, torchvision center=[0, 0]) add v*H/2 resp. v*W/2; a
-    # translation by -v*size (PIL's (1, 0, v*W, ...)) becomes +v*size in the inverse map.
-    t2 = torch.where(is_["ShearX"], m * (h * 0.5), torch.where(is_["TranslateX"], m * w, zero))
-    t5 = torch.where(is_["ShearY"], m * (w * 0.5), torch.where(is_["TranslateY"], m * h, zero))
-    theta = torch.stack([t0, t1, t2, t3, t4, t5], dim=1).float().reshape(n, 2, 3)
-
-    base = torch.empty(h, w, 3, dtype=torch.float32, device=dev)
-    base[..., 0].copy_(torch.linspace((1.0 - w) * 0.5, (w - 1.0) * 0.5, steps=w, device=dev))
-    base[..., 1].copy_(torch.linspace((1.0 - h) * 0.5, (h - 1.0) * 0.5, steps=h, device=dev).unsqueeze_(-1))
-    base[..., 2].fill_(1)
-    scaled = theta.transpose(1, 2).div_(_constant((0.5 * w, 0.5 * h), torch.float32, dev))
-    grid = base.view(1, h * w, 3).expand(n, h * w, 3).bmm(scaled).view(n, h, w, 2)
-    out = nnf.grid_sample(x.float(), grid, mode="nearest", padding_mode="zeros", align_corners=False)
-    return out.round_().to(torch.uint8)
-
-
-_COLOUR_OPS = {
-    "AutoContrast": lambda x, m: tvf.autocontrast(x),
-    "Brightness": _brightness,
-    "Color": _color,
-    "Contrast": _contrast,
-    "Equalize": lambda x, m: tvf.equalize(x),
-    "Identity": lambda x, m: x,
-    "Posterize": _posterize,
-    "Sharpness": _sharpness,
-    "Solarize": _solarize,
-}
-
-
-def apply_ops(x: torch.Tensor, ops: torch.Tensor, magnitudes: torch.Tensor) -> torch.Tensor:
+# ------------------------------------------------------------------------------------------------- RandAugment
+def apply_ops(x: torch.Tensor, ops: torch.Tensor, magnitudes: torch.Tensor, *, fused: bool = True) -> torch.Tensor:
     """One RandAugment op slot with given choices: image i gets ``STRONG_OPS[ops[i]]`` with magnitude
     ``magnitudes[i]`` (the op's own unit, as :func:`rand_augment` records it). Images are grouped by op so that
-    each op runs once on its sub-batch (the geometric ops share one resample). The grouping is computed from ``ops``
-    on the host (``ops`` on a device is read back once: pass a CPU tensor to avoid that)."""
+    each op runs once on its sub-batch (``fused``: the ops in three batched operations, see the module docstring).
+    The grouping is computed from ``ops`` on the host (``ops`` on a device is read back once: pass a CPU tensor to
+    avoid that)."""
     _check_images(x)
     n = x.shape[0]
     if not isinstance(ops, torch.Tensor) or ops.shape != (n,) or ops.dtype != torch.long:
@@ -301,8 +218,12 @@ def apply_ops(x: torch.Tensor, ops: torch.Tensor, magnitudes: torch.Tensor) -> t
     if not isinstance(magnitudes, torch.Tensor) or magnitudes.shape != (n,) or not magnitudes.is_floating_point():
         raise ValueError(f"magnitudes must be a float tensor of shape ({n},), got "
                          f"{getattr(magnitudes, 'dtype', type(magnitudes))} {tuple(getattr(magnitudes, 'shape', ()))}")
+    mags = magnitudes.to(x.device, torch.float32)
+    if fused:
+        out, unsort = _fused_slots(x, _fused_plans(ops[:, None], x.shape, x.device), mags[:, None])
+        return out.index_select(0, unsort)
     plan, counts = _slot_plans(ops[:, None], x.device)
-    return _apply_slot(x, plan[:, 0], magnitudes.to(x.device, torch.float32), counts[0])
+    return _apply_slot(x, plan[:, 0], mags, counts[0])
 
 
 def _slot_plans(ops: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, list[list[int]]]:
@@ -310,7 +231,7 @@ def _slot_plans(ops: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, 
     ``device`` — per slot k the ops, the stable sort order by processing rank and its inverse permutation — and the
     group sizes ``counts[k][r]`` of the ranks r in :data:`_PROCESS_ORDER` order. ``plan`` travels in one
     asynchronous copy; nothing is read from the device."""
-    rank = _constant(_RANK_OF_OP, torch.long, ops.device)[ops]
+    rank = constant(_RANK_OF_OP, torch.long, ops.device)[ops]
     order = torch.argsort(rank, dim=0, stable=True)
     inverse = torch.argsort(order, dim=0)
     counts = nnf.one_hot(rank, len(_PROCESS_ORDER)).sum(dim=0).tolist()  # host arithmetic, not a device sync
@@ -318,58 +239,147 @@ def _slot_plans(ops: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, 
 
 
 def _apply_slot(x: torch.Tensor, plan: torch.Tensor, mag: torch.Tensor, counts: list[int]) -> torch.Tensor:
-    """Apply one op slot: image i gets op ``op[i]`` with magnitude ``mag[i]``, where ``op, order, inverse = plan``
-    and ``counts`` come from :func:`_slot_plans`; each op runs once on its sub-batch."""
+    """Apply one op slot, each op on its own sub-batch: image i gets op ``op[i]`` with magnitude ``mag[i]``, where
+    ``op, order, inverse = plan`` and ``counts`` come from :func:`_slot_plans`."""
     op, order, inverse = plan
     # Sorting copies and un-sorting by index_select (row memcpy) are far cheaper than index_put/index_copy.
     xs, ops, mags = x.index_select(0, order), op[order], mag[order].view(-1, 1, 1, 1)
     chunks, start = [], 0
     for name, count in zip(_PROCESS_ORDER[:_NUM_NON_GEOMETRIC], counts):
         if count:
-            chunks.append(_COLOUR_OPS[name](xs[start:start + count], mags[start:start + count]))
+            chunks.append(COLOUR_OPS[name](xs[start:start + count], mags[start:start + count]))
         start += count
     if start < len(order):
-        chunks.append(_geometric(xs[start:], ops[start:], mags[start:, 0, 0, 0]))
+        codes = constant(_GEOMETRIC_CODE, torch.long, x.device)[ops[start:]]
+        chunks.append(geometric(xs[start:], codes, mags[start:, 0, 0, 0]))
     if not chunks:
         return xs
     return torch.cat(chunks).index_select(0, inverse)
 
 
+def _fused_plans(ops: torch.Tensor, shape: torch.Size,
+                 device: torch.device) -> tuple[torch.Tensor, torch.Tensor, list[list[int]]]:
+    """Group each slot's images by op in :data:`_FUSED_ORDER`, on the host (host ``ops`` (N, K)): returns the ops
+    (K, N) and ``index`` (4, K, N) on ``device`` (one asynchronous copy) — per slot the sort order, the re-sort of
+    the previous slot's output, the sorted images' geometric op codes, the inverse order — and the host group sizes
+    ``counts[k][r]``. Slot k re-sorts slot k-1's sorted output with ``inverse[k-1][order[k]]``: one
+    ``index_select`` per slot. Color of a 1-channel image and Sharpness of an image with a side <= 2 are the
+    identity (as in torchvision) and grouped so."""
+    c, h, w = shape[1:]
+    identity = ({"Color"} if c == 1 else set()) | ({"Sharpness"} if min(h, w) <= 2 else set())
+    ranks = tuple(_FUSED_ORDER.index("Identity" if name in identity else name) for name in STRONG_OPS)
+    rank = constant(ranks, torch.long, ops.device)[ops]
+    order = torch.argsort(rank, dim=0, stable=True)
+    inverse = torch.argsort(order, dim=0)
+    resort = order.clone()
+    resort[:, 1:] = inverse[:, :-1].gather(0, order[:, 1:])
+    codes = constant(_GEOMETRIC_CODE, torch.long, ops.device)[ops.gather(0, order)]
+    counts = nnf.one_hot(rank, len(_FUSED_ORDER)).sum(dim=0).tolist()  # host arithmetic, not a device sync
+    plan = to_device(torch.stack([ops, order, resort, codes, inverse]).transpose(1, 2), device)
+    return plan[0], plan[1:], counts
+
+
+def _fused_slots(x: torch.Tensor, plan: tuple, mags: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every slot of ``plan`` on ``x`` with magnitudes ``mags`` (N, K): the images in the last slot's sorted order
+    and the index that un-sorts them (``out.index_select(0, unsort)``)."""
+    _, (order, resort, codes, inverse), counts = plan
+    if not counts:
+        return x.clone(), torch.arange(x.shape[0], device=x.device)  # never writes into its input
+    nl, nb = len(LUT_OPS), len(BLEND_OPS)
+    for k, count in enumerate(counts):
+        xs, m = x.index_select(0, resort[k]), mags[:, k].index_select(0, order[k])
+        ends = [sum(count[:nl]), sum(count[:nl + nb]), sum(count[:nl + nb + 1]), len(xs)]
+        parts = [lut_chunk(xs[:ends[0]], m[:ends[0]], count[:nl]) if ends[0] else None,
+                 blend_chunk(xs[ends[0]:ends[1]], m[ends[0]:ends[1]], count[nl:nl + nb]) if ends[1] > ends[0]
+                 else None, xs[ends[1]:ends[2]],
+                 geometric(xs[ends[2]:], codes[k, ends[2]:], m[ends[2]:]) if ends[3] > ends[2] else None]
+        x = torch.cat([p for p in parts if p is not None])
+    return x, inverse[-1]
+
+
 def rand_augment(x: torch.Tensor, *, num_ops: int = 3, generator: torch.Generator | None = None,
-                 op_generator: torch.Generator | None = None,
-                 return_params: bool = False) -> torch.Tensor | tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                 op_generator: torch.Generator | None = None, return_params: bool = False,
+                 fused: bool = True) -> torch.Tensor | tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The released code's FixMatch RandAugment, batched: per image ``num_ops`` ops drawn with replacement
     uniformly from :data:`STRONG_OPS`, each with its own magnitude ``lo + (hi - lo) * U(0, 1)`` from
     :data:`MAGNITUDE_RANGES` (Posterize: ``4 + floor(4 U)``, the released ``int(U(4, 8))``), applied slot by slot.
     Op semantics: see the module docstring. Cutout is not part of it (see :func:`strong_augment`).
 
     The op choices are drawn on the host from ``op_generator`` (a CPU generator; required for images on another
-    device, defaults to ``generator`` for CPU images), then the magnitudes' U(0, 1) from ``generator``.
+    device, defaults to ``generator`` for CPU images), then the magnitudes' U(0, 1) from ``generator``. ``fused``
+    (default) or each op on its own sub-batch: the same draws, the same images.
 
     With ``return_params`` also returns ``{"ops": long (N, num_ops) indices into STRONG_OPS,
     "magnitudes": float32 (N, num_ops)}`` (the magnitude actually used, e.g. the integer Posterize bits).
     """
+    out, unsort, params = _rand_augment(x, num_ops, generator, op_generator, fused)
+    out = out if unsort is None else out.index_select(0, unsort)
+    return (out, params) if return_params else out
+
+
+def _rand_augment(x: torch.Tensor, num_ops: int, generator: torch.Generator | None,
+                  op_generator: torch.Generator | None,
+                  fused: bool) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, torch.Tensor]]:
+    """:func:`rand_augment`'s images (fused: in sorted order, with the index that un-sorts them; else None) and
+    params."""
     _check_images(x)
     _check_generator(generator, x)
     op_generator = _op_generator(op_generator, generator, x)
     num_ops = check_int("num_ops", num_ops, low=0)
     n, dev = x.shape[0], x.device
     host_ops = torch.randint(0, len(STRONG_OPS), (n, num_ops), generator=op_generator)
-    plan, counts = _slot_plans(host_ops, dev)
-    ops = plan[0].T
+    if fused:
+        plan = _fused_plans(host_ops, x.shape, dev)
+        ops = plan[0].T
+    else:
+        plan, counts = _slot_plans(host_ops, dev)
+        ops = plan[0].T
     u = torch.rand(n, num_ops, generator=generator, device=dev)
-    lo = _constant(tuple(MAGNITUDE_RANGES[s][0] for s in STRONG_OPS), torch.float32, dev)[ops]
-    hi = _constant(tuple(MAGNITUDE_RANGES[s][1] for s in STRONG_OPS), torch.float32, dev)[ops]
+    lo = constant(tuple(MAGNITUDE_RANGES[s][0] for s in STRONG_OPS), torch.float32, dev)[ops]
+    hi = constant(tuple(MAGNITUDE_RANGES[s][1] for s in STRONG_OPS), torch.float32, dev)[ops]
     mags = torch.where(ops == _OP_INDEX["Posterize"], 4.0 + torch.floor(4.0 * u), lo + (hi - lo) * u)
+    params = {"ops": ops, "magnitudes": mags}
+    if fused:
+        return *_fused_slots(x, plan, mags), params
     out = x.clone() if num_ops == 0 else x  # _apply_slot never writes into its input
     for k in range(num_ops):
         out = _apply_slot(out, plan[:, k], mags[:, k], counts[k])
-    if return_params:
-        return out, {"ops": ops, "magnitudes": mags}
-    return out
+    return out, None, params
 
 
 # ------------------------------------------------------------------------------------------------------- cutout
+def _fill_values(fill: object, c: int) -> tuple[int, ...]:
+    """Cutout's fill as C channel values (1-channel images: ``round(mean(fill))``)."""
+    values = tuple(fill) if isinstance(fill, Sequence) else ()
+    if len(values) not in (1, 3, c) or not all(isinstance(v, int) and 0 <= v <= 255 for v in values):
+        raise ValueError(f"fill must be 1 or 3 ints in [0, 255] (or C of them), got {fill!r}")
+    if c == 1 and len(values) != 1:
+        return (round(sum(values) / len(values)),)
+    return values * c if len(values) == 1 else values
+
+
+def _cutout_box(n: int, h: int, w: int, max_frac: float, generator: torch.Generator | None,
+                device: torch.device) -> tuple[torch.Tensor, ...]:
+    """Cutout's draws (side, cx, cy) and its inclusive box (x0, y0, x1, y1), float64 (N,), as the released code."""
+    # float64 keeps the floor() of the box edges identical to the released code's Python-float arithmetic.
+    u = torch.rand(n, 3, generator=generator, device=device, dtype=torch.float64)
+    side = u[:, 0] * (max_frac * w)
+    cx, cy = u[:, 1] * w, u[:, 2] * h
+    x0 = torch.floor(torch.clamp(cx - side / 2, min=0))
+    y0 = torch.floor(torch.clamp(cy - side / 2, min=0))
+    x1 = torch.clamp(torch.floor(x0 + side), max=w - 1)
+    y1 = torch.clamp(torch.floor(y0 + side), max=h - 1)
+    return side, cx, cy, x0, y0, x1, y1
+
+
+def _in_box(rows: torch.Tensor, cols: torch.Tensor, box: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """Whether pixel (rows[i, r], cols[i, c]) of image i lies in its cutout box: (N, 1, H, W) uint8."""
+    side, _, _, x0, y0, x1, y1 = box
+    in_x = (cols >= x0[:, None]) & (cols <= x1[:, None]) & (side > 0)[:, None]
+    in_y = (rows >= y0[:, None]) & (rows <= y1[:, None])
+    return (in_y[:, :, None] & in_x[:, None, :])[:, None].to(torch.uint8)
+
+
 def cutout(x: torch.Tensor, *, max_frac: float = 0.5, fill: Sequence[int] = CUTOUT_FILL,
            generator: torch.Generator | None = None,
            return_params: bool = False) -> torch.Tensor | tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -391,47 +401,46 @@ def cutout(x: torch.Tensor, *, max_frac: float = 0.5, fill: Sequence[int] = CUTO
     if isinstance(max_frac, bool) or not isinstance(max_frac, (int, float)) or not 0.0 <= max_frac <= 1.0:
         raise ValueError(f"max_frac must be a float in [0, 1], got {max_frac!r}")
     n, c, h, w = x.shape
-    values = tuple(fill) if isinstance(fill, Sequence) else ()
-    if len(values) not in (1, 3, c) or not all(isinstance(v, int) and 0 <= v <= 255 for v in values):
-        raise ValueError(f"fill must be 1 or 3 ints in [0, 255] (or C of them), got {fill!r}")
-    if c == 1 and len(values) != 1:
-        values = (round(sum(values) / len(values)),)
-    elif len(values) == 1:
-        values = values * c
+    values = _fill_values(fill, c)
     dev = x.device
-    # float64 keeps the floor() of the box edges identical to the released code's Python-float arithmetic.
-    u = torch.rand(n, 3, generator=generator, device=dev, dtype=torch.float64)
-    side = u[:, 0] * (max_frac * w)
-    cx, cy = u[:, 1] * w, u[:, 2] * h
-    x0 = torch.floor(torch.clamp(cx - side / 2, min=0))
-    y0 = torch.floor(torch.clamp(cy - side / 2, min=0))
-    x1 = torch.clamp(torch.floor(x0 + side), max=w - 1)
-    y1 = torch.clamp(torch.floor(y0 + side), max=h - 1)
-    cols = torch.arange(w, device=dev, dtype=torch.float64)
-    rows = torch.arange(h, device=dev, dtype=torch.float64)
-    in_x = (cols >= x0[:, None]) & (cols <= x1[:, None]) & (side > 0)[:, None]
-    in_y = (rows >= y0[:, None]) & (rows <= y1[:, None])
-    mask = (in_y[:, :, None] & in_x[:, None, :])[:, None].to(torch.uint8)
-    colour = _constant(values, torch.uint8, dev).view(1, c, 1, 1)
+    box = _cutout_box(n, h, w, max_frac, generator, dev)
+    rows, cols = torch.arange(h, device=dev).expand(n, h), torch.arange(w, device=dev).expand(n, w)
+    mask = _in_box(rows, cols, box)
+    colour = constant(values, torch.uint8, dev).view(1, c, 1, 1)
     # x*(1-mask) + colour*mask in uint8 (no overflow: one term is always 0); much faster than a broadcast where().
     out = torch.addcmul(x.mul(1 - mask), colour, mask)
     if return_params:
-        return out, {"side": side, "centre": torch.stack([cx, cy], dim=1)}
+        return out, {"side": box[0], "centre": torch.stack(box[1:3], dim=1)}
     return out
 
 
 # ------------------------------------------------------------------------------------------------ strong + norm
 def strong_augment(x: torch.Tensor, *, flip: bool, pad: int, pad_mode: str = "constant", num_ops: int = 3,
-                   generator: torch.Generator | None = None,
-                   op_generator: torch.Generator | None = None) -> torch.Tensor:
+                   generator: torch.Generator | None = None, op_generator: torch.Generator | None = None,
+                   fused: bool = True) -> torch.Tensor:
     """Strong augmentation alpha_s in the released code's order: :func:`rand_augment` (``num_ops``, op choices from
-    ``op_generator``) -> :func:`cutout` -> flip -> pad-crop (:func:`weak_augment`), all with the one ``generator``."""
+    ``op_generator``) -> :func:`cutout` -> flip -> pad-crop (:func:`weak_augment`), all with the one ``generator``.
+
+    ``fused`` (default): RandAugment fused, and its un-sort, Cutout, flip and pad-crop as one gather of the source
+    pixels and one masked fill (the box tested at each output pixel's source pixel); the same draws, the same
+    images as the three functions one after the other."""
     _check_images(x)
     # Validate the flip/crop arguments before any random draw so a bad call consumes nothing.
     _check_crop_args(x, flip, pad, pad_mode)
-    out = rand_augment(x, num_ops=num_ops, generator=generator, op_generator=op_generator)
-    out = cutout(out, generator=generator)
-    return weak_augment(out, flip=flip, pad=pad, pad_mode=pad_mode, generator=generator)
+    if not fused:
+        out = rand_augment(x, num_ops=num_ops, generator=generator, op_generator=op_generator, fused=False)
+        out = cutout(out, generator=generator)
+        return weak_augment(out, flip=flip, pad=pad, pad_mode=pad_mode, generator=generator)
+    out, unsort, _ = _rand_augment(x, num_ops, generator, op_generator, fused=True)
+    n, c, h, w = x.shape
+    box = _cutout_box(n, h, w, 0.5, generator, x.device)
+    rows, cols, valid = _crop_source(*_crop_draws(n, flip, pad, generator, x.device), h, w, pad, pad_mode)
+    out = _gather_pixels(out.index_select(0, unsort), rows, cols)
+    boxed = _in_box(rows, cols, box)
+    keep = 1 - boxed if valid is None else (valid[:, None] & (boxed == 0)).to(torch.uint8)
+    fill = boxed if valid is None else boxed.mul_(valid[:, None])
+    colour = constant(_fill_values(CUTOUT_FILL, c), torch.uint8, x.device).view(1, c, 1, 1)
+    return torch.addcmul(out.mul_(keep), colour, fill)
 
 
 def normalize(x: torch.Tensor, mean: Sequence[float] | torch.Tensor, std: Sequence[float] | torch.Tensor, *,
@@ -453,6 +462,6 @@ def normalize(x: torch.Tensor, mean: Sequence[float] | torch.Tensor, std: Sequen
         if name == "std" and not bool((t > 0).all()):
             raise ValueError(f"std must be > 0, got {std!r}")
         # float64 -> dtype on the host rounds as the device would; the cached copy goes to the device once.
-        stats[name] = _constant(tuple(t.to(dtype).tolist()), dtype, x.device).view(1, -1, 1, 1)
+        stats[name] = constant(tuple(t.to(dtype).tolist()), dtype, x.device).view(1, -1, 1, 1)
     out = x.to(dtype, memory_format=torch.contiguous_format).div_(255).sub_(stats["mean"]).div_(stats["std"])
     return out.contiguous(memory_format=torch.channels_last) if channels_last else out
