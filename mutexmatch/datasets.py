@@ -15,6 +15,7 @@ layouts are described in ``docs/datasets.md``. This module is the command line o
 from __future__ import annotations
 
 import argparse
+import pickle
 import shutil
 import sys
 from collections.abc import Sequence
@@ -30,7 +31,8 @@ from mutexmatch.cliwarnings import one_line_warnings
 from mutexmatch.config import IMAGE_SIZE_MAX, IMAGE_SIZE_MIN
 from mutexmatch.data import imagefolder
 from mutexmatch.data.builtin import DATASET_NAMES, DATASETS
-from mutexmatch.data.cache import CACHE_DIRNAME, CHECKSUM_SUFFIX, checksum_path, verify_checksum
+from mutexmatch.data.cache import (CACHE_DIRNAME, CHECKSUM_SUFFIX, checksum_path, source_digest, stale,
+                                   verify_checksum)
 from mutexmatch.data.export import (EXPORT_FORMATS, class_names, dataset_class_names, index_names,
                                     write_split)
 from mutexmatch.data.load import DatasetBundle, cache_paths, dataset_dir, load_dataset
@@ -135,6 +137,14 @@ def _cache_state(args: argparse.Namespace) -> tuple[dict[str, Path], list[Path]]
     return current, others
 
 
+def _cache_sources(args: argparse.Namespace) -> dict[str, list[Path]]:
+    """Split -> the side files its cache is decoded from (an image folder's caches are keyed by content instead)."""
+    if args.name == imagefolder.NAME:
+        return {}
+    ddir = dataset_dir(args.name, args.root)
+    return {s: DATASETS[args.name].cache_sources(ddir, s) for s in DATASETS[args.name].cached_splits(args.svhn_extra)}
+
+
 def _layout_lines(args: argparse.Namespace) -> list[str]:
     """What the raw files look like, before anything is decoded (a bad imagefolder layout raises here)."""
     if args.name == imagefolder.NAME:
@@ -173,7 +183,8 @@ def run_check(args: argparse.Namespace) -> int:
     print(f"dataset  {args.name}")
     print("\n".join(_layout_lines(args)))
     current, others = _cache_state(args)
-    states = {s: _cache_file_state(p) for s, p in current.items()}
+    sources = _cache_sources(args)
+    states = {s: _cache_file_state(p, sources.get(s, [])) for s, p in current.items()}
     bundle = _load(args)  # decodes what is not cached yet: proves every image readable
     info = bundle.info
     print(f"images   {info.channels}x{info.image_size}x{info.image_size} uint8; mean "
@@ -198,17 +209,23 @@ def run_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cache_file_state(path: Path) -> str:
+def _cache_file_state(path: Path, sources: Sequence[Path]) -> str:
     """What the load about to run does with a cache file: read it, or decode its split again (the load re-decodes a
-    cache without its checksum, or whose bytes no longer match it, as it does a missing one)."""
+    cache without its checksum, whose bytes no longer match it, or decoded from other versions of the side files
+    ``sources``, as it does a missing one)."""
     if not path.is_file():
         return "missing: decoded and written now"
     if not checksum_path(path).is_file():
         return "without its sha256: decoded again and written now"
+    digest = source_digest(sources)
     try:
         verify_checksum(path)
+        if digest is not None and stale(torch.load(path, weights_only=True, mmap=True), digest):
+            return f"decoded from another {', '.join(s.name for s in sources)}: decoded again and written now"
     except ValueError:
         return f"differs from its {CHECKSUM_SUFFIX}: decoded again and written now"
+    except (RuntimeError, OSError, EOFError, pickle.UnpicklingError):
+        return "unreadable: decoded again and written now"
     return "current"
 
 

@@ -137,6 +137,11 @@ class BuiltinDataset:
         """Crop padding at a non-default size: 12.5 % of the side, as CIFAR's 4 of 32."""
         return max(1, size // 8)
 
+    def cache_sources(self, ddir: Path, split: str) -> list[Path]:
+        """The side files besides the images that the cache of ``split`` is decoded from (a split CSV, an
+        annotation file): an edit of one makes the cache stale (:mod:`mutexmatch.data.cache`); [] for none."""
+        return []
+
     def read(self, info: DatasetInfo, root: Path, ddir: Path, *, download: bool, extra: bool) -> Splits:
         """Decode (or load from the cache) the dataset in ``ddir``; ``info`` carries the size being loaded."""
         raise NotImplementedError

@@ -80,8 +80,11 @@ class MiniImageNet(BuiltinDataset):
                 return ImageData(x, torch.tensor([index[lab] for lab in labels], dtype=torch.int64))
             return decode
 
-        return (cached_images(cache_path(ddir, "train", size), decoder("train")),
-                cached_images(cache_path(ddir, "test", size), decoder("test")), None, None)
+        return (*(cached_images(cache_path(ddir, s, size), decoder(s), self.cache_sources(ddir, s))
+                  for s in ("train", "test")), None, None)
+
+    def cache_sources(self, ddir: Path, split: str) -> list[Path]:
+        return [ddir / "train.csv"] + ([] if split == "train" else [ddir / f"{split}.csv"])  # classes: train.csv
 
     def write_fake(self, root: Path, size: FakeSize, rng: np.random.Generator) -> Path:
         """``train.csv``/``test.csv`` (columns filename,label; labels are wnids) and the PNG files in ``images/``."""

@@ -16,7 +16,9 @@ from torchvision.datasets import STL10
 from mutexmatch.data.cache import CACHE_DIRNAME, cache_path, cached, cached_images
 from mutexmatch.data.fakefill import balanced_labels, pixels
 from mutexmatch.data.images import ImageData, to_nchw
-from mutexmatch.data.registry import DatasetInfo, FakeSize, Splits, missing_error, register_dataset, twice_divided
+from mutexmatch.data.imagefiles import regular_file
+from mutexmatch.data.registry import (DatasetError, DatasetInfo, FakeSize, Splits, missing_error, register_dataset,
+                                      twice_divided)
 from mutexmatch.data.torchvision_reader import TorchvisionDataset
 
 _FOLDS = 10  # fold_indices.txt of the real STL-10 has ten lines
@@ -68,16 +70,17 @@ class Stl10(TorchvisionDataset):
         def decode_folds() -> dict:
             if not folds_file.is_file():
                 raise missing_error(info, root, ddir, [folds_file])
-            # The same parse torchvision's STL10(folds=i) applies to line i: whitespace-separated 0-based indices.
-            lines = [ln for ln in folds_file.read_text().splitlines() if ln.strip()]
-            return {"folds": [torch.tensor([int(v) for v in ln.split()], dtype=torch.int64) for ln in lines]}
+            return {"folds": _parse_folds(folds_file)}
 
         def check_folds(payload: dict) -> None:
+            if len(payload["folds"]) != _FOLDS:
+                raise DatasetError(f"stl10: {folds_file} holds {len(payload['folds'])} folds (lines); STL-10's holds "
+                                   f"{_FOLDS} (data.fold 0-{_FOLDS - 1}): restore it from stl10_binary.tar.gz")
             for i, f in enumerate(payload["folds"]):
                 if f.dtype != torch.int64 or f.dim() != 1 or (len(f) and (f.min() < 0 or f.max() >= train_images)):
-                    raise ValueError(f"stl10: fold {i} of {folds_file} holds indices outside [0, {train_images})")
+                    raise DatasetError(f"stl10: fold {i} of {folds_file} holds indices outside [0, {train_images})")
 
-        folds = cached(ddir / CACHE_DIRNAME / "folds.pt", decode_folds, check_folds)["folds"]
+        folds = cached(ddir / CACHE_DIRNAME / "folds.pt", decode_folds, check_folds, [folds_file])["folds"]
         return [f.numpy().copy() for f in folds]
 
     def files(self, extra: bool = False) -> list[tuple[str, str | None]]:
@@ -113,3 +116,18 @@ class Stl10(TorchvisionDataset):
         (folder / "fold_indices.txt").write_text("".join(" ".join(map(str, f)) + " \n" for f in folds))
         (folder / "class_names.txt").write_text("".join(f"class{i}\n" for i in range(10)))
         return folder
+
+
+def _parse_folds(path: Path) -> list[torch.Tensor]:
+    """The parse torchvision's STL10(folds=i) applies to line i (whitespace-separated 0-based indices), a token
+    that is not an index refused naming the file and the line (finding #11: it ended in a bare ValueError)."""
+    folds = []
+    lines = [ln for ln in regular_file(path, "stl10", DatasetError).read_text().splitlines() if ln.strip()]
+    for number, line in enumerate(lines, 1):
+        bad = next((v for v in line.split() if not v.isdigit()), None)
+        if bad is not None:
+            raise DatasetError(f"stl10: {path} line {number}: {bad[:20]!r} is not an image index (each line is one "
+                               "fold: 0-based train indices separated by spaces); restore it from "
+                               "stl10_binary.tar.gz")
+        folds.append(torch.tensor([int(v) for v in line.split()], dtype=torch.int64))
+    return folds

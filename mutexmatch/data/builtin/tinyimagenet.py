@@ -53,11 +53,7 @@ class TinyImageNet(BuiltinDataset):
 
         def decode_val() -> ImageData:
             class_to_idx = self._train_folder(info, root, ddir).class_to_idx
-            entries: dict[str, str] = {}
-            for line in regular_file(annotations, info.name, DatasetError).read_text().splitlines():
-                if line.strip():
-                    fields = line.split("\t")
-                    entries[fields[0]] = fields[1]
+            entries = _annotations(annotations)
             unknown = sorted(set(entries.values()) - class_to_idx.keys())
             if unknown:
                 raise ValueError(f"tinyimagenet: {annotations} names wnids without a train folder: {unknown[:5]}")
@@ -67,7 +63,11 @@ class TinyImageNet(BuiltinDataset):
             return ImageData(x, torch.tensor([class_to_idx[entries[f]] for f in files], dtype=torch.int64))
 
         return (cached_images(cache_path(ddir, "train", size), decode_train),
-                cached_images(cache_path(ddir, "test", size), decode_val), None, None)
+                cached_images(cache_path(ddir, "test", size), decode_val, self.cache_sources(ddir, "test")), None,
+                None)
+
+    def cache_sources(self, ddir: Path, split: str) -> list[Path]:
+        return [ddir / "val" / "val_annotations.txt"] if split == "test" else []
 
     def _train_folder(self, info: DatasetInfo, root: Path, ddir: Path) -> ImageFolder:
         required = [ddir / "train", ddir / "val" / "images", ddir / "val" / "val_annotations.txt"]
@@ -105,3 +105,19 @@ class TinyImageNet(BuiltinDataset):
         (folder / "val" / "val_annotations.txt").write_text(
             "".join(f"{f}\t{wnids[c]}\t0\t0\t63\t63\n" for f, c in zip(files, labels)))
         return folder
+
+
+def _annotations(path: Path) -> dict[str, str]:
+    """Image file -> wnid, from the official ``val_annotations.txt`` (tab-separated: file, wnid, box); a line in
+    another format is refused naming the file and the line (finding #10: spaces ended in an IndexError)."""
+    entries: dict[str, str] = {}
+    for number, line in enumerate(regular_file(path, "tinyimagenet", DatasetError).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        fields = line.split("\t")
+        if len(fields) < 2 or not fields[0].strip() or not fields[1].strip():
+            raise DatasetError(f"tinyimagenet: {path} line {number}: {line[:80]!r} is not "
+                               "<file><TAB><wnid><TAB><x0><TAB><y0><TAB><x1><TAB><y1> (tab-separated, as in "
+                               "tiny-imagenet-200.zip); restore the file from the zip")
+        entries[fields[0].strip()] = fields[1].strip()
+    return entries
