@@ -1,15 +1,24 @@
 """Where a SQLite store's artifacts go, checked before anything is written (issue 34: ``cp -r A B`` and a run logged
-to ``B/mlflow.db`` wrote its weights into ``A/mlruns``, silently).
+to ``B/mlflow.db`` wrote its weights into ``A/mlruns``, silently; issue 40: its models too, through MLflow's Default
+experiment).
 
 MLflow records absolute artifact locations: each experiment's (``<store folder>/mlruns``, as
-:func:`orchestration.trial.tracking.artifact_location` gives it) and each run's under it. A store whose recorded
-location lies outside its own folder was copied or moved. When the copy brought its ``mlruns`` folder along (``cp -r``
-of the project), every recorded location under the old ``mlruns`` is moved to the copy's, and the command says so;
-otherwise it refuses, naming the fix, before anything is written."""
+:func:`orchestration.trial.tracking.artifact_location` gives it, as a ``file:`` URI; MLflow's Default experiment
+``<working directory of the process that made the store>/mlruns/0``, a plain path), each run's and each logged
+model's under them. A store whose recorded local location lies outside its own folder was copied or moved (or made
+from another working directory). Each such location is handled before anything is written:
+
+- it is under a folder named ``mlruns`` whose copy is in the store's own ``mlruns`` (``cp -r`` of the project):
+  every location recorded under the old ``mlruns`` (experiments, runs, logged models, reused-run tags; ``file:``
+  URIs and plain paths alike) is moved to the copy's, and the command says so;
+- it is the Default experiment's and that holds no run and no model: it is pinned to the store's own ``mlruns/0``,
+  nothing said (nothing moves; an experiment of the user's choosing keeps its location or is refused);
+- otherwise the command refuses, naming the copy that fixes it."""
 
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 from urllib.parse import unquote, urlparse
@@ -19,65 +28,137 @@ from orchestration import contract as C
 __all__ = ["ARTIFACT_DIR", "ForeignArtifacts", "foreign_locations", "check_artifact_home"]
 
 ARTIFACT_DIR = "mlruns"     # beside mlflow.db: where a SQLite store's artifacts live
+DEFAULT_ID = "0"            # MLflow's Default experiment, made with the store where its maker's cwd was
 
 
 class ForeignArtifacts(ValueError):
     """The store records artifact locations outside its folder and cannot move them to its own."""
 
 
-def _file_path(uri: str) -> Path | None:
-    """The local path of a ``file:`` URI (None for another scheme)."""
-    parsed = urlparse(uri)
-    return Path(unquote(parsed.path)) if parsed.scheme == "file" else None
+@dataclass
+class _Moved:
+    """What a relocation changed, for the one line that says it."""
+
+    runs: int = 0
+    models: int = 0
+    roots: set[Path] = field(default_factory=set)
+    tried: set[str] = field(default_factory=set)
+    pinned: set[str] = field(default_factory=set)
 
 
-def foreign_locations(db: sqlite3.Connection, folder: Path) -> dict[str, list[str]]:
-    """Artifact location (a ``file:`` URI outside ``folder``) → the names of the experiments recorded with it."""
-    found: dict[str, list[str]] = {}
-    for name, location in db.execute("SELECT name, artifact_location FROM experiments"):
-        path = _file_path(location or "")
+def _local_path(location: str) -> Path | None:
+    """The local path of a ``file:`` URI or of an absolute plain path (MLflow's Default experiment); None for another
+    scheme (a server's, S3) or a relative path (relative to whichever process reads it: nothing to check)."""
+    parsed = urlparse(location)
+    if parsed.scheme == "file":
+        return Path(unquote(parsed.path))
+    return Path(location) if not parsed.scheme and location.startswith("/") else None
+
+
+def _mlruns_root(path: Path) -> Path | None:
+    """``path`` or its nearest ancestor named ``mlruns``: the folder a project copy brings along."""
+    return next((p for p in (path, *path.parents) if p.name == ARTIFACT_DIR), None)
+
+
+def foreign_locations(db: sqlite3.Connection, folder: Path) -> dict[str, list[tuple[str, str]]]:
+    """Artifact location (local, outside ``folder``) → the (id, name) of the experiments recorded with it."""
+    found: dict[str, list[tuple[str, str]]] = {}
+    for exp_id, name, location in db.execute("SELECT experiment_id, name, artifact_location FROM experiments"):
+        path = _local_path(location or "")
         if path is not None and not path.resolve().is_relative_to(folder.resolve()):
-            found.setdefault(location, []).append(name)
+            found.setdefault(location, []).append((str(exp_id), name))
     return found
 
 
-def _relocate(db: sqlite3.Connection, old: str, new: str) -> int:
-    """Every recorded location under ``old`` moved under ``new``; the number of runs moved."""
+def _locations(db: sqlite3.Connection) -> dict[str, tuple[str, str]]:
+    """Experiment id → (name, recorded artifact location)."""
+    rows = db.execute("SELECT experiment_id, name, artifact_location FROM experiments")
+    return {str(i): (name, location) for i, name, location in rows}
+
+
+def _tables(db: sqlite3.Connection) -> set[str]:
+    return {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+def _holds_anything(db: sqlite3.Connection, exp_ids: list[str]) -> bool:
+    marks = ",".join("?" * len(exp_ids))
+    if db.execute(f"SELECT 1 FROM runs WHERE experiment_id IN ({marks}) LIMIT 1", exp_ids).fetchone():
+        return True
+    return "logged_models" in _tables(db) and db.execute(
+        f"SELECT 1 FROM logged_models WHERE experiment_id IN ({marks}) LIMIT 1", exp_ids).fetchone() is not None
+
+
+def _relocate(db: sqlite3.Connection, old: str, new: str) -> tuple[int, int]:
+    """Every recorded location equal to ``old`` or under it moved under ``new`` (compared as text, not with LIKE,
+    whose ``_`` and ``%`` a folder name may hold); the numbers of runs and logged models moved."""
     cut = len(old) + 1
-    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    db.execute("UPDATE experiments SET artifact_location = ? WHERE artifact_location = ?", (new, old))
-    moved = db.execute("UPDATE runs SET artifact_uri = ? || substr(artifact_uri, ?) WHERE artifact_uri = ? OR "
-                       "artifact_uri LIKE ? || '/%'", (new, cut, old, old)).rowcount
-    db.execute("UPDATE tags SET value = ? || substr(value, ?) WHERE key = ? AND value LIKE ? || '/%'",
-               (new, cut, C.REUSED_ARTIFACT_URI, old))
-    if "logged_models" in tables:  # MLflow 3's logged models record their own location
-        db.execute("UPDATE logged_models SET artifact_location = ? || substr(artifact_location, ?) WHERE "
-                   "artifact_location LIKE ? || '/%'", (new, cut, old))
-    return moved
+    under = "({col} = ? OR substr({col}, 1, ?) = ?)"
+    args = (old, cut, old + "/")
+
+    def move(table: str, col: str, extra: str = "", extra_args: tuple = ()) -> int:
+        return db.execute(f"UPDATE {table} SET {col} = ? || substr({col}, ?) WHERE {under.format(col=col)}{extra}",
+                          (new, cut, *args, *extra_args)).rowcount
+
+    move("experiments", "artifact_location")
+    runs = move("runs", "artifact_uri")
+    move("tags", "value", " AND key = ?", (C.REUSED_ARTIFACT_URI,))
+    models = move("logged_models", "artifact_location") if "logged_models" in _tables(db) else 0
+    return runs, models
+
+
+def _spellings(root: Path, home: Path) -> list[tuple[str, str]]:
+    """(old, new) prefixes of the ways a location under ``root`` is recorded: a plain path or a ``file:`` URI."""
+    return [(str(root), str(home)), (root.as_uri(), home.as_uri()), (f"file:{root}", home.as_uri())]
+
+
+def _handle(db: sqlite3.Connection, location: str, exps: list[tuple[str, str]], home: Path, tracking_uri: str,
+            moved: _Moved) -> None:
+    """One foreign location: moved with its ``mlruns`` (a copy), pinned (nothing in it), or refused."""
+    path, names = _local_path(location), [name for _, name in exps]
+    root = _mlruns_root(path)
+    target = home / (path.relative_to(root) if root is not None else exps[0][0])
+    if root is not None and target.is_dir() and location not in moved.tried:
+        for old, new in _spellings(root, home.resolve()):
+            runs, models = _relocate(db, old, new)
+            moved.runs, moved.models = moved.runs + runs, moved.models + models
+        moved.roots.add(root)
+        moved.tried.add(location)
+    elif [i for i, _ in exps] == [DEFAULT_ID] and not _holds_anything(db, [DEFAULT_ID]):
+        moved.pinned.update(i for i, _ in exps)
+        db.execute("UPDATE experiments SET artifact_location = ? WHERE artifact_location = ?",
+                   (target.resolve().as_uri(), location))
+    else:
+        fix = f"cp -r {path} {target}" if target == home else f"mkdir -p {home} && cp -r {path} {target}"
+        raise ForeignArtifacts(
+            f"{tracking_uri}: experiment(s) {', '.join(map(repr, names))} keep their artifacts in {path}, outside "
+            f"this store's folder (a copied or moved store); new files would go there. Copy that folder beside the "
+            f"store ({fix}) and run again (locations are then moved to {home}), or use the store that folder "
+            f"belongs to")
 
 
 def check_artifact_home(tracking_uri: str, say: Callable[[str], None] = print) -> None:
-    """For a SQLite store: every artifact location it records lies in its folder, or is moved there when the
-    copy's own ``mlruns`` holds the artifacts (said through ``say``); else :class:`ForeignArtifacts` naming the fix.
-    Other stores (a server) choose their own locations: nothing to check."""
+    """For a SQLite store: every local artifact location it records lies in its folder, or is moved there (said
+    through ``say``) or pinned there (see the module's rules); else :class:`ForeignArtifacts` naming the fix. Other
+    stores (a server) choose their own locations: nothing to check."""
     if not tracking_uri.startswith("sqlite:///") or tracking_uri.startswith("sqlite:///:memory:"):
         return
     path = Path(tracking_uri[len("sqlite:///"):].partition("?")[0])
     if not path.is_file():
         return
-    home = path.parent / ARTIFACT_DIR
+    home, moved = path.parent / ARTIFACT_DIR, _Moved()
     with sqlite3.connect(path, timeout=30) as db:
         if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'experiments'").fetchone():
             return
-        for old, names in foreign_locations(db, path.parent).items():
-            old_path = _file_path(old)
-            if old_path is None or old_path.name != ARTIFACT_DIR or not home.is_dir():
-                raise ForeignArtifacts(
-                    f"{tracking_uri}: experiment(s) {', '.join(map(repr, names))} keep their artifacts in {old}, "
-                    f"outside this store's folder (a copied or moved store); new weights would go there. Copy that "
-                    f"folder beside the store (cp -r {old_path or old} {home}) and run again (locations are then "
-                    f"moved to {home}), or use the store at {old_path.parent if old_path else old}")
-            runs = _relocate(db, old, home.resolve().as_uri())
-            say(f"[mlflow] {path} was copied or moved from {old_path.parent}: artifact locations of "
-                f"{', '.join(map(repr, names))} and {runs} run(s) now point to {home} (the copy's own), so nothing "
-                f"is written into {old_path}")
+        # one location at a time: moving an ``mlruns`` moves every location under it (a location still foreign
+        # after its move was recorded in a spelling not known here: refused rather than left pointing outside)
+        before = _locations(db)
+        while found := foreign_locations(db, path.parent):
+            location, exps = next(iter(found.items()))
+            _handle(db, location, exps, home, tracking_uri, moved)
+        names = [name for i, (name, loc) in _locations(db).items() if loc != before[i][1] and i not in moved.pinned]
+    if moved.roots:
+        roots = ", ".join(sorted(map(str, moved.roots)))
+        say(f"[mlflow] {path} was copied or moved from {', '.join(sorted(str(r.parent) for r in moved.roots))}: "
+            f"the artifact locations of experiment(s) {', '.join(map(repr, names))}, {moved.runs} run(s) and "
+            f"{moved.models} logged model(s) now point to {home} (the copy's own), so nothing is written into "
+            f"{roots}")

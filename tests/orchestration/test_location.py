@@ -63,3 +63,92 @@ def test_a_copied_project_writes_nothing_into_the_original(scratch, capsys):
     with pytest.raises(ForeignArtifacts, match=r"outside this store.s folder .*\(cp -r \S*/A/mlruns "):
         ensure_experiment(MlflowClient(moved_uri), "e", moved_uri)
     assert _tree(original) == before and not (moved / "mlruns").exists()
+
+
+def _default_run_and_model(client, where: Path) -> tuple[str, str]:
+    """What stores made before issue 40 hold: a run and a logged model in MLflow's Default experiment, whose location
+    is a plain path (``<cwd>/mlruns/0``, not a ``file:`` URI)."""
+    run = client.create_run("0").info.run_id
+    client.log_text(run, "old", "notes.txt")
+    model = client.create_logged_model(experiment_id="0", name="model", source_run_id=run).model_id
+    (where / "MLmodel").write_text("old model")
+    client.log_model_artifacts(model, str(where))
+    return run, model
+
+
+def test_a_copy_relocates_the_default_experiment_and_plain_paths_too(scratch, capsys, monkeypatch):
+    """Issue 40 item 3: a ``cp -r`` copy's Default experiment (a plain path, ``<original>/mlruns/0``), its runs and
+    logged models are moved like the ``file:`` locations, so nothing a run in the copy writes lands in the original,
+    file by file; the copy's message says so, Default included."""
+    from mlflow import MlflowClient
+    from mlflow.tracking._tracking_service import utils
+
+    from orchestration.trial.tracking import ensure_experiment
+
+    original, copy = scratch / "A", scratch / "B"
+    original.mkdir()
+    monkeypatch.chdir(original)     # the quickstart's commands run in the project: Default is <project>/mlruns/0
+    uri = f"sqlite:///{original / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    exp = ensure_experiment(client, "e", uri)
+    assert client.get_experiment("0").artifact_location == str(original / "mlruns" / "0")
+    (scratch / "files").mkdir()
+    old_run, old_model = _default_run_and_model(client, scratch / "files")
+    subprocess.run(["cp", "-r", str(original), str(copy)], check=True)
+    before = _tree(original)
+
+    monkeypatch.chdir(copy)
+    utils._artifact_repos_cache.clear()
+    copied_uri = f"sqlite:///{copy / 'mlflow.db'}"
+    copied = MlflowClient(copied_uri)
+    assert ensure_experiment(copied, "e", copied_uri) == exp
+    said = capsys.readouterr().out
+    assert "'Default'" in said and "1 logged model(s)" in said and f"nothing is written into {original}" in said
+    copied.log_text(old_run, "continued", "more.txt")                         # an old Default run, continued
+    new_run = copied.create_run("0").info.run_id                              # a new run and model in Default
+    copied.log_text(new_run, "new", "notes.txt")
+    new_model = copied.create_logged_model(experiment_id="0", name="model", source_run_id=new_run).model_id
+    copied.log_model_artifacts(new_model, str(scratch / "files"))
+    copied.log_text(copied.create_run(exp).info.run_id, "w", "weights/best_model.pt")
+    assert _tree(original) == before
+    home = copy / "mlruns"
+    assert (home / "0" / old_run / "artifacts" / "more.txt").read_text() == "continued"
+    assert (home / "0" / new_run / "artifacts" / "notes.txt").read_text() == "new"
+    assert copied.get_logged_model(old_model).artifact_location.startswith(str(home))
+    assert (Path(copied.get_logged_model(new_model).artifact_location) / "MLmodel").is_file()
+    assert ensure_experiment(copied, "e", copied_uri) == exp and capsys.readouterr().out == ""   # once only
+
+
+def test_an_empty_default_elsewhere_is_pinned_and_one_with_files_elsewhere_refused(scratch, capsys, monkeypatch):
+    """A store made from another working directory has its Default experiment there: pinned to the store's own
+    ``mlruns/0`` while it is empty (nothing to move, nothing said); holding runs that its folder lacks, refused
+    with the copy that fixes it."""
+    from mlflow import MlflowClient
+
+    from orchestration.store.location import ForeignArtifacts
+    from orchestration.trial.tracking import ensure_experiment
+
+    store, cwd = scratch / "store", scratch / "elsewhere"
+    store.mkdir(), cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    uri = f"sqlite:///{store / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    ensure_experiment(client, "e", uri)                     # makes the store: Default is <cwd>/mlruns/0
+    ensure_experiment(client, "e", uri)
+    assert client.get_experiment("0").artifact_location == (store / "mlruns" / "0").as_uri()
+    assert capsys.readouterr().out == ""
+
+    other = scratch / "other"
+    other.mkdir()
+    monkeypatch.chdir(other)
+    uri2 = f"sqlite:///{other / 'mlflow.db'}"
+    client2 = MlflowClient(uri2)
+    client2.search_experiments()                            # makes the store: Default is <other>/mlruns/0
+    monkeypatch.chdir(cwd)
+    (scratch / "files").mkdir()
+    _default_run_and_model(client2, scratch / "files")
+    shutil.move(other / "mlflow.db", store / "other.db")   # the database alone, Default's files left behind
+    moved = f"sqlite:///{store / 'other.db'}"
+    with pytest.raises(ForeignArtifacts, match=rf"'Default' keep their artifacts in {other}/mlruns/0, outside .*"
+                                               rf"\(mkdir -p {store}/mlruns && cp -r {other}/mlruns/0 {store}/mlruns/0\)"):
+        ensure_experiment(MlflowClient(moved), "e", moved)
