@@ -108,7 +108,8 @@ def _run_locked(launch: Launch, name_launch: Callable[[str], None]) -> SweepOutc
     with C.bounded_http(launch.uri, "--tracking-uri"):  # a dead server: one line within ~20 s, not 4 min of silence
         experiment_id = tracking.ensure_experiment(client, launch.exp_name, launch.uri,
                                                    mlflow_ui.experiment_tags(launch.plan.spec.axes,
-                                                                             launch.plan.settings_digest))
+                                                                             launch.plan.settings_digest,
+                                                                             launch.plan.spec.tables))
     store = launch.store = Store(client, experiment_id)
     resume_cmd = command_line(opts, launch.uri, launch.storage, resume=True)
     for dead in store.kill_dead_launches():

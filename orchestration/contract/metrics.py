@@ -8,7 +8,8 @@ from __future__ import annotations
 from mutexmatch import metrics as M
 from mutexmatch.metrics import FIXED, is_logged, logged, term_metric  # noqa: F401  (the layout checks names by them)
 
-__all__ = ["FIXED", "is_logged", "logged", "term_metric", "TEST_ACC", "TEST_BEST_ACC", "VAL_ACC", "VAL_BEST_ACC",
+__all__ = ["FIXED", "is_logged", "logged", "term_metric", "TEST_ACC", "TEST_BEST_ACC", "TEST_MEDIAN_ACC", "VAL_ACC",
+           "VAL_BEST_ACC",
            "PL_ACC", "TRAIN_LOSS", "VALIDATION_METRICS", "TRIALS_METRIC", "PERCENT_SUFFIX", "PERCENT_METRICS",
            "PERCENT_DECIMALS", "percent", "percent_metric", "with_percent"]
 
@@ -16,6 +17,7 @@ __all__ = ["FIXED", "is_logged", "logged", "term_metric", "TEST_ACC", "TEST_BEST
 # Names the trainer logs, declared by the trainer (mutexmatch.metrics), that the layout's readers rely on.
 TEST_ACC, TEST_BEST_ACC, VAL_ACC, VAL_BEST_ACC = M.TEST_ACC, M.TEST_BEST_ACC, M.VAL_ACC, M.VAL_BEST_ACC
 PL_ACC = M.PL_ACC
+TEST_MEDIAN_ACC = M.TEST_MEDIAN_ACC  # the median of the last train.median_window evaluations (the MLflow UI's median20)
 TRAIN_LOSS = M.term_metric(M.TOTAL)  # logged at every evaluation: its history gives a run's logged steps
 # Each loss term is logged as M.term_metric(term) for exactly the terms its algorithm declares (Algorithm.terms);
 # the sweep validates layouts against those of the registered algorithms (sweep._check_report_layouts).

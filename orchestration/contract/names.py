@@ -8,13 +8,18 @@ from typing import Iterable
 
 from orchestration.contract.tags import KIND_GRID, TUNED_AXIS, TUNED_LEVEL
 
-__all__ = ["cell_id", "tuned_levels", "trial_key", "TRYOUT", "trial_run_name", "parent_run_name", "split_trial_key",
-           "BEST_PREFIX", "best_param_prefix", "study_name"]
+__all__ = ["cell_id", "cell_levels", "tuned_levels", "trial_key", "TRYOUT", "trial_run_name", "parent_run_name",
+           "split_trial_key", "BEST_PREFIX", "best_param_prefix", "study_name"]
 
 
 def cell_id(levels: Iterable[tuple[str, str]]) -> str:
     """``axis=level`` pairs joined by commas, axes in YAML order: the ``mutexmatch.cell`` tag."""
     return ",".join(f"{axis}={level}" for axis, level in levels)
+
+
+def cell_levels(cell: str) -> list[tuple[str, str]]:
+    """The ``(axis, level)`` pairs of a :func:`cell_id` (axis names and levels hold neither ``,`` nor ``=``)."""
+    return [(axis, level) for axis, _, level in (pair.partition("=") for pair in cell.split(",") if pair)]
 
 
 def tuned_levels(levels: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:

@@ -15,7 +15,7 @@ __all__ = ["TAG", "PARENT_RUN_ID", "ROLE", "KIND", "CELL", "FOLD", "VARIANT", "C
            "KIND_REFIT", "KIND_SINGLE", "ALGORITHM_AXIS", "TUNED_AXIS", "TUNED_LEVEL", "axis_tag", "attempt_tag",
            "overhead_tag", "parent_display_tags", "EXPERIMENT_KIND", "EXPERIMENT_KIND_ML", "SHARED_VIEW_TAG",
            "DATASET_CONTEXT", "RUN_COLOR", "SOURCE_NAME", "SOURCE_TYPE", "SOURCE_GIT_COMMIT",
-           "source_tags", "trial_tags", "reused_trial_tags", "results_run_id"]
+           "source_tags", "GROUP", "group_label", "trial_tags", "reused_trial_tags", "results_run_id"]
 
 
 TAG = "mutexmatch."                 # prefix of every tag the sweep writes
@@ -25,6 +25,7 @@ ROLE = TAG + "role"                 # ROLE_SWEEP on a launch's parent run, ROLE_
 # A trial run: what it is (reports group and pair runs by these) ...
 KIND = TAG + "kind"                 # KIND_GRID, KIND_SEARCH, KIND_REFIT or KIND_SMOKE
 CELL = TAG + "cell"                 # cell id (see cell_id); one tag per axis too (axis_tag)
+GROUP = TAG + "group"               # the cell in words, for the MLflow UI's groups (group_label)
 FOLD = TAG + "fold"
 VARIANT = TAG + "variant"           # algorithm name
 CONFIG_HASH = TAG + "config_hash"   # a relaunch skips a trial with a FINISHED run of the same hash
@@ -108,14 +109,29 @@ def source_tags(command: str, commit: str) -> dict[str, str]:
     return {SOURCE_NAME: command[:500], SOURCE_TYPE: "LOCAL", SOURCE_GIT_COMMIT: commit}
 
 
+def group_label(levels: Iterable[tuple[str, str]]) -> str:
+    """The cell in words, the MLflow UI's group label (the runs view groups by :data:`GROUP`): the levels joined by
+    `` · ``, a refit (tuned) cell's first level marked ``(tuned)``: ``mutexmatch (tuned) · digits-20`` beside
+    ``mutexmatch · digits-20``, which the cell ids ``method=mutexmatch,setting=digits-20[,tuned=true]`` are not once
+    the UI cuts them to its column."""
+    levels = list(levels)
+    tuned = (TUNED_AXIS, TUNED_LEVEL) in levels
+    words = [level for axis, level in levels if axis != TUNED_AXIS]
+    if tuned and words:
+        words[0] += " (tuned)"
+    return " · ".join(words)
+
+
 def trial_tags(*, parent_run_id: str, kind: str, cell_levels: Iterable[tuple[str, str]], cell_id: str, fold: int,
                variant: str, config_hash: str, commit: str, trial_id: str, launch_id: str, source: str = "",
                color: str | None = None) -> dict[str, str]:
     """The tags a trial run is created with (``mutexmatch.split_digest`` follows once the trainer has its split);
     ``source`` (the launch's command) and ``color`` (:func:`run_color`) fill MLflow's own Source, Version and
     colour."""
+    cell_levels = list(cell_levels)
     tags = {PARENT_RUN_ID: parent_run_id, ROLE: ROLE_TRIAL, KIND: kind, CELL: cell_id, FOLD: str(fold),
-            VARIANT: variant, CONFIG_HASH: config_hash, GIT_COMMIT: commit, TRIAL_ID: trial_id, LAUNCH_ID: launch_id}
+            VARIANT: variant, CONFIG_HASH: config_hash, GIT_COMMIT: commit, TRIAL_ID: trial_id, LAUNCH_ID: launch_id,
+            GROUP: group_label(cell_levels)}
     tags.update({axis_tag(a): lv for a, lv in cell_levels})
     if source:
         tags.update(source_tags(source, commit))
@@ -129,8 +145,10 @@ def reused_trial_tags(*, kind: str, cell_levels: Iterable[tuple[str, str]], cell
                       source_artifact_uri: str) -> dict[str, str]:
     """The tags of a link run standing for a reused trial: this sweep's identity of the trial (kind, cell, fold,
     axes) and, from the source run, what the config fixes (algorithm, config hash, split digest, commit)."""
+    cell_levels = list(cell_levels)
     tags = {ROLE: ROLE_TRIAL, KIND: kind, CELL: cell_id, FOLD: str(fold), REUSED_FROM: source_id,
-            REUSED_FROM_EXPERIMENT: source_experiment, REUSED_ARTIFACT_URI: source_artifact_uri}
+            REUSED_FROM_EXPERIMENT: source_experiment, REUSED_ARTIFACT_URI: source_artifact_uri,
+            GROUP: group_label(cell_levels)}
     tags.update({k: source_tags[k] for k in (VARIANT, CONFIG_HASH, SPLIT_DIGEST, GIT_COMMIT) if k in source_tags})
     tags.update({axis_tag(a): lv for a, lv in cell_levels})
     return tags

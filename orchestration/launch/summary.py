@@ -67,7 +67,7 @@ def publish_counted(store: Store, plan: SweepPlan, tracking_uri: str, overrides:
         return
     counted = [r.info.run_id for runs in (grid_runs(store, plan)[0], refit_runs(store, plan)[0]) for r in runs.values()]
     mlflow_ui.mark_counted(store.client, store.experiment_id, plan.settings_digest, counted)
-    tags = {**mlflow_ui.experiment_tags(plan.spec.axes, plan.settings_digest),
+    tags = {**mlflow_ui.experiment_tags(plan.spec.axes, plan.settings_digest, plan.spec.tables),
             C.NOTE: mlflow_ui.description(tracking_uri, store.experiment_id, plan.settings_digest, overrides, summary)}
     for key, value in tags.items():
         store.client.set_experiment_tag(store.experiment_id, key, value)

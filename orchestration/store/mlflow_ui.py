@@ -7,9 +7,10 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Iterable
 
-from orchestration.contract import (CELL, EXPERIMENT_KIND, EXPERIMENT_KIND_ML, FOLD, KIND, KIND_GRID, ROLE, ROLE_TRIAL,
-                                    SHARED_VIEW_TAG, SPLIT_ARTIFACT, TEST_ACC, TEST_BEST_ACC, axis_tag, counted_changes,
-                                    counted_filter, counted_tag, percent_metric)
+from orchestration.contract import (CELL, EXPERIMENT_KIND, EXPERIMENT_KIND_ML, FOLD, GROUP, KIND, KIND_GRID, ROLE,
+                                    ROLE_TRIAL, SHARED_VIEW_TAG, SPLIT_ARTIFACT, TEST_ACC, TEST_BEST_ACC,
+                                    TEST_MEDIAN_ACC, axis_tag, cell_levels, counted_changes, counted_filter,
+                                    counted_tag, group_label, percent_metric)
 from orchestration.contract.filters import all_of, tag_equals
 from orchestration.contract.ui_links import (RUNS_VIEW_KEY, UI_HOST, UI_PORT, runs_view_url, ui_command,  # noqa: F401
                                              ui_hint, view_key)
@@ -29,29 +30,49 @@ def dataset_input(data: dict, split_digest: str, run_id: str) -> dict[str, str]:
             "source": json.dumps({"uri": f"runs:/{run_id}/{SPLIT_ARTIFACT}"})}
 
 
-def runs_view(axes: Iterable[str], digest: str = "") -> dict:
+# The metric each report protocol reads (reports.tables): the view's first column, so that the group average is the
+# report's number; MLflow has no "max over steps" of its own.
+_PROTOCOL_METRIC = {"best": TEST_BEST_ACC, "final": TEST_ACC, "median20": TEST_MEDIAN_ACC}
+
+
+def view_protocol(tables: Iterable[object] = ()) -> str:
+    """The protocol of the first report table (the one the sweep's summary and the view stand for); ``best``, the
+    layout's default, without one."""
+    for table in tables:
+        if isinstance(table, dict):
+            protocol = table.get("protocol", "best")
+            return protocol if protocol in _PROTOCOL_METRIC else "best"
+    return "best"
+
+
+def runs_view(axes: Iterable[str], digest: str = "", protocol: str = "best") -> dict:
     """The shared view of the runs the settings with ``digest`` count, exactly the report's
     (:func:`orchestration.contract.counted_filter`: no search trial, no try-out, no older duplicate), grouped by cell
-    with MLflow's *average* per group (the mean over folds; MLflow aggregates min, max and average only, so the std
-    is in the experiment's description, :func:`description`), with the final and best test accuracy in % (four
-    decimals, :func:`orchestration.contract.with_percent`: their average rounds to the report's figure), the level
-    on each axis and the fold as columns beside the run name. Without ``digest``: every grid trial (a store before the counted tag)."""
+    in words (:func:`orchestration.contract.group_label`: ``mutexmatch (tuned) · digits-20``) with MLflow's
+    *average* per group (the mean over folds; MLflow aggregates min, max and average only, so the std is in the
+    experiment's description, :func:`description`), with the test accuracy in % the report's ``protocol`` reads
+    first (four decimals, :func:`orchestration.contract.with_percent`: their average rounds to the report's figure),
+    then the final and best ones, the level on each axis and the fold as columns beside the run name. Without
+    ``digest``: every grid trial (a store before the counted tag)."""
     run_name = "attributes.`Run Name`"
-    metrics = [f"metrics.`{percent_metric(TEST_ACC)}`", f"metrics.`{percent_metric(TEST_BEST_ACC)}`"]
+    first = _PROTOCOL_METRIC.get(protocol, TEST_BEST_ACC)
+    shown = [first] + [m for m in (TEST_ACC, TEST_BEST_ACC) if m != first]
+    metrics = [f"metrics.`{percent_metric(m)}`" for m in shown]
     levels = [f"tags.`{axis_tag(a)}`" for a in axes]
     columns = [*metrics, *levels, f"tags.`{FOLD}`", "attributes.`Source`"]
     # widths in pixels: the header of a tag column is the tag's name, which MLflow cuts to the column
-    widths = {run_name: 290, **{m: 140 for m in metrics}, **{t: 195 for t in levels}, f"tags.`{FOLD}`": 130}
+    widths = {run_name: 290, **{m: 150 for m in metrics}, **{t: 195 for t in levels}, f"tags.`{FOLD}`": 130}
     found = counted_filter(digest) if digest else all_of(tag_equals(ROLE, ROLE_TRIAL), tag_equals(KIND, KIND_GRID))
     return {"searchFilter": found, "orderByKey": "tags.`mlflow.runName`", "orderByAsc": True,
             "selectedColumns": columns, "columnOrder": [run_name, *columns], "columnWidths": widths,
-            "groupBy": {"aggregateFunction": "average", "groupByKeys": [{"mode": "tag", "groupByData": CELL}]}}
+            "groupBy": {"aggregateFunction": "average", "groupByKeys": [{"mode": "tag", "groupByData": GROUP}]}}
 
 
-def experiment_tags(axes: Iterable[str], digest: str = "") -> dict[str, str]:
-    """The tags a sweep's experiment carries: MLflow's kind (model training, not GenAI) and :func:`runs_view` under
-    the settings' own key and the default one (the latest launch's settings)."""
-    view = json.dumps(runs_view(axes, digest))
+def experiment_tags(axes: Iterable[str], digest: str = "", tables: Iterable[object] = ()) -> dict[str, str]:
+    """The tags a sweep's experiment carries: MLflow's kind (model training, not GenAI) and :func:`runs_view` (the
+    protocol of the first of the YAML's report ``tables``) under the settings' own key and the default one (the
+    latest launch's settings)."""
+    view = json.dumps(runs_view(axes, digest, view_protocol(tables)))
     keys = {view_key(), view_key(digest)}
     return {EXPERIMENT_KIND: EXPERIMENT_KIND_ML, **{SHARED_VIEW_TAG + key: view for key in keys}}
 
@@ -80,6 +101,10 @@ def mark_counted(client: MlflowClient, experiment_id: str, digest: str, counted:
         client.set_tag(run_id, tag, "true")
     for run_id in sorted(drop):
         client.delete_tag(run_id, tag)
+    # runs made before the group tag: the view's groups need it (a link run of a reused trial too)
+    for run in client.search_runs([experiment_id], counted_filter(digest), ViewType.ACTIVE_ONLY, max_results=50_000):
+        if GROUP not in run.data.tags and run.data.tags.get(CELL):
+            client.set_tag(run.info.run_id, GROUP, group_label(cell_levels(run.data.tags[CELL])))
 
 
 def mark_counted_run(client: MlflowClient, experiment_id: str, digest: str, run_id: str, cell: str,

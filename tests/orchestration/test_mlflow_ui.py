@@ -23,12 +23,41 @@ def test_the_experiment_opens_on_a_runs_view_with_the_key_columns():
     view = json.loads(tags[mlflow_ui.SHARED_VIEW_TAG + mlflow_ui.RUNS_VIEW_KEY])
     # a store before the counted tag: every grid trial (no search trial), no parent row
     assert view["searchFilter"] == "tags.`mutexmatch.role` = 'trial' AND tags.`mutexmatch.kind` = 'grid'"
+    # grouped by the cell in words (issue 40 item 6: the cell ids were cut to "method=mutexmatch,settin…" for
+    # default and tuned alike), the report's protocol (best, the layout's default) first
     assert view["groupBy"] == {"aggregateFunction": "average",
-                               "groupByKeys": [{"mode": "tag", "groupByData": "mutexmatch.cell"}]}
-    assert view["selectedColumns"][:4] == ["metrics.`test/acc_pct`", "metrics.`test/best_acc_pct`",
+                               "groupByKeys": [{"mode": "tag", "groupByData": "mutexmatch.group"}]}
+    assert view["selectedColumns"][:4] == ["metrics.`test/best_acc_pct`", "metrics.`test/acc_pct`",
                                            "tags.`mutexmatch.axis.method`", "tags.`mutexmatch.axis.setting`"]
     assert "tags.`mutexmatch.fold`" in view["selectedColumns"]
     assert view["columnOrder"][0] == "attributes.`Run Name`" and view["columnWidths"]["attributes.`Run Name`"] >= 260
+
+
+def test_the_views_first_column_is_the_metric_of_the_report_tables_protocol():
+    import json
+
+    def first(tables):
+        tags = mlflow_ui.experiment_tags(["method"], "d", tables)
+        return json.loads(tags[mlflow_ui.SHARED_VIEW_TAG + mlflow_ui.RUNS_VIEW_KEY])["selectedColumns"][:2]
+
+    assert first([{"id": "main", "rows": "method", "protocol": "final"}]) == ["metrics.`test/acc_pct`",
+                                                                             "metrics.`test/best_acc_pct`"]
+    assert first([{"id": "main", "protocol": "median20"}, {"id": "b", "protocol": "final"}])[0] == \
+        "metrics.`test/median_acc_pct`"
+    assert first([{"id": "main", "rows": "method"}])[0] == first([])[0] == "metrics.`test/best_acc_pct`"
+
+
+def test_the_group_label_says_the_cell_in_words_and_tells_tuned_from_default():
+    from orchestration import contract as C
+
+    default = [("method", "mutexmatch"), ("setting", "digits-20")]
+    assert C.group_label(default) == "mutexmatch · digits-20"
+    assert C.group_label(C.tuned_levels(default)) == "mutexmatch (tuned) · digits-20"
+    assert C.cell_levels(C.cell_id(C.tuned_levels(default))) == list(C.tuned_levels(default))
+    tags = C.trial_tags(parent_run_id="p", kind=C.KIND_REFIT, cell_levels=iter(C.tuned_levels(default)),
+                        cell_id=C.cell_id(C.tuned_levels(default)), fold=0, variant="mutexmatch", config_hash="h",
+                        commit="c", trial_id="t", launch_id="l")
+    assert tags[C.GROUP] == "mutexmatch (tuned) · digits-20" and tags[C.axis_tag("setting")] == "digits-20"
 
 
 def test_a_settings_view_filters_its_counted_runs_and_every_link_names_it():
@@ -95,9 +124,11 @@ def test_the_view_holds_exactly_the_runs_the_report_counts(tmp_path_factory):
     found, other = _newest_matching(Store(client, exp), C.KIND_GRID,
                                     {k: SimpleNamespace(hashes=v) for k, v in expected.items()})
     assert {r.info.run_id for r in found.values()} == counted and len(other) == 1   # the try-out, said aloud
+    client.delete_tag(min(counted), C.GROUP)                                         # a run from before the tag
     mlflow_ui.mark_counted(client, exp, "d1", [r.info.run_id for r in found.values()])
     in_view = {r.info.run_id for r in client.search_runs([exp], mlflow_ui.runs_view(["method"], "d1")["searchFilter"])}
     assert in_view == counted
+    assert {client.get_run(r).data.tags.get(C.GROUP) for r in counted} == {"mutexmatch", "fixmatch"}  # filled in
 
     with SqliteRunSource(uri, tmp_path / "mlflow.db") as source:
         trials, ignored = split_by_settings(source.trials(exp, ["method"]), expected)

@@ -43,7 +43,7 @@ def test_cell_id_and_trial_key_builders():
     assert tags == {"mlflow.parentRunId": "p", "mutexmatch.role": "trial", "mutexmatch.kind": "grid",
                     "mutexmatch.cell": "method=fixmatch", "mutexmatch.fold": "2", "mutexmatch.variant": "fixmatch",
                     "mutexmatch.config_hash": "h", "mutexmatch.git_commit": "c", "mutexmatch.trial_id": "t",
-                    "mutexmatch.launch_id": "l", "mutexmatch.axis.method": "fixmatch"}
+                    "mutexmatch.launch_id": "l", "mutexmatch.axis.method": "fixmatch", "mutexmatch.group": "fixmatch"}
 
 
 STORES = {  # a value of --tracking-uri or $MLFLOW_TRACKING_URI → the store, relative to the working directory
