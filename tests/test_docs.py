@@ -145,3 +145,23 @@ def test_every_documented_ray_start_keeps_token_auth_and_a_loopback_dashboard():
         assert "deliberately" in text and "--dashboard-host=0.0.0.0" in text, f"{where}: how to open it is not said"
     disabling = re.compile(r"(?:^|\s)(?:export\s+)?RAY_AUTH_MODE=disabled(?:\s+ray\b|\s*$)", flags=re.M)
     assert not [d for d in _tracked("*.md", "*.sh") if disabling.search(d.read_text())]
+
+
+def test_readme_counts_the_registered_algorithms_and_the_zoo_trains_each():
+    # Issue 43: the README's count ("N more algorithms ...: all N + 1 side by side") was written by hand at 24 and
+    # went stale with each new module; it must be the package's registry (test-only algorithms excluded), and the zoo
+    # sweep it names must have a row for every one of them.
+    from mutexmatch.algorithms import ALGORITHMS
+    from mutexmatch.yamlfile import read_yaml
+
+    package = {n for n, cls in ALGORITHMS.items() if cls.__module__.startswith("mutexmatch.algorithms.")}
+    text = " ".join(README.read_text().split())
+    found = re.search(r"(\d+) more algorithms from .*?: all (\d+) side by side in `experiments/zoo_digits\.yaml`", text)
+    assert found, "README.md: the sentence counting the algorithms is gone; update this test with it"
+    assert (int(found.group(1)) + 1, int(found.group(2))) == (len(package), len(package)), (
+        f"README.md counts {found.group(2)} algorithms; the registry has {len(package)}: write {len(package) - 1} "
+        f"and {len(package)}")
+    assert set(re.findall(r"the (\d+) algorithms side by side", text)) == {str(len(package))}, "README.md's quickstart"
+    zoo = read_yaml(REPO / "experiments" / "zoo_digits.yaml")
+    rows = {row["algorithm"]["name"] for row in zoo["axes"]["method"].values()}
+    assert package <= rows, f"experiments/zoo_digits.yaml has no row for {sorted(package - rows)}"

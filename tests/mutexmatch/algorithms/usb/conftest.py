@@ -27,7 +27,8 @@ for further assertions (a deliberate deviation from USB is asserted there). The 
 - optionally any :class:`Lockstep` field (``steps``, ``ulb_size``, ``num_classes``, ``lr``, ``batchnorm``: a
   BatchNorm2d in the backbone whose running statistics are compared every step, ``second_strong``: a view
   ``x_ulb_s_1`` drawn after the others, USB's ``x_ulb_s_1``; ``x_ulb_s_0`` is the first strong view;
-  ``image_views``: views shaped (N, 1, 1, d_in) like images);
+  ``image_views``: views shaped (N, 1, 1, d_in) like images; ``labeled_strong``: a strong view ``x_lb_s`` of
+  the labeled batch, drawn last);
 - optionally ``after_sgd(ours, usb)``: called after both SGD updates of a step (Mean Teacher's EMA updates);
 - USB algorithms without a mask or pseudo-labels (Pi-Model, Mean Teacher, VAT): ours must return no mask, and our
   pseudo-labels (diagnostics) are not compared; set ``min_mixed = 0``;
@@ -36,7 +37,10 @@ for further assertions (a deliberate deviation from USB is asserted there). The 
   ``usb_backbone`` (a :class:`UsbNet`, which answers ``only_feat`` / ``only_fc``); the driver copies our weights
   into USB's by those names, compares gradients, weights and buffers by them; ``our_step(alg, model, views, step)``
   making our step from the views (:func:`separate_step` for a separate-forward step); ``usb_targets(record)`` where USB's pseudo-labels are not what a
-  ``gen_ulb_targets`` hook returns (every hook's keyword arguments are recorded as ``<hook>.kwargs``).
+  ``gen_ulb_targets`` hook returns (every hook's keyword arguments are recorded as ``<hook>.kwargs``, every call's
+  result in order as ``<hook>.calls``) and ``usb_mask(record)`` where USB's unlabeled mask is not the last
+  ``masking`` call's (DeFixMatch masks its labeled batch after it);
+- USB's ``x_ulb_rot`` (CRMatch) is the ``rotated`` view ``x_ulb_s_0_rot``; :class:`UsbNet` answers ``extract`` too.
 
 USB's epoch advances as its training loop advances it (``it // num_iter_per_epoch``; ``usb_args`` ``epoch`` sets
 how many steps an epoch has: ``total_steps // epoch``). Ours gets the trainer's context: ``steps_per_epoch`` is one
@@ -188,6 +192,10 @@ class UsbNet(nn.Module):
         feat = self.net(x)
         return feat if only_feat else {"logits": self.net.tpc(feat), "feat": feat}
 
+    def extract(self, x: Tensor) -> Tensor:
+        """The backbone's features (what USB's ``CRMatch_Net`` reads for a non-convolutional net)."""
+        return self.net(x)
+
 
 # ----------------------------------------------------------------------------------------------------------------------
 # Building both sides.
@@ -260,16 +268,18 @@ class Views:
     x_ulb_s_1: Tensor | None = None     # a second strong view (adapters with ``second_strong``)
     x_ulb_s_0_rot: Tensor | None = None  # a "rotated" view and its labels 0..3 (adapters with ``rotated``: the
     rot_v: Tensor | None = None          # step's arithmetic is compared, the geometry is tested elsewhere)
+    x_lb_s: Tensor | None = None        # a strong view of the labeled batch (adapters with ``labeled_strong``)
 
     def usb_args(self) -> dict[str, Tensor]:
         """By USB's ``train_step`` argument names (``x_ulb_s_0`` is the first strong view)."""
         return {"x_lb": self.x_lb, "y_lb": self.y_lb, "idx_lb": self.idx_lb, "idx_ulb": self.idx_ulb,
                 "x_ulb_w": self.x_ulb_w, "x_ulb_s": self.x_ulb_s, "x_ulb_s_0": self.x_ulb_s, "x_ulb_s_1": self.x_ulb_s_1,
-                "x_ulb_s_0_rot": self.x_ulb_s_0_rot, "rot_v": self.rot_v}
+                "x_ulb_s_0_rot": self.x_ulb_s_0_rot, "x_ulb_rot": self.x_ulb_s_0_rot, "rot_v": self.rot_v,
+                "x_lb_s": self.x_lb_s}
 
 
 # Our StepSpec view -> the Views field that feeds it (USB's MixMatch gets its second weak view as x_ulb_s).
-VIEW_SOURCE = {"lb": "x_lb", "weak": "x_ulb_w", "strong": "x_ulb_s", "weak2": "x_ulb_s", "strong2": "x_ulb_s_1",
+VIEW_SOURCE = {"lb": "x_lb", "lb_strong": "x_lb_s", "weak": "x_ulb_w", "strong": "x_ulb_s", "weak2": "x_ulb_s", "strong2": "x_ulb_s_1",
                "rotated": "x_ulb_s_0_rot"}
 
 
@@ -313,8 +323,10 @@ class Data:
         if c.rotated:
             v.x_ulb_s_0_rot = self._noisy(x_u, 0.6)
             v.rot_v = torch.randint(4, (len(ulb),), generator=self.g)
+        if c.labeled_strong:   # drawn last too: DeFixMatch's x_lb_s
+            v.x_lb_s = self._noisy(self.x_lb_pool[lb], 0.6)
         if c.image_views:     # (N, 1, 1, d_in): what USB's per-image operations (VAT's L2 norms) expect
-            for name in ("x_lb", "x_ulb_w", "x_ulb_s", "x_ulb_s_1", "x_ulb_s_0_rot"):
+            for name in ("x_lb", "x_ulb_w", "x_ulb_s", "x_ulb_s_1", "x_ulb_s_0_rot", "x_lb_s"):
                 if getattr(v, name) is not None:
                     setattr(v, name, getattr(v, name)[:, None, None, :])
         return v
@@ -327,8 +339,9 @@ def _usb_step(alg: Any, v: Views, seed: int) -> tuple[Tensor, dict[str, float], 
 
     def recording(self: Any, fn_name: str, hook_name: str | None = None, *args: Any, **kwargs: Any) -> Any:
         result = call_hook(self, fn_name, hook_name, *args, **kwargs)
-        if hook_name is not None:
+        if hook_name is not None:   # the last call by name; every call in order under <fn_name>.calls
             hooks[fn_name], hooks[f"{fn_name}.kwargs"] = result, kwargs
+            hooks.setdefault(f"{fn_name}.calls", []).append(result)
         return result
 
     wanted = inspect.signature(alg.train_step).parameters
@@ -392,8 +405,9 @@ def _check_step(adapter: Any, step: int, ours_alg: Algorithm, usb_alg: Any, rec:
     assert grads[0].keys() == grads[1].keys(), f"{at}: parameters with a gradient differ"
     for n in grads[0]:
         torch.testing.assert_close(grads[0][n], grads[1][n], msg=lambda m: f"{at}: gradient of {n}\n{m}")
-    if "masking" in rec.usb_hooks:
-        torch.testing.assert_close(rec.ours.mask, rec.usb_hooks["masking"], msg=lambda m: f"{at}: mask\n{m}")
+    usb_mask = adapter.usb_mask(rec) if hasattr(adapter, "usb_mask") else rec.usb_hooks.get("masking")
+    if usb_mask is not None:
+        torch.testing.assert_close(rec.ours.mask, usb_mask, msg=lambda m: f"{at}: mask\n{m}")
     else:   # USB has no mask (Pi-Model, Mean Teacher, VAT): nor do we
         assert rec.ours.mask is None, f"{at}: USB masks nothing, ours returned a mask"
     usb_targets = (adapter.usb_targets(rec) if hasattr(adapter, "usb_targets") else
@@ -434,6 +448,7 @@ class Lockstep:
     second_strong: bool = False     # a second strong view x_ulb_s_1 (CoMatch, ReMixMatch)
     image_views: bool = False       # views shaped (N, 1, 1, d_in), as images (VAT's per-image norms)
     rotated: bool = False           # a view x_ulb_s_0_rot and its labels rot_v (ReMixMatch)
+    labeled_strong: bool = False    # a strong view x_lb_s of the labeled batch (DeFixMatch)
 
 
 def _models(adapter: Any, cfg: Lockstep) -> tuple[nn.Module, nn.Module, dict[str, str]]:
