@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Iterator
 
 __all__ = ["SQLITE_HEADER", "deleted_experiment", "MLFLOW_TABLES", "check_sqlite_store", "FAST_FAIL_HTTP_ENV",
-           "PROXY_ARTIFACTS_ENV", "prefer_artifact_proxy", "bounded_http"]
+           "PROXY_ARTIFACTS_ENV", "prefer_artifact_proxy", "bounded_http", "unusable_store_file"]
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"  # the first bytes of every SQLite database file
@@ -37,6 +37,13 @@ def check_sqlite_store(tracking_uri: str, path: Path, label: str, *, create: boo
 
     if path.is_dir():
         raise ValueError(f"{label} {tracking_uri!r}: {path} is a folder; give an SQLite file (e.g. mlflow.db)")
+    if path.exists() and not path.is_file():  # a FIFO would block, a device fail after minutes (finding #3)
+        raise ValueError(f"{label} {tracking_uri!r}: {path} is not a regular file ({_file_kind(path)}); give an "
+                         "SQLite file (e.g. mlflow.db)")
+    if create and path.is_file() and not os.access(path, os.W_OK):  # finding #2
+        raise ValueError(f"{label} {tracking_uri!r}: the store file is read-only: {path}; a sweep writes to its "
+                         f"store: make it writable (chmod u+w {path}) or give another store (status and "
+                         "reports.build read a read-only one)")
     if not path.is_file() and not create:
         raise ValueError(f"{label} {tracking_uri!r}: no such file at {path}, no MLflow store there; give the SQLite "
                          "file the sweep wrote (run the sweep first) or the store's URI")
@@ -64,6 +71,15 @@ def check_sqlite_store(tracking_uri: str, path: Path, label: str, *, create: boo
         raise ValueError(f"{label} {tracking_uri!r}: {path} is an SQLite database but not an MLflow store "
                          f"(no {'/'.join(sorted(MLFLOW_TABLES))} tables); give the store the sweep wrote"
                          + (" or a new file name" if create else ""))
+
+
+def _file_kind(path: Path) -> str:
+    import stat
+
+    mode = path.stat().st_mode
+    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"))
+    return next((name for test, name in kinds if test(mode)), "not a file")
 
 
 # The first requests to a tracking server: MLflow's defaults (7 retries with exponential back-off, 120 s per
@@ -99,11 +115,30 @@ def bounded_http(tracking_uri: str, label: str) -> Iterator[None]:
     except Exception as e:
         if not (isinstance(e, OSError) or _is_mlflow_error(e)):  # requests' connection errors are OSErrors
             raise
+        if tracking_uri.startswith("sqlite:///"):  # a file: no server to start (finding #2)
+            raise unusable_store_file(e, f"{label} {tracking_uri!r}",
+                                      tracking_uri[len("sqlite:///"):].partition("?")[0]) from None
         raise _unusable_server(e, f"{label} {tracking_uri!r}") from None
     finally:
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
+
+
+FULL_DISK = ("database or disk is full", "No space left on device", "Disk quota exceeded")
+
+
+def unusable_store_file(err: BaseException, where: str, path: str) -> ValueError:
+    """The one line for an SQLite store that refused a write: read-only (adversarial finding #2), its disk full
+    (finding #4: what was written is intact, the launch resumes once there is space), or SQLite's own reason."""
+    text = str(err)
+    if "readonly database" in text:
+        return ValueError(f"{where}: the store file is read-only: {path}; make it writable (chmod u+w {path}) or "
+                          "give another store")
+    if any(f in text for f in FULL_DISK):
+        return ValueError(f"{where}: the disk holding the store is full ({path}); what was written is intact: free "
+                          "space there, then resume the launch (--resume)")
+    return ValueError(f"{where}: the SQLite store {path} cannot be written ({_short_reason(err)})")
 
 
 def _unusable_server(err: BaseException, where: str) -> ValueError:
