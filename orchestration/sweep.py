@@ -60,9 +60,9 @@ from orchestration.launch import orphans  # noqa: E402
 from orchestration.launch.interrupts import handle_interrupts  # noqa: E402
 from orchestration.launch.launchlock import LaunchRunning, launch_lock, lock_path  # noqa: E402
 from orchestration.launch.launch import (Launch, SweepError, SweepOptions, SweepOutcome, check_options,  # noqa: E402
-                                         command_line, link_reusable, load_launch_plan, record_expected_runs,
+                                         command_line, link_reusable, record_expected_runs,
                                          record_without_launch, resolve_storage, resume_or_start,
-                                         save_launch_plan, select)
+                                         resumed_selection, save_launch_plan, select)
 from orchestration.launch.notify import Notifier, notify_ended  # noqa: E402
 from orchestration.spec.overrides import load_sweep, plan_sweep  # noqa: E402
 from orchestration.spec.tryouts import yaml_plan  # noqa: E402
@@ -274,8 +274,9 @@ def _choose(launch: Launch) -> _Selection | SweepOutcome:
             raise SweepError(f"--resume: no earlier launch of {launch.spec_path} (spec hash {plan.spec_hash}, "
                              f"storage {launch.storage}{', smoke' if plan.smoke else ''}) in experiment "
                              f"{launch.exp_name!r}; start it without --resume (a changed YAML is a new sweep)")
-        saved = load_launch_plan(store.client, found.info.run_id)
-        return _Selection(saved["grid"], saved["phases"], saved["skipped"], resumed=found)
+        grid_keys, phases, skipped = resumed_selection(store, plan, found,  # its plan, or chosen again if lost
+                                                       lambda line: print(f"[sweep] {line}", flush=True))
+        return _Selection(grid_keys, phases, skipped, resumed=found)
     for line in store.lost_lines(store.finished_trials(C.KIND_GRID)):  # reused trials whose source is gone
         print(f"[sweep] {line}", flush=True)
     grid_keys, phases, skipped = ([], [], []) if finished_smoke else select(plan, store, force=opts.force)

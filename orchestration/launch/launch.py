@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 
 __all__ = ["SweepError", "SweepOptions", "Launch", "SweepOutcome", "check_options", "resolve_storage",
            "command_line", "select", "reusable", "link_reusable", "save_launch_plan", "load_launch_plan",
-           "record_expected_runs", "record_without_launch", "resume_or_start", "AUTO_OTHER_SETTINGS"]
+           "resumed_selection", "record_expected_runs", "record_without_launch", "resume_or_start",
+           "AUTO_OTHER_SETTINGS"]
 
 
 class SweepError(RuntimeError):
@@ -331,3 +332,28 @@ def load_launch_plan(client: MlflowClient, run_id: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         path = client.download_artifacts(run_id, C.LAUNCH_PLAN_ARTIFACT, tmp)
         return json.loads(Path(path).read_text())
+
+
+def resumed_selection(store: Store, plan: SweepPlan, parent: Any,
+                      say: Callable[[str], None]) -> tuple[list[str], list[str], list[str]]:
+    """(grid keys, phases, skipped) of the launch being resumed, whose parent run is ``parent``: its saved plan
+    (:data:`~orchestration.contract.LAUNCH_PLAN_ARTIFACT`). When that artifact is lost (the parent run's artifacts
+    deleted, or the file unreadable: fresh finding #5), the trials are chosen again as :func:`select` chooses them
+    (every trial of the YAML not FINISHED in the store; the launch's own trial runs are found by their trial ids),
+    said through ``say`` in one line, and the plan saved again for the next resume."""
+    from mlflow.exceptions import MlflowException
+
+    run_id = parent.info.run_id
+    try:
+        saved = load_launch_plan(store.client, run_id)
+        return list(saved["grid"]), list(saved["phases"]), list(saved["skipped"])
+    except (MlflowException, OSError) as e:
+        how = f"is missing ({type(e).__name__})"
+    except (ValueError, KeyError, TypeError) as e:
+        how = f"is unreadable ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})"
+    grid, phases, skipped = select(plan, store)
+    say(f"--resume: launch {parent.data.tags.get(C.LAUNCH_ID)}'s {C.LAUNCH_PLAN_ARTIFACT} {how} in its parent run "
+        f"{run_id} ({parent.info.artifact_uri}); its trials are chosen again from the YAML and the store's runs: "
+        f"{len(grid)} grid trial(s) and {len(phases)} phase(s) not FINISHED, {len(skipped)} FINISHED")
+    save_launch_plan(store.client, run_id, {"grid": grid, "phases": phases, "skipped": skipped})
+    return grid, phases, skipped

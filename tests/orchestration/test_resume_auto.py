@@ -127,3 +127,40 @@ def test_resume_auto_twice_in_a_row_trains_once_and_the_webhook_hears_the_end(tm
     finally:
         server.shutdown()
         server.server_close()
+
+
+class _Trial:
+    def __init__(self, cell: str, fold: int, config_hash: str):
+        self.key, self.hashes = C.trial_key(cell, fold), {config_hash}
+
+
+class _GridPlan:
+    def __init__(self, *trials: _Trial):
+        self.grid, self.searches, self.refits, self.smoke = list(trials), [], None, False
+
+
+def test_a_resumed_launch_whose_plan_artifact_is_lost_chooses_its_trials_again(store):
+    """Fresh finding #5: ``--resume`` after the parent run's artifacts were deleted died with "failed unexpectedly:
+    Failed to download artifacts from path 'launch_plan.json'". The trials are chosen again from the plan and the
+    store's runs (every one not FINISHED), said in one line naming the lost artifact, and the plan saved again."""
+    import shutil
+    from urllib.parse import urlparse
+
+    from orchestration.launch.launch import load_launch_plan, resumed_selection, save_launch_plan
+
+    parent = _launch(store, "lost", "KILLED")
+    save_launch_plan(store.client, parent, {"grid": ["m=a/fold0", "m=b/fold0"], "phases": [], "skipped": []})
+    done = store.client.create_run(store.experiment_id, tags={
+        C.ROLE: C.ROLE_TRIAL, C.KIND: C.KIND_GRID, C.CELL: "m=a", C.FOLD: "0", C.CONFIG_HASH: "ha"})
+    store.client.set_terminated(done.info.run_id, "FINISHED")
+    run = store.client.get_run(parent)
+    shutil.rmtree(urlparse(run.info.artifact_uri).path)            # the parent run's artifacts, deleted
+    said: list[str] = []
+    grid, phases, skipped = resumed_selection(store, _GridPlan(_Trial("m=a", 0, "ha"), _Trial("m=b", 0, "hb")),
+                                              run, said.append)
+    assert (grid, phases, skipped) == (["m=b/fold0"], [], ["m=a/fold0"])
+    assert len(said) == 1 and "launch lost" in said[0] and "launch_plan.json is missing" in said[0], said
+    assert "chosen again" in said[0] and "1 grid trial(s)" in said[0]
+    assert load_launch_plan(store.client, parent) == {"grid": grid, "phases": phases, "skipped": skipped}
+    said.clear()                                                   # saved again: the next resume reads it
+    assert resumed_selection(store, _GridPlan(), run, said.append) == (grid, phases, skipped) and said == []
