@@ -47,6 +47,9 @@ def latex_document(title: str, table_ids: Sequence[str], figures: Sequence[tuple
     lines = [r"\documentclass[10pt]{article}",
              r"\IfFileExists{lmodern.sty}{\usepackage[T1]{fontenc}\usepackage{lmodern}}{}",
              r"\usepackage[utf8]{inputenc}", r"\usepackage[margin=2cm]{geometry}",
+             # captions a size below the text, as venues set them (LaTeX's own \caption is \normalsize, larger
+             # than the footnotesize tables under it); caption.sty is in TeX Live's latex-recommended
+             r"\IfFileExists{caption.sty}{\usepackage[font=small,labelfont=bf,skip=4pt]{caption}}{}",
              *(rf"\usepackage{{{p}}}" for p in PACKAGES if p != "geometry"), *_FLOATS, _FIGURE_FILE,
              r"\begin{document}",
              # the title in the running head, not above the first table: a table nearly a page tall could not

@@ -247,7 +247,7 @@ def _note(data: TableData, markdown: bool) -> str:
     bold, second = ("**bold**", "*italic*") if markdown else ("bold", "underlined")
     parts = [f"Mean ± std (sample, ddof=1) over folds of {metric} ×100; protocol: {PROTOCOL_TEXT[data.protocol]}; "
              f"split rule: {rules}.",
-             f"{bold}: best, {second}: second best per column" + (" among the rows run here" if data.has_quoted else "")
+             f"{bold}: best, {second}: second best per column" + _ranked_rows(data)
              + f"; (n=k): k of {PAPER_FOLDS} folds finished; —: none."]
     sub = data.subcolumns
     shown = (["Paper: the published number"] if "paper" in sub else []) + (["Δ = ours − paper"] if "delta" in sub
@@ -264,6 +264,27 @@ def _note(data: TableData, markdown: bool) -> str:
         parts.append(f"Rows {where} in each block: quoted from the paper (its printed numbers in the Paper column), "
                      "not run here and never ranked; —: the paper prints no number.")
     return " ".join(parts)
+
+
+def _ranked_rows(data: TableData) -> str:
+    """Which rows the bold and second marks rank, when not all: a tuned row above the bold one would otherwise read
+    as a mistake (issue 40 item 6)."""
+    tuned = any(r.endswith(TUNED_ROW) for r in data.rows)
+    if data.has_quoted:
+        return " among the rows run here" + (" and not tuned" if tuned else "")
+    return " among the rows not tuned" if tuned else ""
+
+
+def pair_baseline(data: TableData) -> str | None:
+    """The row label every paired Δ of the table is taken against, named in the column's title; None when the pairs
+    have different baselines (each cell then names its own)."""
+    bases = {pair.b for pair, _ in data.paired}
+    return data.layout.row_label(bases.pop()) if len(bases) == 1 else None
+
+
+def _pair_title(data: TableData) -> str:
+    base = pair_baseline(data)
+    return "paired Δ (p)" if base is None else f"paired Δ vs. {base} (p)"
 
 
 def _footnotes(data: TableData, mark: Callable[[str], str], escape: Callable[[str], str]) -> str:
@@ -302,19 +323,21 @@ def _md_cell(data: TableData, key: Key) -> str:
     return text + _n_suffix(stats)
 
 
-_MD_SUB = {"paper": "paper", "delta": "Δ", "pair": "paired Δ (p)"}
-_TEX_SUB = {"ours": "Ours", "paper": "Paper", "delta": r"$\Delta$", "pair": r"paired $\Delta$ ($p$)"}
+_MD_SUB = {"paper": "paper", "delta": "Δ"}   # "pair": _pair_title
+_TEX_SUB = {"ours": "Ours", "paper": "Paper", "delta": r"$\Delta$"}   # "pair": reports.tables_latex
 
 
 def _paired_text(data: TableData, key: Key) -> str:
-    """A row's paired comparison in its column: ``+1.23 (0.0412)`` (mean a − b, p); empty for a row that is no
-    pair's ``a``."""
+    """A row's paired comparison in its column: ``+1.23 (0.0412)`` (mean a − b, p), ending in ``vs. <b's label>``
+    when the table's pairs have different baselines (:func:`pair_baseline`); empty for a row that is no pair's
+    ``a``."""
     g, r, c = key
-    found = next((res for pair, res in data.paired if pair.a == r), None)
+    found = next(((pair, res) for pair, res in data.paired if pair.a == r), None)
     if found is None:
         return ""
-    res = found[(g, c)]
-    return "n/a" if res.mean_diff is None else f"{_signed(res.mean_diff)} ({format_p(res.p_value)})"
+    pair, res = found[0], found[1][(g, c)]
+    against = "" if pair_baseline(data) is not None else f" vs. {data.layout.row_label(pair.b)}"
+    return ("n/a" if res.mean_diff is None else f"{_signed(res.mean_diff)} ({format_p(res.p_value)})") + against
 
 
 def _paired_note(data: TableData) -> str:
@@ -342,7 +365,8 @@ def render_markdown(data: TableData) -> str:
     header = [_md_escape(_row_header(data))]
     for t in titles:
         # "paper" and "Δ" beside their column: repeating the column title would triple a wide table's width.
-        header += [_md_escape(t) if sc == "ours" else _MD_SUB[sc] for sc in data.shown]
+        header += [_md_escape(t) if sc == "ours" else _md_escape(_pair_title(data)) if sc == "pair" else _MD_SUB[sc]
+                   for sc in data.shown]
     lines = [f"**{_md_escape(caption(data))}**", "", _md_row(header),
              _md_row([":---"] + ["---:"] * (len(header) - 1))]
     blank = [""] * (len(header) - 1)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import unicodedata
 
-from orchestration.contract.layout import PairedSpec, QuotedRow
+from orchestration.contract.layout import TUNED_ROW, PairedSpec, QuotedRow
 from reports.stats import PairedResult
 from reports.tables import (_TEX_SUB, PAPER_FOLDS, Key, TableData, _fold_value, _folds_note, _footnotes, _note,
-                            _paired_note, _published_text, _quoted_text, _row_header, _signed, caption,
+                            _paired_note, _published_text, _quoted_text, _row_header, _signed, caption, pair_baseline,
                             folds_caption, format_mean_std, format_p)
 
 __all__ = ["render_latex", "render_folds_latex", "latex_escape", "MAX_TEX_COLUMNS"]
@@ -140,7 +140,9 @@ def _tex_subheaders(data: TableData) -> list[str]:
     """The sub-column headers under each column title. "Ours" only beside the paper's numbers (Paper or Δ): beside
     the paired Δ alone it would set our numbers against nothing, so there it says what the cell holds."""
     ours = _TEX_SUB["ours"] if data.has_published else r"mean $\pm$ std"
-    return [ours if sc == "ours" else _TEX_SUB[sc] for sc in data.shown]
+    base = pair_baseline(data)
+    pair = r"paired $\Delta$ ($p$)" if base is None else rf"paired $\Delta$ vs.\ {latex_escape(base)} ($p$)"
+    return [ours if sc == "ours" else pair if sc == "pair" else _TEX_SUB[sc] for sc in data.shown]
 
 
 def render_latex(data: TableData) -> str:
@@ -169,7 +171,9 @@ def render_latex(data: TableData) -> str:
             lines += [_tex_quoted_row(data, q, columns) for q in quoted]
             if quoted:
                 lines.append(rf"\cmidrule{{1-{ncols}}}")          # the paper's rows above, ours below
-            for r in data.rows:
+            for i, r in enumerate(data.rows):
+                if i and r.endswith(TUNED_ROW) != data.rows[i - 1].endswith(TUNED_ROW):
+                    lines.append(rf"\cmidrule{{1-{ncols}}}")          # tuned rows apart: never ranked
                 row = [latex_escape(lay.row_label(r)) + _tex_mark(lay.row_mark(g, r))]
                 for c in columns:
                     row += [_tex_cell(data, (g, r, c)) if sc == "ours" else _tex_published(data, (g, r, c), sc)

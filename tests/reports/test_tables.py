@@ -197,14 +197,15 @@ def test_paired_comparisons_fold_into_a_column_when_the_layout_asks():
     report = validate_report(spec)
     folded = build_table_data(report.tables[0], report.axes, report.folds, runs(), "final")
     md = render_markdown(folded).splitlines()
-    assert md[2] == ("| Method | 40 labels | paired Δ (p) | 250 labels | paired Δ (p) | 400 labels | "
-                     "paired Δ (p) |")
+    # one baseline for every pair: the column's title names it (issue 40 item 6)
+    assert md[2] == ("| Method | 40 labels | paired Δ vs. FixMatch (p) | 250 labels | paired Δ vs. FixMatch (p) | "
+                     "400 labels | paired Δ vs. FixMatch (p) |")
     assert "| MutexMatch | **91.00±1.41** (n=2) | 0.00 (1.0000) | 95.00 (n=1) | n/a | — | n/a |" in md
     assert "| FixMatch | *95.00±1.58* |  | — |  | — |  |" in md       # no pair's `a`: empty
     assert not any(ln.startswith("Paired comparison") for ln in md)   # no table below
     assert "Paired Δ (p): MutexMatch − FixMatch, on the same folds" in md[-1]
     tex = render_latex(folded)
-    assert r"paired $\Delta$ ($p$)" in tex and "$+1.00$ (n/a)" in tex
+    assert r"paired $\Delta$ vs.\ FixMatch ($p$)" in tex and "$+1.00$ (n/a) &" in tex
     # one comparison per row: a row that is `a` of two pairs is refused in one line
     spec["tables"][0]["paired"] = [{"a": "mm", "b": "fm"}, {"a": "mm", "b": "sup"}]
     with pytest.raises(Exception, match=r"paired\[0\]\.a='mm': paired_column shows one comparison per row"):
@@ -221,7 +222,8 @@ def test_no_lone_ours_sub_header_without_the_papers_numbers():
     spec["tables"][0].update(paired_column=True, column_groups={})
     report = validate_report(spec)
     tex = render_latex(build_table_data(report.tables[0], report.axes, report.folds, runs(), "final"))
-    assert r"Method & mean $\pm$ std & paired $\Delta$ ($p$) & mean $\pm$ std & paired $\Delta$ ($p$)" in tex
+    assert (r"Method & mean $\pm$ std & paired $\Delta$ vs.\ FixMatch ($p$) & mean $\pm$ std & paired $\Delta$ vs.\ "
+            r"FixMatch ($p$)") in tex
     assert "Ours" not in tex
     assert r"Method & Ours & $\Delta$ & Ours & $\Delta$" in render_latex(wide_table(value_columns=["ours", "delta"]))
 
