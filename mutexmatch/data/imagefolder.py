@@ -11,7 +11,9 @@ Rules (documented in ``docs/datasets.md`` too):
 
 - **Which files count.** Every file whose extension PIL can open (``PIL.Image.registered_extensions()``, case
   insensitive) at any depth below a class folder. Names starting with ``.`` (``.DS_Store``, our own cache folder)
-  and files with other extensions (``README.txt``) are ignored; ``check_folder`` counts the ignored files.
+  and files with other extensions (``README.txt``) are ignored; ``check_folder`` counts the ignored files. Links
+  are followed: a folder reached by several paths counts once (the first in sorted order), a link back to one of
+  its own ancestors is refused.
 - **Colour.** Every image becomes 8-bit RGB with ``PIL.Image.convert("RGB")``: grayscale is copied to the three
   channels, palette images are looked up in their palette, an alpha channel is dropped (the colour under it is
   kept), 16-bit and float images are clipped to 0..255 by PIL (with a warning naming how many and the first).
@@ -95,11 +97,18 @@ class FolderIndex:
 
 
 def _walk_images(top: Path, exts: frozenset[str]) -> tuple[list[str], int]:
-    """Image files below ``top`` as sorted paths relative to ``top`` (hidden names skipped), and the ignored count."""
+    """Image files below ``top`` as sorted paths relative to ``top`` (hidden names skipped), and the ignored count.
+    Links are followed; a folder reached by several paths is listed once, by the first in sorted order."""
     found: list[str] = []
     ignored = 0
+    seen: set[tuple[int, int]] = set()  # (device, inode) of every folder listed
     for dirpath, dirnames, filenames in os.walk(top, followlinks=True):
         _refuse_link_loop(Path(dirpath))
+        st = os.stat(dirpath)
+        if (st.st_dev, st.st_ino) in seen:  # finding #7: links reaching one folder by 2^n paths never ended
+            dirnames[:] = []
+            continue
+        seen.add((st.st_dev, st.st_ino))
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         for name in filenames:
             if name.startswith("."):

@@ -301,3 +301,21 @@ def test_a_16_bit_image_is_clipped_with_a_warning(tmp_path):
                                             "converting to 8-bit RGB clips their values to 0..255"):
         x = imagefolder.decode_images([narrow, wide], 16, workers=1)
     assert x.shape == (2, 3, 16, 16) and int(x[1].max()) == 255
+
+
+def test_links_reaching_one_folder_by_many_paths_list_each_image_once(folder, tmp_path) -> None:
+    """Adversarial finding #7: a "diamond" of links (each level linking twice to the next) made `datasets check`
+    walk 2^depth paths (no answer in 150 s at the tester's depth); here depth 10 lists one image 1,024 times."""
+    shared = tmp_path / "shared"
+    for level in range(10):
+        (shared / f"d{level}").mkdir(parents=True)
+        for link in ("x", "y"):
+            (shared / f"d{level}" / link).symlink_to(shared / f"d{level + 1}", target_is_directory=True)
+    _save(shared / "d10" / "deep.png", np.zeros((8, 8, 3), np.uint8))
+    (folder / "train" / "cat" / "diamond").symlink_to(shared / "d0", target_is_directory=True)
+    (folder / "unlabeled").mkdir()
+    (folder / "unlabeled" / "diamond").symlink_to(shared / "d0", target_is_directory=True)
+    index = imagefolder.scan_folder(folder)
+    deep = [rel for rel, _ in index.files["train"] if rel.endswith("deep.png")]
+    assert deep == ["cat/diamond/x/x/x/x/x/x/x/x/x/x/deep.png"]  # the first path in sorted order
+    assert [rel for rel, _ in index.files["unlabeled"]] == ["diamond/x/x/x/x/x/x/x/x/x/x/deep.png"]
