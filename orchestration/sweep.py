@@ -98,7 +98,8 @@ def run_sweep(opts: SweepOptions) -> SweepOutcome:
         return dry_run(launch.plan, opts, launch.uri, launch.storage, launch.exp_name)
     # held from before the store is first opened to the end: a second launch is refused, never a duplicate
     with launch_lock(launch.uri, launch.exp_name, command_line(opts, launch.uri, launch.storage,
-                                                               resume=opts.resume)) as name_launch:
+                                                               resume=opts.resume)) as name_launch, \
+            C.store_file_errors(launch.uri, "--tracking-uri"):  # its disk full at any write: one line (finding #4)
         return _run_locked(launch, name_launch)
 
 

@@ -24,11 +24,11 @@ from typing import Callable
 from urllib.parse import unquote, urlparse
 
 from orchestration import contract as C
+from orchestration.store.default_models import DEFAULT_ID, adopt_trial_models
 
 __all__ = ["ARTIFACT_DIR", "ForeignArtifacts", "foreign_locations", "check_artifact_home"]
 
 ARTIFACT_DIR = "mlruns"     # beside mlflow.db: where a SQLite store's artifacts live
-DEFAULT_ID = "0"            # MLflow's Default experiment, made with the store where its maker's cwd was
 
 
 class ForeignArtifacts(ValueError):
@@ -138,8 +138,10 @@ def _handle(db: sqlite3.Connection, location: str, exps: list[tuple[str, str]], 
 
 def check_artifact_home(tracking_uri: str, say: Callable[[str], None] = print) -> None:
     """For a SQLite store: every local artifact location it records lies in its folder, or is moved there (said
-    through ``say``) or pinned there (see the module's rules); else :class:`ForeignArtifacts` naming the fix. Other
-    stores (a server) choose their own locations: nothing to check."""
+    through ``say``) or pinned there (see the module's rules); else :class:`ForeignArtifacts` naming the fix. Trial
+    models an earlier version left in the Default experiment move to their runs'
+    (:func:`orchestration.store.default_models.adopt_trial_models`). Other stores (a server) choose their own
+    locations: nothing to check."""
     if not tracking_uri.startswith("sqlite:///") or tracking_uri.startswith("sqlite:///:memory:"):
         return
     path = Path(tracking_uri[len("sqlite:///"):].partition("?")[0])
@@ -149,8 +151,10 @@ def check_artifact_home(tracking_uri: str, say: Callable[[str], None] = print) -
     with sqlite3.connect(path, timeout=30) as db:
         if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'experiments'").fetchone():
             return
-        # one location at a time: moving an ``mlruns`` moves every location under it (a location still foreign
-        # after its move was recorded in a spelling not known here: refused rather than left pointing outside)
+        # first: trial models out of Default, which then may be empty (pinned, not refused: their files stay where
+        # they are). One location at a time: moving an ``mlruns`` moves every location under it (a location still
+        # foreign after its move was recorded in a spelling not known here: refused rather than left outside)
+        adopted = adopt_trial_models(db)
         before = _locations(db)
         while found := foreign_locations(db, path.parent):
             location, exps = next(iter(found.items()))
@@ -162,3 +166,6 @@ def check_artifact_home(tracking_uri: str, say: Callable[[str], None] = print) -
             f"the artifact locations of experiment(s) {', '.join(map(repr, names))}, {moved.runs} run(s) and "
             f"{moved.models} logged model(s) now point to {home} (the copy's own), so nothing is written into "
             f"{roots}")
+    if adopted:
+        say(f"[mlflow] {path}: {adopted} trial model(s) that an earlier version logged into MLflow's Default "
+            f"experiment moved to their runs' experiments (runs:/<run id>/model and the run pages find them)")

@@ -152,3 +152,59 @@ def test_an_empty_default_elsewhere_is_pinned_and_one_with_files_elsewhere_refus
     with pytest.raises(ForeignArtifacts, match=rf"'Default' keep their artifacts in {other}/mlruns/0, outside .*"
                                                rf"\(mkdir -p {store}/mlruns && cp -r {other}/mlruns/0 {store}/mlruns/0\)"):
         ensure_experiment(MlflowClient(moved), "e", moved)
+
+
+def test_trial_models_an_earlier_version_left_in_default_move_to_their_runs(scratch, capsys):
+    """A store logged before issue 40 holds every trial's model in the Default experiment: the next command moves
+    each (with its tags and params) to its run's experiment, where ``runs:/<run>/model`` finds it; a model of a run
+    that is not the project's stays."""
+    import mlflow.artifacts
+    from mlflow import MlflowClient
+    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+
+    from orchestration import contract as C
+    from orchestration.trial.tracking import ensure_experiment
+
+    uri = f"sqlite:///{scratch / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    exp = ensure_experiment(client, "e", uri)
+    trial = client.create_run(exp, tags={C.ROLE: C.ROLE_TRIAL}).info.run_id
+    other = client.create_run(exp).info.run_id
+    (scratch / "files").mkdir()
+    (scratch / "files" / "MLmodel").write_text("a model")
+    old = [client.create_logged_model(experiment_id="0", name="model", source_run_id=run, tags={"k": "v"},
+                                      params={"p": "1"}).model_id for run in (trial, other)]
+    client.log_model_artifacts(old[0], str(scratch / "files"))
+    ensure_experiment(client, "e", uri)
+    assert "1 trial model(s) that an earlier version logged into MLflow's Default" in capsys.readouterr().out
+    moved, kept = client.get_logged_model(old[0]), client.get_logged_model(old[1])
+    assert (moved.experiment_id, moved.tags.get("k"), moved.params, kept.experiment_id) == (exp, "v", {"p": "1"}, "0")
+    with _use_tracking_uri(uri):
+        local = mlflow.artifacts.download_artifacts(f"runs:/{trial}/model", dst_path=str(scratch / "dl"))
+    assert (Path(local) / "MLmodel").read_text() == "a model"
+    ensure_experiment(client, "e", uri)
+    assert capsys.readouterr().out == ""
+
+
+def test_a_store_made_elsewhere_with_old_trial_models_in_default_is_used_not_refused(scratch, capsys, monkeypatch):
+    """A store made by a command run in another folder before issue 40: Default (``<that folder>/mlruns/0``) holds
+    only trial models. They move to their runs' experiments, keeping their files where they are, and Default, empty,
+    is pinned to the store's folder: no refusal."""
+    from mlflow import MlflowClient
+
+    from orchestration import contract as C
+    from orchestration.trial.tracking import artifact_location, ensure_experiment
+
+    store, cwd = scratch / "store", scratch / "cwd"
+    store.mkdir(), cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    uri = f"sqlite:///{store / 'mlflow.db'}"
+    client = MlflowClient(uri)                             # as the earlier version left it: no check yet
+    exp = client.create_experiment("e", artifact_location=artifact_location(uri))
+    trial = client.create_run(exp, tags={C.ROLE: C.ROLE_TRIAL}).info.run_id
+    model = client.create_logged_model(experiment_id="0", name="model", source_run_id=trial)
+    assert model.artifact_location.startswith(str(cwd / "mlruns" / "0"))
+    ensure_experiment(client, "e", uri)
+    assert "1 trial model(s)" in capsys.readouterr().out
+    assert client.get_logged_model(model.model_id).experiment_id == exp
+    assert client.get_experiment("0").artifact_location == (store / "mlruns" / "0").as_uri()
