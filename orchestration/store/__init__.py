@@ -5,6 +5,8 @@
 - ``mlflow_ui.py``: the experiment's kind, description and shared runs view (the runs the report counts), the link a
   command prints, a trial's Dataset column.
 - ``location.py``: a SQLite store's artifacts stay in its folder (a copied store gets its own, or is refused).
+- ``default_models.py``: trial models an earlier version left in MLflow's Default experiment, moved to their
+  runs' experiments.
 - ``concurrent.py``: writes another process may make at the same moment (a dataset input, an experiment, a tag):
   the other's row is success, not a failure.
 
