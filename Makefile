@@ -15,7 +15,9 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	# torch/torchvision first, pinned: other versions do not import together here
 	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
-	$(PY) -m pip install -q -e '.[dev]'
+	# setuptools' "Editable installation … folders in your working directory with the same name as your package"
+	# notice is about this checkout itself (the packages are imported from it on purpose): not shown
+	PYTHONWARNINGS='ignore:Editable installation' $(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
 install: $(VENV)/.installed
