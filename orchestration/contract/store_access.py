@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Iterator
 
 __all__ = ["SQLITE_HEADER", "deleted_experiment", "MLFLOW_TABLES", "check_sqlite_store", "FAST_FAIL_HTTP_ENV",
-           "PROXY_ARTIFACTS_ENV", "prefer_artifact_proxy", "bounded_http", "unusable_store_file"]
+           "PROXY_ARTIFACTS_ENV", "prefer_artifact_proxy", "bounded_http", "unusable_store_file",
+           "disk_full", "store_file_errors"]
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"  # the first bytes of every SQLite database file
@@ -128,6 +129,15 @@ def bounded_http(tracking_uri: str, label: str) -> Iterator[None]:
 FULL_DISK = ("database or disk is full", "No space left on device", "Disk quota exceeded")
 
 
+def disk_full(err: BaseException) -> bool:
+    """Whether ``err`` is a write refused for want of space (SQLite's SQLITE_FULL, ENOSPC, EDQUOT), however
+    wrapped (MLflow's exceptions keep the driver's text)."""
+    import errno
+
+    return (isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT)) or any(
+        f in str(err) for f in FULL_DISK)
+
+
 def unusable_store_file(err: BaseException, where: str, path: str) -> ValueError:
     """The one line for an SQLite store that refused a write: read-only (adversarial finding #2), its disk full
     (finding #4: what was written is intact, the launch resumes once there is space), or SQLite's own reason."""
@@ -135,10 +145,24 @@ def unusable_store_file(err: BaseException, where: str, path: str) -> ValueError
     if "readonly database" in text:
         return ValueError(f"{where}: the store file is read-only: {path}; make it writable (chmod u+w {path}) or "
                           "give another store")
-    if any(f in text for f in FULL_DISK):
+    if disk_full(err):
         return ValueError(f"{where}: the disk holding the store is full ({path}); what was written is intact: free "
                           "space there, then resume the launch (--resume)")
     return ValueError(f"{where}: the SQLite store {path} cannot be written ({_short_reason(err)})")
+
+
+@contextmanager
+def store_file_errors(tracking_uri: str, label: str) -> Iterator[None]:
+    """Within: an SQLite store's full disk or read-only file (a sweep's whole launch: the disk may fill at any
+    write) becomes one ``ValueError`` line naming the disk and the store (:func:`unusable_store_file`), not
+    MLflow's traceback (finding #4); any other error passes."""
+    try:
+        yield
+    except Exception as e:
+        if not tracking_uri.startswith("sqlite:///") or not (disk_full(e) or "readonly database" in str(e)):
+            raise
+        raise unusable_store_file(e, f"{label} {tracking_uri!r}",
+                                  tracking_uri[len("sqlite:///"):].partition("?")[0]) from None
 
 
 def _unusable_server(err: BaseException, where: str) -> ValueError:

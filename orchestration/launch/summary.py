@@ -120,6 +120,7 @@ class TrialStatus:
     not_finished: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     retried: list[str] = field(default_factory=list)   # trials that took more than one attempt, and why
+    lost: list[str] = field(default_factory=list)      # trials whose run was deleted while the launch ran
 
 
 def trial_statuses(store: Store, parent_run_id: str | None, plan: SweepPlan, grid_keys: list[str],
@@ -130,12 +131,12 @@ def trial_statuses(store: Store, parent_run_id: str | None, plan: SweepPlan, gri
     if parent_run_id is not None:
         for run in store.children(parent_run_id):
             tg = run.data.tags
-            key = C.trial_key(tg.get(C.CELL), tg.get(C.FOLD))
-            if tg.get(C.KIND) == C.KIND_SEARCH:
-                key = f"{tg.get(C.SEARCH_PHASE)}:{key}"
+            key = _status_key(tg)
             by_key.setdefault(key, []).append(run.info.status)
             if (note := _retried(key, tg)) is not None:
                 st.retried.append(note)
+    if parent_run_id is not None:
+        st.lost = _lost(store, parent_run_id, by_key)
     for key in grid_keys:
         statuses = by_key.get(key, [])
         (st.finished if "FINISHED" in statuses else st.failed if "FAILED" in statuses else st.not_finished
@@ -166,6 +167,24 @@ def _retried(key: str, tags: dict[str, str]) -> str | None:
     return f"{key} ({attempts} attempts" + (f"; a failed one: {error[0][:200]}" if error else "") + ")"
 
 
+def _status_key(tags: dict[str, str]) -> str:
+    """A trial run's key among the launch's statuses: its grid key, a search trial's prefixed by its phase."""
+    key = C.trial_key(tags.get(C.CELL), tags.get(C.FOLD))
+    return f"{tags.get(C.SEARCH_PHASE)}:{key}" if tags.get(C.KIND) == C.KIND_SEARCH else key
+
+
+def _lost(store: Store, parent_run_id: str, by_key: dict[str, list[str]]) -> list[str]:
+    """The launch's trial runs deleted (MLflow's trash) with no FINISHED run of their trial left (adversarial
+    finding #6): a run that a restored launch deleted itself was replaced, and is not lost."""
+    lost = []
+    for run in store.deleted_children(parent_run_id):
+        key = _status_key(run.data.tags)
+        if "FINISHED" not in by_key.get(key, []):
+            lost.append(f"{key} (its MLflow run {run.info.run_id} was deleted while the launch ran; a new launch of "
+                        "the sweep, without --resume, trains it again)")
+    return sorted(lost)
+
+
 def _grouped(items: list[str]) -> str:
     """``cell/fold0, cell/fold1`` → ``cell folds 0,1`` (search entries are kept as they are)."""
     groups: dict[str, list[str]] = {}
@@ -184,6 +203,7 @@ def format_statuses(st: TrialStatus) -> str:
                          ("FAILED", st.failed), ("not finished", st.not_finished)):
         if items:
             lines.append(f"{label} ({len(items)}): {_grouped(items)}")
-    if st.retried:
-        lines.append(f"retried ({len(st.retried)}): {'; '.join(sorted(st.retried))}")
+    for label, notes in (("retried", st.retried), ("lost", st.lost)):
+        if notes:
+            lines.append(f"{label} ({len(notes)}): {'; '.join(sorted(notes))}")
     return "\n".join(lines)

@@ -65,6 +65,11 @@ class Store:
             if not token:
                 return
 
+    def deleted_children(self, parent_run_id: str) -> list[Run]:
+        """The runs of one launch in MLflow's trash (deleted while or after the launch ran)."""
+        return self.client.search_runs([self.experiment_id], children_filter(parent_run_id), ViewType.DELETED_ONLY,
+                                       max_results=_PAGE)
+
     def sweeps(self, *clauses: str, order_by: Iterable[str] = ()) -> Iterator[Run]:
         """The launches' parent runs matching ``clauses``."""
         return self.runs(sweeps_filter(), *clauses, order_by=order_by)

@@ -47,11 +47,12 @@ apply_closed_network_env()
 
 from mlflow import MlflowClient  # noqa: E402  (telemetry must be off before mlflow is imported)
 from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, Run, RunTag  # noqa: E402
+from mlflow.exceptions import MlflowException  # noqa: E402
 
 __all__ = [
     "resolve_tracking_uri", "artifact_location", "ensure_experiment", "git_commit", "flatten_params",
     "create_parent_run", "link_reused", "end_run",
-    "log_metrics", "log_params_and_tags", "ParentInfo", "TrialRun",
+    "log_metrics", "log_params_and_tags", "ParentInfo", "TrialRun", "run_deleted",
 ]
 
 def resolve_tracking_uri(uri: str | None, project_dir: Path, *, create: bool = True) -> str:
@@ -276,6 +277,12 @@ class TrialRun:
         log_params_and_tags(self.client, self.run_id, {},
                             {C.overhead_tag(what): f"{s:.3f}" for what, s in overhead_s.items()})
         end_run(self.client, self.run_id, "FINISHED")
+
+
+def run_deleted(error: BaseException) -> bool:
+    """Whether ``error`` is MLflow refusing a write to a run someone deleted (MLflow's trash) while it was used."""
+    return isinstance(error, MlflowException) and "must be in the 'active' state" in str(error) and \
+        "deleted" in str(error)
 
 
 def _last_logged_step(client: MlflowClient, run: Run) -> int:

@@ -55,7 +55,7 @@ from mutexmatch.training.preemption import Preempted  # noqa: E402
 from orchestration.trial.spanning import Span, fit_spanning  # noqa: E402
 from orchestration.trial.scratch import SCRATCH_DIRNAME, scratch_root  # noqa: E402
 
-__all__ = ["TrialContext", "run_trial", "TrialCallback", "RUN_DIRNAME", "META_FILE", "SCRATCH_DIRNAME"]
+__all__ = ["TrialContext", "run_trial", "TrialCallback", "DiskFull", "RUN_DIRNAME", "META_FILE", "SCRATCH_DIRNAME"]
 
 RUN_DIRNAME = "run"
 META_FILE = "orchestration.json"
@@ -238,7 +238,7 @@ def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
         if _failed(trial_run, trial_id, folder, e):  # a divergence: ended without an error, so Tune retries nothing
             return
         raise
-    _finish(ctx, ident, trial_run, t_entry, setup_s=setup_s, hooks_s=callback.hooks_s)
+    _finish(ctx, ident, trial_run, t_entry, at=(trial_id, folder), setup_s=setup_s, hooks_s=callback.hooks_s)
     try:
         if callback.final is not None:
             # may raise SystemExit (the scheduler stops the trial at max_t); the run is complete and FINISHED
@@ -248,14 +248,20 @@ def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _finish(ctx: TrialContext, ident: dict[str, Any], trial_run: tracking.TrialRun, t_entry: float,
-            **overhead: float) -> None:
+def _finish(ctx: TrialContext, ident: dict[str, Any], trial_run: tracking.TrialRun, t_entry: float, *,
+            at: tuple[str, RunFolder], **overhead: float) -> None:
     """The run FINISHED with its ``overhead`` tags and the attempt's wall time since ``t_entry``; a grid or refit
     run then joins the MLflow view of the runs its settings count at once, not only when the launch ends (issue 34:
     the view was empty through a first launch). The launch's end still marks the whole set
     (:func:`orchestration.launch.summary.publish_counted`: reused runs, older duplicates): a failure to mark costs
-    only the early view, never the trial."""
-    trial_run.finish({**overhead, "wall_s": time.perf_counter() - t_entry})
+    only the early view, never the trial. A run deleted meanwhile is said in one line (:func:`_failed`; ``at``: the
+    trial's id and run folder)."""
+    try:
+        trial_run.finish({**overhead, "wall_s": time.perf_counter() - t_entry})
+    except Exception as e:
+        if _failed(trial_run, *at, e):
+            return
+        raise
     if not ctx.counted_digest or ident["kind"] not in (C.KIND_GRID, C.KIND_REFIT):
         return
     try:
@@ -265,10 +271,29 @@ def _finish(ctx: TrialContext, ident: dict[str, Any], trial_run: tracking.TrialR
         print(f"[trial {trial_run.run_id}] not marked in the counted view yet: {type(e).__name__}: {e}", flush=True)
 
 
+class DiskFull(RuntimeError):
+    """A trial stopped by a full disk, in one line (adversarial finding #4): the trial ends ERRORED, which
+    ``--resume`` continues from its last checkpoint once there is space."""
+
+
 def _failed(trial_run: tracking.TrialRun, trial_id: str, folder: RunFolder, error: BaseException) -> bool:
     """The run FAILED with the error's line; True for a divergence (:class:`NonFiniteLossError`), which is
     deterministic (issue 33 item 6): Tune's restart from the last checkpoint would diverge the same way, twice over
-    (``mutexmatch.attempts=3`` and three tracebacks before), so the caller ends the trial without raising."""
+    (``mutexmatch.attempts=3`` and three tracebacks before), so the caller ends the trial without raising. True too
+    for a run deleted while it trained (finding #6: the summary reports it lost); :class:`DiskFull` for a full disk."""
+    if tracking.run_deleted(error):
+        print(f"[trial {trial_id}] its MLflow run {trial_run.run_id} was deleted while it trained: the trial stops "
+              "here, reported lost in the sweep's summary (a new launch of the sweep trains it again)",
+              file=sys.stderr, flush=True)
+        return True
+    if C.disk_full(error):
+        where = getattr(error, "filename", None) or trial_run.client.tracking_uri.removeprefix("sqlite:///")
+        line = (f"no space left on the disk of {where}; what was written is intact: free space there, then resume "
+                "the launch (--resume)")
+        print(f"[trial {trial_id}] {line}", file=sys.stderr, flush=True)
+        with contextlib.suppress(Exception):  # the store may be the full disk
+            trial_run.failed(error)
+        raise DiskFull(line) from None
     trial_run.failed(error)
     if isinstance(error, NonFiniteLossError):
         print(f"[trial {trial_id}] error: {error} (not retried; run folder kept: {folder.path})", file=sys.stderr)

@@ -87,3 +87,16 @@ def test_a_store_file_that_refuses_a_write_is_said_as_a_file_not_a_server(error,
         with C.bounded_http(uri, "--tracking-uri"):
             raise MlflowException(error)
     assert str(got.value) == f"--tracking-uri {uri!r}: {said}"
+
+
+def test_a_full_disk_anywhere_in_a_launch_is_one_line_naming_the_disk_and_the_store():
+    # finding #4: the store's disk filled during a sweep: six tracebacks
+    uri = "sqlite:////d/mlflow.db"
+    with pytest.raises(ValueError, match=r"^--tracking-uri 'sqlite:////d/mlflow\.db': the disk holding the store is "
+                                         r"full \(/d/mlflow\.db\); what was written is intact: free space there, "
+                                         r"then resume the launch \(--resume\)$"):
+        with C.store_file_errors(uri, "--tracking-uri"):
+            raise OSError(28, "No space left on device")
+    with pytest.raises(KeyError):  # any other error is the caller's
+        with C.store_file_errors(uri, "--tracking-uri"):
+            raise KeyError("x")
