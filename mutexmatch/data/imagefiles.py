@@ -3,13 +3,15 @@ datasets shipped as JPEG/PNG files: mini-ImageNet, Tiny-ImageNet; the no-code im
 
 Every file read from a data folder goes through :func:`regular_file` first (issue 33 item 1): a FIFO named like a
 dataset file blocked the read for ever, a device never ends; an image goes through :func:`open_image`, which also
-refuses one whose header promises more than :data:`MAX_IMAGE_PIXELS` (a decompression bomb) before decoding it.
+refuses one whose header promises more than :data:`MAX_IMAGE_PIXELS` (a decompression bomb) before decoding it, and
+a TIFF listing more than :data:`MAX_IMAGE_PARTS` strips or tiles before PIL opens it (finding #8).
 """
 
 from __future__ import annotations
 
 import os
 import stat
+import struct
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -17,11 +19,18 @@ import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
-__all__ = ["MAX_IMAGE_PIXELS", "regular_file", "open_image", "decode_files"]
+__all__ = ["MAX_IMAGE_PIXELS", "MAX_IMAGE_PARTS", "regular_file", "open_image", "decode_files"]
 
 # Pixels of one image before decoding it (2^26: 256 MB as RGB); PIL's own limit warns first and fails at twice its
 # 89 M, a size no semi-supervised image needs.
 MAX_IMAGE_PIXELS = 1 << 26
+# Strips or tiles one TIFF may list: PIL's open builds a Python object (~230 bytes) for each listed one before the
+# size is known, so a 60 MB file listing 30 M one-byte strips took 7 GB (finding #8). 2^16 is one strip per row of
+# an 8192-row image, or 32x32 tiles over the largest image allowed; ~15 MB to open.
+MAX_IMAGE_PARTS = 1 << 16
+# TIFF's byte-order marks and its StripOffsets / TileOffsets tags (TIFF 6.0, sections 2, 3 and 15).
+_TIFF_ORDER = {b"II": "<", b"MM": ">"}
+_TIFF_OFFSET_TAGS = (273, 324)
 
 
 def regular_file(path: Path, who: str, error: Callable[[str], Exception] = ValueError) -> Path:
@@ -41,6 +50,10 @@ def open_image(path: Path, who: str, error: Callable[[str], Exception] = ValueEr
     """The decoded image at ``path``: a regular file whose header promises at most :data:`MAX_IMAGE_PIXELS`, else
     ``error`` with one line naming the file and what to do (a missing, truncated or undecodable file too)."""
     regular_file(path, who, error)
+    parts = _tiff_parts(path)
+    if parts > MAX_IMAGE_PARTS:
+        raise error(f"{who}: {path} lists {parts:,} strips or tiles, more than the {MAX_IMAGE_PARTS:,} an image may "
+                    "have; re-save or remove it")
     unreadable = (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError)
     try:
         img = Image.open(path)  # reads the header only
@@ -56,6 +69,32 @@ def open_image(path: Path, who: str, error: Callable[[str], Exception] = ValueEr
         img.close()
         raise error(_unreadable(path, who, err)) from None
     return img
+
+
+def _tiff_parts(path: Path) -> int:
+    """The strips or tiles the first image of a TIFF (or BigTIFF) lists, read from its first directory's entry
+    counts without loading any list; 0 for another format or a header too short to say (PIL then judges it).
+    PIL offers no way to read a tag's count without unpacking the whole list, which is the cost being avoided."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(16)
+            order = _TIFF_ORDER.get(head[:2])
+            if order is None or len(head) < 16:
+                return 0
+            magic = struct.unpack(order + "H", head[2:4])[0]
+            if magic not in (42, 43):  # 43: BigTIFF
+                return 0
+            big = magic == 43
+            first, count_fmt, entry_fmt = ((struct.unpack(order + "Q", head[8:16])[0], "Q", "HHQ8x") if big
+                                           else (struct.unpack(order + "I", head[4:8])[0], "H", "HHI4x"))
+            f.seek(first)
+            entries = struct.unpack(order + count_fmt, f.read(struct.calcsize(order + count_fmt)))[0]
+            size = struct.calcsize(order + entry_fmt)
+            table = f.read(min(entries, 4096) * size)  # a directory of more entries is PIL's to refuse
+    except (OSError, ValueError, struct.error):
+        return 0
+    counts = (struct.unpack_from(order + entry_fmt, table, i) for i in range(0, len(table) - size + 1, size))
+    return max((count for tag, _, count in counts if tag in _TIFF_OFFSET_TAGS), default=0)
 
 
 def _unreadable(path: Path, who: str, err: BaseException) -> str:
