@@ -3,15 +3,25 @@ brings those back). The callback holds no state, so it works unchanged when ``Tu
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from ray import tune
 
 from orchestration.contract import TEST_ACC, TEST_BEST_ACC, VAL_BEST_ACC
 
-__all__ = ["ProgressPrinter", "trial_label"]
+__all__ = ["ProgressPrinter", "trial_label", "quiet_tune_console"]
 
 _SHOWN = (TEST_ACC, TEST_BEST_ACC, VAL_BEST_ACC)
+
+
+def quiet_tune_console(verbose: int) -> None:
+    """At ``--tune-verbose 0`` (the default), Tune's older console, which prints nothing at verbose 0: its newer one
+    (``RAY_AIR_NEW_OUTPUT``, Ray 2.60's default) prints, whatever the verbosity, a box-drawn table per phase, "View
+    detailed results here" and a TensorBoard command for files the sweep does not use (issue 40 item 6). Read by
+    ``Tuner.fit`` when it starts; a user's own ``RAY_AIR_NEW_OUTPUT`` wins."""
+    if verbose == 0:
+        os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
 
 
 def trial_label(trial: Any) -> str:

@@ -195,6 +195,17 @@ def test_relaunch_skips_finished_trials_without_starting_ray(tiny, run_cli):
 
 
 @pytest.mark.slow
+def test_the_console_holds_the_sweeps_own_lines_not_tunes_boxes_or_hints(tiny):
+    """Issue 40 item 6: Tune's new console (Ray 2.60) printed, even at verbose 0, a box-drawn table per phase and
+    "View detailed results here" / "To visualize your results with TensorBoard" lines that no user of the sweep
+    needs; the sweep's one line per trial event and its summary remain."""
+    _, result, _, _ = tiny
+    assert result.returncode == 0, result.output
+    for noise in ("╭", "│", "╰", "Configuration for experiment", "View detailed results here", "TensorBoard"):
+        assert noise not in result.output, (noise, result.output[-3000:])
+    assert "] started: " in result.output and "] done at step 8: " in result.output
+
+
 def test_resume_auto_on_the_finished_sweep_trains_nothing(tiny, run_cli):
     """Issue 31: what a requeued or retried job runs every time (``--resume auto``, unlimited retries) finds the
     launch of these settings FINISHED and trains nothing: no run is added."""
