@@ -4,7 +4,12 @@ serves a SQLite store, printed by the sweep, the status and ``mlflow ui`` users 
 
 from __future__ import annotations
 
-__all__ = ["RUNS_VIEW_KEY", "UI_HOST", "UI_PORT", "view_key", "runs_view_url", "ui_command", "ui_hint"]
+import shutil
+import sys
+from pathlib import Path
+
+__all__ = ["RUNS_VIEW_KEY", "UI_HOST", "UI_PORT", "view_key", "runs_view_url", "mlflow_executable", "ui_command",
+           "ui_hint"]
 
 # MLflow 3.17 opens an experiment on its GenAI overview unless the sidebar's "Model training" switch (kept per
 # browser) or the URL says otherwise, so every printed link names the runs view with ``workflowType=machine_learning``
@@ -31,9 +36,21 @@ def runs_view_url(base: str, experiment_id: str, digest: str = "") -> str:
             f"&viewStateShareKey={view_key(digest)}")
 
 
+def mlflow_executable() -> str:
+    """The ``mlflow`` of this Python's environment (the venv's: its MLflow wrote the store, and outside an activated
+    venv a bare ``mlflow`` is not found, or is another MLflow that may not read the store): ``.venv/bin/mlflow``
+    when the environment is a folder of the working directory, else its full path; plain ``mlflow`` when that is the
+    one on PATH or there is none."""
+    exe = Path(sys.executable).parent / "mlflow"
+    if not exe.is_file() or shutil.which("mlflow") == str(exe):
+        return "mlflow"
+    venv = exe.parent.parent
+    return str(exe.relative_to(venv.parent)) if venv.parent == Path.cwd() else str(exe)
+
+
 def ui_command(tracking_uri: str) -> str:
-    """The command that serves a SQLite store's UI on this machine only."""
-    return f"mlflow ui --backend-store-uri {tracking_uri} --host {UI_HOST} --port {UI_PORT}"
+    """The command that serves a SQLite store's UI on this machine only, with this environment's ``mlflow``."""
+    return f"{mlflow_executable()} ui --backend-store-uri {tracking_uri} --host {UI_HOST} --port {UI_PORT}"
 
 
 def ui_hint(tracking_uri: str, experiment_id: str, digest: str = "") -> str:

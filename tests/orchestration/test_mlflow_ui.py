@@ -6,13 +6,28 @@ from __future__ import annotations
 from orchestration.store import mlflow_ui
 
 
-def test_the_printed_link_opens_the_runs_view():
+def test_the_printed_link_opens_the_runs_view(tmp_path, monkeypatch):
     view = "#/experiments/7/runs?workflowType=machine_learning&viewStateShareKey=mutexmatch-trials"
     assert mlflow_ui.ui_hint("http://mlflow:5000/", "7") == f"http://mlflow:5000/{view}"
     # a SQLite store: the command that serves it on this machine only, and the same view's address
+    monkeypatch.setattr("sys.executable", str(tmp_path / "nowhere" / "python"))
     assert mlflow_ui.ui_hint("sqlite:////x/mlflow.db", "7") == (
         "mlflow ui --backend-store-uri sqlite:////x/mlflow.db "
         f"--host 127.0.0.1 --port 5000, then open http://127.0.0.1:5000/{view}")
+
+
+def test_the_printed_command_is_the_environments_own_mlflow(tmp_path, monkeypatch):
+    """Issue 40 item 6: `make quickstart` printed `mlflow ui …`, which a shell without the venv activated does not
+    find (or finds another MLflow, which may not read the store)."""
+    venv_bin = tmp_path / ".venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    (venv_bin / "mlflow").write_text("#!/bin/sh\n")
+    monkeypatch.setattr("sys.executable", str(venv_bin / "python"))
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.chdir(tmp_path)
+    assert mlflow_ui.ui_command("sqlite:////x/m.db").startswith(".venv/bin/mlflow ui --backend-store-uri ")
+    monkeypatch.chdir("/")
+    assert mlflow_ui.ui_command("sqlite:////x/m.db").startswith(f"{venv_bin / 'mlflow'} ui ")
 
 
 def test_the_experiment_opens_on_a_runs_view_with_the_key_columns():
