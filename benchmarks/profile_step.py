@@ -2,7 +2,7 @@
 
     python benchmarks/profile_step.py [--device cpu|cuda] [--backbone wrn28_2] [--batch 64] [--mu 7]
                                       [--precision fp32|bf16] [--compile] [--warmup 5] [--steps 3]
-                                      [--sync-steps 5]
+                                      [--sync-steps 5] [--per-op-augment]
                                       [--out benchmarks/results/NAME.json]
 
 Builds ``benchmarks/train_step.py``'s ``ours`` step (``Trainer.train_step`` on synthetic CIFAR-sized images), runs
@@ -26,6 +26,9 @@ Builds ``benchmarks/train_step.py``'s ``ours`` step (``Trainer.train_step`` on s
   ``torch.cuda.set_sync_debug_mode("warn")`` (warnings from the Python thread by call site, plus those the
   autograd thread prints). PyTorch's one-time notice that the mode is a prototype ("Synchronization debug mode is a
   prototype feature...") is no synchronisation and is not counted (``notices_ignored``); null on the CPU.
+
+``--per-op-augment`` profiles the strong view's RandAugment ops each on its own sub-batch (the path before issue 45,
+``_per_op_augment`` in the default output name): the launch count before and after the fused ops.
 
 Default output: ``benchmarks/results/profile_<device>_<backbone>_<precision>.json``, headed by
 :func:`record.header`. No ratio is printed: this is a breakdown, not a speed claim (``train_step.py`` measures).
@@ -243,6 +246,7 @@ def count_syncs(trainer, root: str, steps: int) -> dict:
 
 def run(args, root: str) -> dict:
     trainer = build_ours(args, synthetic_cifar(args.images), root, compile_model=args.compile)
+    trainer.batches.fused_augment = not args.per_op_augment
     label_phases(trainer)
     for _ in range(args.warmup):
         trainer.train_step()
@@ -285,6 +289,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=3, help="profiled steps")
     ap.add_argument("--sync-steps", type=int, default=5, help="steps whose synchronisations are counted (CUDA)")
     ap.add_argument("--images", type=int, default=4096)
+    ap.add_argument("--per-op-augment", action="store_true", help="the strong view's RandAugment ops each on its "
+                    "own sub-batch (before issue 45) instead of fused")
     ap.add_argument("--out", help="results JSON (default benchmarks/results/profile_<device>_<backbone>_"
                     "<precision>.json)")
     args = ap.parse_args()
@@ -294,7 +300,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as root:
         result = run(args, root)
     per_step = args.batch * (1 + 2 * args.mu)
-    settings = {k: getattr(args, k) for k in ("backbone", "batch", "mu", "precision", "compile", "warmup", "steps")}
+    settings = {k: getattr(args, k) for k in ("backbone", "batch", "mu", "precision", "compile", "warmup", "steps",
+                                              "per_op_augment")}
     record = {**header(args.device), "settings": {**settings, "images_per_step": per_step}, **result}
     print(f"| category | s per step ({result['timed']}) |\n| --- | --- |")
     for name, sec in result["time_by_category_s"].items():
@@ -304,7 +311,7 @@ def main() -> None:
             print(f"{key}: {result[key]}")
     print(launch_line(result))
     print(f"step without the profiler: {result['step_s_unprofiled']:.4f} s")
-    suffix = "_compile" if args.compile else ""
+    suffix = ("_compile" if args.compile else "") + ("_per_op_augment" if args.per_op_augment else "")
     write(args.out, f"profile_{torch.device(args.device).type}_{args.backbone}_{args.precision}{suffix}", record)
 
 

@@ -11,7 +11,8 @@ augmentation there, channels-last model, one forward over [labeled | weak | stro
 BatchNorm + LeakyReLU), with ``keep_freed_memory`` off, with ``train.deterministic`` (deterministic kernels,
 what a bit-exact CUDA resume needs), with each batch made when the step needs it instead of ahead on a side stream
 (``ours+on_demand``) and with foreach instead of fused SGD (``ours+sgd_foreach``; both differ from ours on CUDA
-only); modifiers combine (``ours+bf16+compile``; ``MODIFIERS`` lists them, ``ours_compile`` is the older spelling
+only), with the strong view's RandAugment ops each on its own sub-batch as before issue 45 (``ours+per_op_augment``,
+the same images); modifiers combine (``ours+bf16+compile``; ``MODIFIERS`` lists them, ``ours_compile`` is the older spelling
 of ``ours+compile``). Reference (the released code's design): per-image PIL
 RandAugment+Cutout and flip/crop in a `torch.utils.data.DataLoader`, an NCHW fp32 eager model, the same backbone,
 loss (MutexMatch, official form), batch and optimiser, as released (glibc defaults) and — to separate the allocator
@@ -74,6 +75,7 @@ MODIFIERS = {
     "bf16": "bf16 autocast (whatever --precision says)",
     "fp16": "fp16 autocast with the GradScaler (whatever --precision says)",
     "graphs": "train.cuda_graphs (CUDA graphs over the compiled backbone; CUDA only)",
+    "per_op_augment": "the strong view's RandAugment ops each on its own sub-batch (the path before issue 45)",
 }
 DEFAULT_PIPELINES = ["reference", "reference_retain", "ours", "ours+compile", "ours+no_keep", "ours+deterministic",
                      "ours+on_demand", "ours+sgd_foreach"]
@@ -157,6 +159,8 @@ def time_ours(args, bundle: DatasetBundle, root: str, pipeline: str) -> list[flo
                          deterministic="deterministic" in mods, precision=precision, cuda_graphs="graphs" in mods)
     if "on_demand" in mods:
         trainer.prefetcher.ahead = False
+    if "per_op_augment" in mods:
+        trainer.batches.fused_augment = False
     if "sgd_foreach" in mods:
         for group in trainer.optimizer.param_groups:  # read by SGD at every step
             group.update(fused=False, foreach=True)

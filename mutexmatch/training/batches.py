@@ -52,6 +52,9 @@ class BatchSource:
         # RandAugment's op choices are drawn on the host (mutexmatch.data.augment): from aug_generator itself on the
         # CPU.
         self.op_generator = None if device.type == "cpu" else torch.Generator().manual_seed(t.seed + 2)
+        # The strong view's ops fused (issue 45) or each on its own sub-batch: the same images, compared for speed by
+        # benchmarks/train_step.py's ours+per_op_augment.
+        self.fused_augment = True
         self.prefetcher = Prefetcher(self.make, self.state, device)
 
     def state(self) -> dict:
@@ -76,7 +79,7 @@ class BatchSource:
         lb = to_device(idx.lb, device)
         ulb = to_device(idx.ulb, device)
         views, rot = make_views(self.step_spec, self.train_x[lb], self.ulb_x[ulb] if ulb.numel() else None,
-                                aug, self.op_generator)
+                                aug, self.op_generator, self.fused_augment)
         x = normalize(torch.cat(views), info.mean, info.std, channels_last=self.cfg.model.channels_last)
         return Batch(x, self.train_y[lb], ulb, to_device(idx.ulb_pos, device), len(ulb), rot,
                      to_device(idx.lb_pos, device))

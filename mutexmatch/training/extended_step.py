@@ -93,10 +93,11 @@ def rotate(x: Tensor, k: Tensor) -> Tensor:
 
 
 def make_views(spec: StepSpec, x_lb: Tensor, x_ulb: Tensor | None, aug: Mapping[str, Any],
-               op_generator: torch.Generator | None) -> tuple[list[Tensor], Tensor | None]:
+               op_generator: torch.Generator | None, fused: bool = True) -> tuple[list[Tensor], Tensor | None]:
     """The step's views of the uint8 batches ``x_lb`` and ``x_ulb`` (None: no unlabeled data) in ``spec.views``
     order, each drawn from ``aug``'s generator (and ``op_generator``) in that order, and the rotation labels (or
-    None). ``aug``: weak_augment's keywords (flip, pad, pad_mode, generator)."""
+    None). ``aug``: weak_augment's keywords (flip, pad, pad_mode, generator); ``fused``: strong_augment's (the same
+    images either way)."""
     made: dict[str, Tensor] = {}
     rot = None
     for name in spec.made(x_ulb is not None):
@@ -108,7 +109,7 @@ def make_views(spec: StepSpec, x_lb: Tensor, x_ulb: Tensor | None, aug: Mapping[
         elif name in ("lb", "weak", "weak2"):
             made[name] = weak_augment(src, **aug)
         else:
-            made[name] = strong_augment(src, **aug, op_generator=op_generator)
+            made[name] = strong_augment(src, **aug, op_generator=op_generator, fused=fused)
     return list(made.values()), rot
 
 

@@ -66,6 +66,7 @@ def test_train_step_pipelines_combine_modifiers():
     ts = _train_step_module()
     assert ts.modifiers("ours+bf16+compile") == ["bf16", "compile"] and ts.modifiers("ours_compile") == ["compile"]
     assert ts.modifiers("reference") == [] and ts.describe("ours+deterministic") == "ours + train.deterministic"
+    assert ts.modifiers("ours+per_op_augment") == ["per_op_augment"]  # issue 45: the fused augmentation's baseline
     for bad in ("ours+warp", "theirs+bf16", "ours+bf16+bf16", "ours+"):
         with pytest.raises(ValueError, match="not one of"):
             ts.modifiers(bad)

@@ -34,6 +34,17 @@ def test_the_default_views_are_the_former_three_augmentation_calls():
     assert len(lb_only) == 1 and torch.equal(lb_only[0], former[0])
 
 
+def test_make_views_hands_the_fused_choice_to_the_strong_view(monkeypatch):
+    """BatchSource.fused_augment (benchmarks/train_step.py's ours+per_op_augment) reaches strong_augment."""
+    import mutexmatch.training.extended_step as es
+    seen = []
+    monkeypatch.setattr(es, "strong_augment", lambda x, **kw: seen.append(kw["fused"]) or x)
+    x = torch.zeros(2, 1, 8, 8, dtype=torch.uint8)
+    for fused in (False, True):
+        make_views(StepSpec(), x, x, {**AUG, "generator": torch.Generator()}, None, fused)
+    assert seen == [False, True]
+
+
 def test_rotated_view_is_the_strong_view_turned_by_its_label():
     spec = StepSpec(views=("lb", "weak", "strong", "rotated"))
     x_u = torch.randint(0, 256, (16, 3, 8, 8), dtype=torch.uint8)
