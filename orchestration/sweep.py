@@ -34,16 +34,19 @@ import secrets
 import sys
 import time
 import warnings
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from mutexmatch.cli import entry_point
+from orchestration.runtime import signals
 from orchestration.runtime.jobs import check_job_paths, require_packages
 from orchestration.runtime.processes import start_time
 
 if __name__ == "__main__":
+    signals.exit_while_importing()  # first: a stop signal while importing ends it resumable, not 138 (issue 40)
     require_packages()  # before the imports below: one line, not a traceback (a Ray head's Python without them)
 
 from orchestration.runtime.env import apply_closed_network_env  # noqa: E402
@@ -307,12 +310,15 @@ def _choose(launch: Launch) -> _Selection | SweepOutcome:
 
 def _start_ray(opts: SweepOptions, plan: SweepPlan) -> tuple[bool, dict[str, float]]:
     """Ray started (or joined) and the per-trial request checked against it; (we started it, the request)."""
-    started_ray = init_ray()
-    if opts.handle_signals:
-        handle_interrupts()  # again: ray.init installs its own (aborting) SIGTERM handler
-    try:
-        import ray
+    import ray
 
+    # a stop signal while Ray starts is held, then acted on (finding #17: Ray's handler exited 15 without a word)
+    with signals.held() if opts.handle_signals else nullcontext([]) as received:
+        started_ray = init_ray(interrupted=lambda: bool(received))
+    try:
+        if opts.handle_signals:
+            handle_interrupts()  # again: ray.init installs its own (aborting) SIGTERM handler
+            interrupts.act_on(received)
         request, warns = check_cluster(plan.spec.resources, opts.gpu_policy)
     except BaseException:
         if started_ray:
@@ -446,9 +452,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         verbose=args.tune_verbose, handle_signals=True, overrides=tuple(args.overrides),
                         per_trial=args.per_trial, gpus=args.gpus, no_reuse=args.no_reuse, reuse=args.reuse,
                         notify=args.notify)
-    handle_interrupts()
     t0 = time.perf_counter()
     try:
+        handle_interrupts()
         outcome = run_sweep(opts)
     except (SpecError, SweepError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -461,8 +467,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               "the rest and trains what is left", file=sys.stderr)
         return 130
     except KeyboardInterrupt:
-        print("interrupted before the sweep started: no launch was opened and nothing was trained (link runs of "
-              "reused trials written before, if any, are FINISHED); the same command starts it", file=sys.stderr)
+        print(signals.before_start_line(interrupts.last_signal()), file=sys.stderr)
         return 130
     print(f"[sweep] wall time {time.perf_counter() - t0:.1f} s", flush=True)
     return {"finished": 0, "dry-run": 0, "nothing-to-do": 0, "interrupted": 130}.get(outcome.status, 1)

@@ -23,9 +23,9 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-__all__ = ["INTERRUPTED", "IN_FIT", "STOP_HOOKS", "PREEMPT_HOOKS", "on_interrupt", "handle_interrupts",
-           "LaunchAborted", "LinkingInterrupted", "uninterruptible", "held_signals", "route_usr1",
-           "TUNE_STOP_LINES", "quiet_tune_stop"]
+__all__ = ["INTERRUPTED", "IN_FIT", "STOP_HOOKS", "PREEMPT_HOOKS", "RECEIVED", "on_interrupt",
+           "handle_interrupts", "LaunchAborted", "LinkingInterrupted", "uninterruptible", "held_signals", "route_usr1",
+           "stop_if_interrupted", "last_signal", "act_on", "TUNE_STOP_LINES", "quiet_tune_stop"]
 
 
 class LaunchAborted(KeyboardInterrupt):
@@ -87,16 +87,39 @@ PREEMPT_HOOKS: list[Callable[[], None]] = []
 _FOR_TUNE = threading.Event()
 
 
+# The stop signals received, in order (the command line names the first in its last line).
+RECEIVED: list[int] = []
+
+
+def last_signal() -> int | None:
+    """The first stop signal this process received, if any."""
+    return RECEIVED[0] if RECEIVED else None
+
+
+def act_on(received: list[int]) -> None:
+    """Handle the signals held while Ray started (:func:`orchestration.runtime.signals.held`), the first as if it
+    arrived now (outside ``fit``: KeyboardInterrupt)."""
+    if received:
+        on_interrupt(received[0], None)
+
+
 def on_interrupt(signum: int, frame: Any) -> None:
     """First Ctrl+C/SIGTERM: ask Tune to stop gracefully (its SIGUSR1 handler saves the experiment state and stops
-    the trials) and remember that the launch was interrupted. A second one, or one outside ``fit``, aborts."""
+    the trials) and remember that the launch was interrupted. A second one, or one outside ``fit``, aborts. While
+    ``fit`` starts, before Tune listens, the signal is only remembered: Tune's set-up acts on it
+    (:func:`stop_if_interrupted`)."""
     first = not INTERRUPTED.is_set()
     INTERRUPTED.set()
+    RECEIVED.append(signum)
     if first and signum == signal.SIGTERM and STOP_HOOKS:
         # a thread: the main thread may hold the store's write lock in the frame this handler interrupted
         threading.Thread(target=_run_hooks, args=(list(STOP_HOOKS),), name="sweep-stop", daemon=True).start()
-    tune_listens = hasattr(signal, "SIGUSR1") and signal.getsignal(signal.SIGUSR1) not in (
-        signal.SIG_DFL, signal.SIG_IGN, None)
+    handler = signal.getsignal(signal.SIGUSR1) if hasattr(signal, "SIGUSR1") else None
+    tune_listens = callable(handler) and handler is not on_interrupt
+    if first and IN_FIT.is_set() and not tune_listens:
+        print(f"\n[sweep] {signal.Signals(signum).name} while the trials start: the launch stops once Tune is up",
+              file=sys.stderr, flush=True)
+        return
     if first and IN_FIT.is_set() and tune_listens:
         print("\n[sweep] interrupted: stopping the trials and saving the state (interrupt again to abort at once)",
               file=sys.stderr, flush=True)
@@ -127,6 +150,14 @@ def route_usr1() -> None:
 
     on_usr1.passes_to_tune = tune_handler  # type: ignore[attr-defined]
     signal.signal(signal.SIGUSR1, on_usr1)
+
+
+def stop_if_interrupted() -> None:
+    """Tune's graceful stop at once when a stop signal came while ``fit`` started, before Tune listened (called
+    from the same set-up as :func:`route_usr1`, in the main thread)."""
+    if INTERRUPTED.is_set() and IN_FIT.is_set():
+        _FOR_TUNE.set()
+        os.kill(os.getpid(), signal.SIGUSR1)
 
 
 def _preempt_then_stop(hooks: list[Callable[[], None]]) -> None:

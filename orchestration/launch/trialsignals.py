@@ -30,6 +30,7 @@ class PassOnUsr1(Callback):
 
     def setup(self, **info: Any) -> None:
         interrupts.route_usr1()
+        interrupts.stop_if_interrupted()  # a signal that came while fit started, before Tune listened
 
 
 def checkpoint_trials(store: Store, parent_run_id: str, wait_s: float = WAIT_S) -> list[str]:

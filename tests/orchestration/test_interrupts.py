@@ -83,3 +83,99 @@ def test_ctrl_c_prints_the_resume_line_and_nothing_like_a_crash(tmp_path, data_r
     assert "[sweep] interrupted: stopping the trials and saving the state" in out
     assert "To resume this launch (finished trials are not re-run):\n  python -m orchestration.sweep ctrlc.yaml" in out
     assert [line for line in out.splitlines() if any(s in line for s in CRASH_LOOKS)] == []
+
+
+# Adversarial finding #17 and issue 40 item 1: a stop signal at any moment of the driver's start-up is honoured —
+# the launch ends resumable (130) with its line, never exit 15 or 138 without a word, never trained to the end.
+STARTED_NOTHING = "before the sweep started: no launch was opened and nothing was trained"
+
+
+def _mapped(pid: int, names: tuple[str, ...]) -> bool:
+    """Whether process ``pid`` has one of ``names`` (shared libraries) mapped: it is importing that package."""
+    try:
+        maps = open(f"/proc/{pid}/maps").read()
+    except OSError:
+        return False
+    return any(name in maps for name in names)
+
+
+def _cmdlines(pids: list[int]) -> str:
+    out = []
+    for pid in pids:
+        try:
+            out.append(open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:
+            continue
+    return "\n".join(out)
+
+
+def _signalled_start(tmp_path, data_root, sweep_env, procs, signum: int, ready, what: str) -> tuple[int, str]:
+    """A one-trial sweep's driver sent ``signum`` once ``ready(pid)`` holds; (its exit status, its output)."""
+    import subprocess
+    import sys
+
+    from tests.orchestration.test_fault_tolerance import write_spec
+
+    write_spec(tmp_path, data_root, name="startsig", iterations=20, folds=[0], methods=["fixmatch"])
+    driver = subprocess.Popen([sys.executable, "-m", "orchestration.sweep", "startsig.yaml"], cwd=tmp_path,
+                              env=sweep_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              start_new_session=True)
+    try:
+        procs["wait_for"](lambda: driver.poll() is not None or ready(driver.pid), 180, what, interval=0.05)
+        os.kill(driver.pid, signum)
+        out, _ = driver.communicate(timeout=180)
+    finally:
+        procs["kill"]([driver.pid, *procs["descendants"](driver.pid)])
+    return driver.returncode, out
+
+
+def test_the_time_limit_signal_while_the_driver_imports_is_honoured(tmp_path, data_root, sweep_env, procs):
+    """SLURM's USR1 while the driver still imports torch/Ray (seconds on a loaded node): Python's default action
+    ended it with 138, which the batch script took for a crash (make test-slurm, issue 40)."""
+    import signal
+
+    rc, out = _signalled_start(tmp_path, data_root, sweep_env, procs, signal.SIGUSR1,
+                               lambda pid: _mapped(pid, ("libtorch_cpu", "_raylet.so", "libtorch.so")),
+                               "the driver importing torch or Ray")
+    assert rc == 130, out
+    assert STARTED_NOTHING in out and "SIGUSR1" in out, out
+    assert "Traceback" not in out and not (tmp_path / "mlflow.db").exists(), out
+
+
+# SIGTERM in CI (the exit 15 of the finding); SIGUSR1 takes the same path, heavy: each starts a local Ray (~25 s)
+@pytest.mark.parametrize("signame", ["SIGTERM", pytest.param("SIGUSR1", marks=pytest.mark.heavy)])
+def test_a_stop_signal_while_ray_starts_is_honoured(tmp_path, data_root, sweep_env, procs, signame):
+    """Finding #17: SIGTERM during ``ray.init`` hit Ray's own handler (exit 15, not a word); SIGUSR1 was lost
+    (the sweep trained to the end). Now either stops the launch before its parent run, with Ray shut down."""
+    import signal
+
+    from mlflow import MlflowClient
+
+    rc, out = _signalled_start(tmp_path, data_root, sweep_env, procs, getattr(signal, signame),
+                               lambda pid: "gcs_server" in _cmdlines(procs["descendants"](pid)),
+                               "Ray's GCS started by the driver")
+    assert rc == 130, out
+    assert STARTED_NOTHING in out and signame in out, out
+    assert "Traceback" not in out, out
+    exp = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_experiment_by_name("startsig")
+    assert exp is None or not MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").search_runs([exp.experiment_id])
+
+
+def test_a_signal_while_fit_starts_waits_for_tune_then_stops_it(interrupted, monkeypatch):
+    """Between ``IN_FIT`` and Tune's own handler (trials starting) a signal is remembered, not raised inside
+    Tune's start-up; Tune's set-up (PassOnUsr1) then asks for its graceful stop."""
+    import signal
+
+    sent = []
+    monkeypatch.setattr(signal, "getsignal", lambda s: interrupts.on_interrupt)  # Tune not listening yet
+    monkeypatch.setattr(os, "kill", lambda pid, s: sent.append((pid, s)))
+    monkeypatch.setattr(interrupts, "RECEIVED", [])
+    interrupts.IN_FIT.set()
+    try:
+        interrupts.on_interrupt(signal.SIGUSR1, None)   # no KeyboardInterrupt
+        assert interrupted.is_set() and sent == [] and interrupts.last_signal() == signal.SIGUSR1
+        interrupts.stop_if_interrupted()
+        assert sent == [(os.getpid(), signal.SIGUSR1)] and interrupts._FOR_TUNE.is_set()
+    finally:
+        interrupts.IN_FIT.clear()
+        interrupts._FOR_TUNE.clear()
