@@ -6,13 +6,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from orchestration.launch.launch import SweepError
 from orchestration.spec.models import Resources
 
-__all__ = ["check_resources", "check_cluster", "init_ray", "loopback_node"]
+__all__ = ["check_resources", "check_cluster", "init_ray", "start_local_ray", "loopback_node"]
 
 
 def check_resources(resources: Resources, policy: str, nodes: list[dict[str, Any]]) -> tuple[dict[str, float],
@@ -98,19 +98,56 @@ def check_cluster(resources: Resources, policy: str) -> tuple[dict[str, float], 
     return check_resources(resources, policy, nodes)
 
 
-def init_ray() -> bool:
-    """Connect to ``$RAY_ADDRESS`` (a cluster, or the one running this ``ray job``) or start a local Ray.
-    Returns True if this call initialised Ray (so the driver shuts it down at the end)."""
+def init_ray(interrupted: Callable[[], bool] = lambda: False) -> bool:
+    """Connect to ``$RAY_ADDRESS`` (a cluster, or the one running this ``ray job``) or start a local Ray
+    (:func:`start_local_ray`: retried on a loaded machine; ``interrupted()`` true ends the retries). Returns True
+    if this call initialised Ray (so the driver shuts it down at the end)."""
     import ray
 
     if ray.is_initialized():
         return False
     if os.environ.get("RAY_ADDRESS"):
         ray.init(address="auto", logging_level=logging.WARNING)
-    else:
-        with loopback_node():
-            ray.init(num_cpus=os.cpu_count(), include_dashboard=False, logging_level=logging.WARNING)
-    return True
+        return True
+    return start_local_ray(interrupted)
+
+
+START_ATTEMPTS = 3
+
+
+def _load() -> str:
+    return f"a load of {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+
+
+def start_local_ray(interrupted: Callable[[], bool] = lambda: False, attempts: int = START_ATTEMPTS) -> bool:
+    """``ray.init`` of a local Ray, tried up to ``attempts`` times. Ray gives its raylet 30 s to register
+    (``ray/_private/node.py``, not configurable), which a loaded machine misses: 5 of 7 local launches at a load
+    of 4-15 ended with Ray's exception and "this is a bug ... report it" (issue 40). A failed try's processes are
+    ended (by id) before the next, each retry is one line naming the load; the last failure is a
+    :class:`SweepError` naming it. False: ``interrupted()`` stopped the retries, nothing runs."""
+    import ray
+
+    from orchestration.launch.orphans import describe_children, end_orphans
+
+    for attempt in range(1, attempts + 1):
+        before = set(describe_children().split())
+        try:
+            with loopback_node():
+                ray.init(num_cpus=os.cpu_count(), include_dashboard=False, logging_level=logging.WARNING)
+            return True
+        except Exception as e:  # noqa: BLE001 - Ray raises a bare Exception for its start-up timeout
+            error = " ".join(f"{type(e).__name__}: {e}".split())[:300]
+            ray.shutdown()
+            end_orphans(" ".join(p for p in describe_children().split() if p not in before))
+            if interrupted():
+                return False
+            if attempt == attempts:
+                raise SweepError(f"Ray did not start here in {attempts} tries at {_load()} (last: {error}): run the "
+                                 "same command when the machine is less busy, or start Ray yourself (`ray start "
+                                 "--head`) and point the sweep at it with RAY_ADDRESS") from None
+            print(f"[sweep] Ray did not start at {_load()} ({error[:120]}): starting it again (try {attempt + 1} "
+                  f"of {attempts})", flush=True)
+    return False
 
 
 # Ray's single-machine switch (ray._private.ray_constants.ENABLE_RAY_CLUSTER, from this variable when Ray is first
