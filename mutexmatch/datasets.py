@@ -22,22 +22,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-import torch
-from torchvision.datasets.utils import check_integrity
-
 from mutexmatch.checks import int_arg
-from mutexmatch.cli import entry_point
-from mutexmatch.cliwarnings import one_line_warnings
+from mutexmatch.cli import add_version, answer_early, entry_point
 from mutexmatch.config import IMAGE_SIZE_MAX, IMAGE_SIZE_MIN
-from mutexmatch.data import imagefolder
-from mutexmatch.data.builtin import DATASET_NAMES, DATASETS
-from mutexmatch.data.cache import (CACHE_DIRNAME, CHECKSUM_SUFFIX, checksum_path, source_digest, stale,
-                                   verify_checksum)
-from mutexmatch.data.export import (EXPORT_FORMATS, class_names, dataset_class_names, index_names,
-                                    write_split)
-from mutexmatch.data.load import DatasetBundle, cache_paths, dataset_dir, load_dataset
-from mutexmatch.data.torchvision_reader import TorchvisionDataset
-from mutexmatch.data.written import foreign_files, record_written, remove_written, shown
+from mutexmatch.data import EXPORT_FORMATS, dataset_names
 
 PROG = "python -m mutexmatch.datasets"
 DESCRIPTION = "Download, check and export the datasets mutexmatch trains on (layouts: docs/datasets.md)."
@@ -67,6 +55,89 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise CLIError(f"{self.prog}: {message}")
 
+
+def _epilog(commands: Sequence[str]) -> str:
+    return "examples:\n" + "\n".join(f"  {e}" for c in commands for e in _EXAMPLES[c])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    fmt = argparse.RawDescriptionHelpFormatter
+    parser = _Parser(prog=PROG, description=DESCRIPTION, epilog=_epilog(list(_EXAMPLES)),
+                     formatter_class=fmt)
+    sub = parser.add_subparsers(dest="command", metavar="{download,check,export}")
+    helps = {"download": "fetch CIFAR-10/100, SVHN or STL-10 with torchvision (md5-verified)",
+             "check": "layout, images per split and class, cache state (decodes what is not cached)",
+             "export": "write a dataset as an image folder of PNGs (train/<class>/NNNNN.png, ...)"}
+    names = dataset_names()  # without importing the datasets (torch): --help answers at once
+    for command in ("download", "check", "export"):
+        p = sub.add_parser(command, help=helps[command], description=helps[command], epilog=_epilog([command]),
+                           formatter_class=fmt)
+        p.add_argument("name", metavar="NAME", choices=names, help=f"dataset: {', '.join(names)}")
+        p.add_argument("--root", required=True, metavar="DIR",
+                       help="the data root (data.root); for imagefolder the image folder itself")
+        p.add_argument("--svhn-extra", action="store_true", help="svhn only: include the 531k extra images")
+        if command == "download":
+            continue
+        p.add_argument("--image-size", type=int_arg(IMAGE_SIZE_MIN, IMAGE_SIZE_MAX, "pixels"), default=None, metavar="N",
+                       help="side in pixels (data.image_size); digits, miniimagenet and imagefolder only")
+        if command == "export":
+            p.add_argument("--to", required=True, metavar="DIR", help="the image folder to write (new or empty)")
+            p.add_argument("--format", choices=EXPORT_FORMATS, default="png", help="image format (lossless)")
+            p.add_argument("--overwrite", action="store_true",
+                           help="replace an earlier export in --to (only the files it wrote; any other file "
+                           "there is refused)")
+    return add_version(parser)
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace | int:
+    """The arguments, or the exit status after ``--help`` (0), ``--version`` (0) or a usage error (2, one line)."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exit_:  # --help, --version
+        return int(exit_.code or 0)
+    except CLIError as err:
+        print(f"error: {_one_line(err)}", file=sys.stderr)
+        return 2
+    if args.command is None:
+        print(f"error: {PROG}: choose a command: download, check or export (see --help)", file=sys.stderr)
+        return 2
+    return args
+
+
+# The loaders word their errors for a run config; here the same value came from a flag.
+_FLAG_OF_FIELD = {"data.image_size": "--image-size", "data.root": "--root", "svhn_extra=True": "--svhn-extra"}
+
+
+def _one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split()) or type(err).__name__
+    for field, flag in _FLAG_OF_FIELD.items():
+        text = text.replace(field, flag)
+    return text
+
+
+def _exit_unless_parsed(words: list[str]) -> None:
+    code = _parse(words)
+    if isinstance(code, int):
+        sys.exit(code)
+
+
+if __name__ == "__main__":
+    answer_early(_exit_unless_parsed)  # --help, --version, usage errors: before torch loads
+
+# The datasets: imported once the command line is read (torch, torchvision).
+import torch
+from torchvision.datasets.utils import check_integrity
+
+from mutexmatch.cliwarnings import one_line_warnings
+from mutexmatch.data import imagefolder
+from mutexmatch.data.builtin import DATASET_NAMES, DATASETS
+from mutexmatch.data.cache import (CACHE_DIRNAME, CHECKSUM_SUFFIX, checksum_path, source_digest, stale,
+                                   verify_checksum)
+from mutexmatch.data.export import (class_names, dataset_class_names, index_names,
+                                    write_split)
+from mutexmatch.data.load import DatasetBundle, cache_paths, dataset_dir, load_dataset
+from mutexmatch.data.torchvision_reader import TorchvisionDataset
+from mutexmatch.data.written import foreign_files, record_written, remove_written, shown
 
 # ----------------------------------------------------------------------------------------------------------------
 # download
@@ -275,13 +346,16 @@ def run_export(args: argparse.Namespace) -> int:
     parts = {"train": bundle.train, "test": bundle.test, "val": bundle.val,
              imagefolder.UNLABELED_SPLIT: bundle.extra_unlabeled}
     written = []
-    for split, data in parts.items():
-        if data is None or not len(data):
-            continue
-        write_split(data, to / split, None if split == imagefolder.UNLABELED_SPLIT else names)
-        written.append(f"{split} {len(data):,}")
-        print(f"  {split:<10} {len(data):>8,} images -> {to / split}", file=sys.stderr)
-    record_written(to, _EXPORT, skip=(CACHE_DIRNAME,))
+    try:
+        for split, data in parts.items():
+            if data is None or not len(data):
+                continue
+            write_split(data, to / split, None if split == imagefolder.UNLABELED_SPLIT else names)
+            written.append(f"{split} {len(data):,}")
+            print(f"  {split:<10} {len(data):>8,} images -> {to / split}", file=sys.stderr)
+    finally:  # an export cut short (full disk, Ctrl-C) is still its own: the next --overwrite may replace it
+        if to.is_dir():
+            record_written(to, _EXPORT, skip=(CACHE_DIRNAME,))
     print(f"{args.name}: wrote {', '.join(written)} images as PNG to {to}; classes (label order): "
           f"{', '.join(names[:10])}{' ...' if len(names) > 10 else ''}")
     print(f"use it with: --set data.dataset=imagefolder --set data.root={to}"
@@ -294,51 +368,6 @@ def run_export(args: argparse.Namespace) -> int:
 # command line
 
 
-def _epilog(commands: Sequence[str]) -> str:
-    return "examples:\n" + "\n".join(f"  {e}" for c in commands for e in _EXAMPLES[c])
-
-
-def build_parser() -> argparse.ArgumentParser:
-    fmt = argparse.RawDescriptionHelpFormatter
-    parser = _Parser(prog=PROG, description=DESCRIPTION, epilog=_epilog(list(_EXAMPLES)),
-                     formatter_class=fmt)
-    sub = parser.add_subparsers(dest="command", metavar="{download,check,export}")
-    helps = {"download": "fetch CIFAR-10/100, SVHN or STL-10 with torchvision (md5-verified)",
-             "check": "layout, images per split and class, cache state (decodes what is not cached)",
-             "export": "write a dataset as an image folder of PNGs (train/<class>/NNNNN.png, ...)"}
-    for command, run in (("download", run_download), ("check", run_check), ("export", run_export)):
-        p = sub.add_parser(command, help=helps[command], description=helps[command], epilog=_epilog([command]),
-                           formatter_class=fmt)
-        p.set_defaults(run=run)
-        p.add_argument("name", metavar="NAME", choices=DATASET_NAMES,
-                       help=f"dataset: {', '.join(DATASET_NAMES)}")
-        p.add_argument("--root", required=True, metavar="DIR",
-                       help="the data root (data.root); for imagefolder the image folder itself")
-        p.add_argument("--svhn-extra", action="store_true", help="svhn only: include the 531k extra images")
-        if command == "download":
-            continue
-        p.add_argument("--image-size", type=int_arg(IMAGE_SIZE_MIN, IMAGE_SIZE_MAX, "pixels"), default=None, metavar="N",
-                       help="side in pixels (data.image_size); digits, miniimagenet and imagefolder only")
-        if command == "export":
-            p.add_argument("--to", required=True, metavar="DIR", help="the image folder to write (new or empty)")
-            p.add_argument("--format", choices=EXPORT_FORMATS, default="png", help="image format (lossless)")
-            p.add_argument("--overwrite", action="store_true",
-                           help="replace an earlier export in --to (only the files it wrote; any other file "
-                           "there is refused)")
-    return parser
-
-
-# The loaders word their errors for a run config; here the same value came from a flag.
-_FLAG_OF_FIELD = {"data.image_size": "--image-size", "data.root": "--root", "svhn_extra=True": "--svhn-extra"}
-
-
-def _one_line(err: BaseException) -> str:
-    text = " ".join(str(err).split()) or type(err).__name__
-    for field, flag in _FLAG_OF_FIELD.items():
-        text = text.replace(field, flag)
-    return text
-
-
 @entry_point(PROG)
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status (0 ok, 2 for any error, printed as one line)."""
@@ -347,18 +376,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(argv: Sequence[str] | None) -> int:
+    args = _parse(argv)
+    if isinstance(args, int):
+        return args
     try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as exit_:  # --help
-        return int(exit_.code or 0)
-    except CLIError as err:
-        print(f"error: {_one_line(err)}", file=sys.stderr)
-        return 2
-    if args.command is None:
-        print(f"error: {PROG}: choose a command: download, check or export (see --help)", file=sys.stderr)
-        return 2
-    try:
-        return args.run(args)
+        return {"download": run_download, "check": run_check, "export": run_export}[args.command](args)
     except CLIError as err:
         print(f"error: {_one_line(err)}", file=sys.stderr)
     except (ValueError, OSError, RuntimeError) as err:  # bad layout, missing files, unreadable images
