@@ -70,9 +70,11 @@ def write_fake_dataset(name: str, root: str | Path, size: FakeSize | None = None
         raise ValueError(f"size={size!r}: needs train_per_class >= 1, test_per_class >= 1, unlabeled >= 0")
     folder = Path(root) / dataset.folder
     refuse_foreign_files(folder)
-    written = dataset.write_fake(Path(root), size, np.random.default_rng(seed))
-    record_written(folder, _TOOL, skip=(CACHE_DIRNAME,))
-    return written
+    try:
+        return dataset.write_fake(Path(root), size, np.random.default_rng(seed))
+    finally:  # files written before a failure (a full disk) are its own too: a rerun may write over them
+        if folder.is_dir():
+            record_written(folder, _TOOL, skip=(CACHE_DIRNAME,))
 
 
 def write_fake_imagefolder(folder: str | Path, *, num_classes: int = 10, train_per_class: int = 30,
