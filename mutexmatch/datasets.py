@@ -291,8 +291,11 @@ def _cache_file_state(path: Path, sources: Sequence[Path]) -> str:
     digest = source_digest(sources)
     try:
         verify_checksum(path)
-        if digest is not None and stale(torch.load(path, weights_only=True, mmap=True), digest):
-            return f"decoded from another {', '.join(s.name for s in sources)}: decoded again and written now"
+        payload = torch.load(path, weights_only=True, mmap=True) if digest is not None else {}
+        if stale(payload, digest):
+            names = ", ".join(s.name for s in sources)
+            why = f"decoded from another {names}" if "source" in payload else f"older than its record of {names}"
+            return f"{why}: decoded again and written now"
     except ValueError:
         return f"differs from its {CHECKSUM_SUFFIX}: decoded again and written now"
     except (RuntimeError, OSError, EOFError, pickle.UnpicklingError):

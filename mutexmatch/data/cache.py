@@ -56,8 +56,9 @@ def cached(path: Path, decode: Callable[[], dict], check: Callable[[dict], None]
             check(payload)
             if not stale(payload, digest):
                 return payload
-            warnings.warn(f"dataset cache {path}: {', '.join(s.name for s in sources)} changed since it was "
-                          "decoded; decoding the raw files again", stacklevel=3)
+            why = "changed since it was decoded" if "source" in payload else "not recorded in it (an older cache)"
+            warnings.warn(f"dataset cache {path}: {', '.join(s.name for s in sources)} {why}; decoding the raw "
+                          "files again", stacklevel=3)
         except (RuntimeError, OSError, ValueError, EOFError, pickle.UnpicklingError) as err:
             warnings.warn(f"ignoring unreadable dataset cache {path} ({err}); decoding the raw files again",
                           stacklevel=3)

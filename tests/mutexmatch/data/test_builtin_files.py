@@ -73,3 +73,22 @@ def test_an_edited_miniimagenet_csv_is_decoded_again_and_check_says_so(tmp_path,
     assert re.search(r"train_80px\.pt +current", out), out
     after = load_dataset("miniimagenet", tmp_path).test
     assert torch.equal(after.y, before.y.roll(-1)) and torch.equal(after.x, before.x)
+
+
+def test_a_cache_from_before_the_record_is_decoded_again_once_and_said_so(tmp_path, capsys):
+    """A cache written before side files were recorded cannot tell whether they changed: decoded again, once."""
+    from mutexmatch.checksum import sha256_file
+    from mutexmatch.data.cache import cache_path, checksum_path
+
+    folder = write_fake_dataset("miniimagenet", tmp_path, FakeSize(1, 1))
+    load_dataset("miniimagenet", tmp_path)
+    cache = cache_path(folder, "train", 80)
+    payload = dict(torch.load(cache, weights_only=True))
+    del payload["source"]
+    torch.save(payload, cache)
+    checksum_path(cache).write_text(sha256_file(cache))
+    capsys.readouterr()
+    with pytest.warns(UserWarning, match=r"train\.csv not recorded in it \(an older cache\)"):
+        assert datasets_main(["check", "miniimagenet", "--root", str(tmp_path)]) == 0
+    assert re.search(r"train_80px\.pt +older than its record of train\.csv: decoded again", capsys.readouterr().out)
+    assert "source" in torch.load(cache, weights_only=True)
