@@ -6,12 +6,14 @@ Both pipelines turn each CIFAR-sized (32x32x3 uint8) image into a weak view (fli
 (RandAugment(3 ops, FixMatch ranges) -> Cutout -> flip -> crop), normalised to float, and are timed in the same run:
 
 * ``batched``: :mod:`mutexmatch.data.augment` on whole uint8 batches on ``--device`` (weak_augment + strong_augment +
-  normalize to channels_last float32, as the trainer does), from a uint8 image store on that device.
+  normalize to channels_last float32, as the trainer does), from a uint8 image store on that device; measured with
+  the fused ops (the default, issue 45) and with each RandAugment op on its own sub-batch (``fused=False``, the path
+  before), the same images.
 * ``per-image PIL``: the released code's design, re-written here: per image PIL ImageOps/ImageEnhance RandAugment
   with the released code's ops and magnitude ranges, its Cutout, torchvision's RandomHorizontalFlip/RandomCrop/
   ToTensor/Normalize, in a ``torch.utils.data.DataLoader`` with ``--workers`` processes (default: all cores).
 
-Printed: images/s (source images, each giving a weak and a strong view), augmented views/s, and the ratio.
+Printed: images/s (source images, each giving a weak and a strong view), augmented views/s, and the ratios.
 
 On a busy CPU (load average above the core count) with more than one torch thread, OpenMP's default spin-waiting
 makes each of the pipeline's many small parallel ops wait for a descheduled thread: measured here at load ~10 on 2
@@ -127,7 +129,7 @@ def bench_pil(images: np.ndarray, batch: int, seconds: float, workers: int) -> f
 
 
 # ------------------------------------------------------------------------------------------------ ours, batched
-def bench_batched(images: np.ndarray, batch: int, seconds: float, device: torch.device) -> float:
+def bench_batched(images: np.ndarray, batch: int, seconds: float, device: torch.device, fused: bool = True) -> float:
     store = torch.from_numpy(images).permute(0, 3, 1, 2).contiguous().to(device)
     g = torch.Generator(device=device).manual_seed(0)
     op_generator = torch.Generator().manual_seed(1)  # RandAugment's op choices are drawn on the host
@@ -135,7 +137,7 @@ def bench_batched(images: np.ndarray, batch: int, seconds: float, device: torch.
     def step() -> torch.Tensor:
         x = store[torch.randint(0, len(store), (batch,), generator=g, device=device)]
         views = [weak_augment(x, flip=True, pad=4, generator=g),
-                 strong_augment(x, flip=True, pad=4, generator=g, op_generator=op_generator)]
+                 strong_augment(x, flip=True, pad=4, generator=g, op_generator=op_generator, fused=fused)]
         return normalize(torch.cat(views), MEAN, STD, channels_last=True)
 
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
@@ -167,6 +169,7 @@ def main() -> None:
 
     images = np.random.default_rng(0).integers(0, 256, (NUM_IMAGES, 32, 32, 3), dtype=np.uint8)
     ours = bench_batched(images, args.batch, args.seconds, torch.device(args.device))
+    per_op = bench_batched(images, args.batch, args.seconds, torch.device(args.device), fused=False)
     theirs = bench_pil(images, args.batch, args.seconds, args.workers)
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
@@ -174,8 +177,10 @@ def main() -> None:
           f"torch threads {torch.get_num_threads()}, {os.cpu_count()} cores, load average {load:.1f}")
     print(f"{'pipeline':<46} {'images/s':>10} {'views/s':>10}")
     print(f"{'batched mutexmatch.data.augment on ' + args.device:<46} {ours:>10.0f} {2 * ours:>10.0f}")
+    print(f"{'  the same, each RandAugment op on its own':<46} {per_op:>10.0f} {2 * per_op:>10.0f}")
     print(f"{f'per-image PIL, DataLoader({args.workers} workers)':<46} {theirs:>10.0f} {2 * theirs:>10.0f}")
     print(f"ratio batched / per-image PIL: {ours / theirs:.1f}x")
+    print(f"ratio fused / each op on its own (issue 45): {ours / per_op:.2f}x")
     if load > (os.cpu_count() or 1):
         print(f"note: busy machine (load {load:.1f} > {os.cpu_count()} cores): figures are lower and noisier than "
               f"idle; with --threads > 1 set OMP_WAIT_POLICY=PASSIVE (see the module docstring)")

@@ -107,8 +107,8 @@ part step 190 step
 
 profile() {
   $PY -m pytest -q -p no:cacheprovider -rs -m cuda tests/mutexmatch/training/test_compiled.py || return 1
-  $PY -m pytest -q -p no:cacheprovider -rs tests/mutexmatch/data/test_augment.py tests/mutexmatch/data/test_prefetch.py \
-    -k cuda || return 1
+  $PY -m pytest -q -p no:cacheprovider -rs tests/mutexmatch/data/test_augment.py \
+    tests/mutexmatch/data/test_augment_fused.py tests/mutexmatch/data/test_prefetch.py -k cuda || return 1
   $PY benchmarks/profile_step.py --device $DEV --precision bf16 $PROF \
     --out "$W/results/profile_${DEV}_wrn28_2_bf16.json"
 }
