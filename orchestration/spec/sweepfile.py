@@ -385,6 +385,7 @@ def _search_errors(spec: SweepSpec, project_dir: Path, folders: _DataFolders) ->
                               f"{evals} evaluations of a search trial (train.iterations / train.eval_interval)")
             folders.other |= len(errors) > before  # the search's own problems, none of them a data folder
             for path, p in search.space.items():
+                before = len(errors)
                 for bound, value in _bound_values(p):
                     try:  # what the value stands for is the parameter's own type's to say
                         converted = search_value(raw, path, value)
@@ -394,7 +395,40 @@ def _search_errors(spec: SweepSpec, project_dir: Path, folders: _DataFolders) ->
                         continue
                     errors += _config_errors(f"{where}: search.space.{path}.{bound}={value!r}",
                                              set_dotted(raw, path, converted), folders)
+                if isinstance(p, IntParam) and len(errors) == before:
+                    errors += _inner_int_errors(where, raw, path, p)
     return errors
+
+
+def _inner_int_values(p: IntParam, limit: int = 64) -> list[int]:
+    """The values of ``p`` strictly between its bounds that a sweep checks: all of them up to ``limit``; beyond,
+    the 16 after ``low``, the 16 before ``high`` and 32 spread between (a rule like divisibility by the classes
+    fails next to a bound)."""
+    if p.high - p.low + 1 <= limit:
+        return list(range(p.low + 1, p.high))
+    spread = (p.low + round(i * (p.high - p.low) / 33) for i in range(1, 33))
+    return sorted({*range(p.low + 1, p.low + 17), *range(p.high - 16, p.high), *spread} - {p.low, p.high})
+
+
+def _inner_int_errors(where: str, raw: dict[str, Any], path: str, p: IntParam) -> list[str]:
+    """One line when values Optuna may sample between the bounds are refused by the config rules (finding #1:
+    data.num_labels in [20, 60] on 10 classes passed its bounds, then every trial that drew 31 failed at start)."""
+    values = _inner_int_values(p)
+    refused = []
+    for value in values:
+        try:
+            lines = _config_errors("", set_dotted(raw, path, search_value(raw, path, value)))
+        except ValueError as e:
+            lines = [f": {path}={value}: {e}"]
+        if lines:
+            refused.append(lines[0].removeprefix(": "))
+    if not refused:
+        return []
+    count = p.high - p.low + 1
+    share = (f"{len(refused)} of the {count} values in [{p.low}, {p.high}]" if len(values) == count - 2 else
+             f"{len(refused)} of the {len(values) + 2} values checked of the {count} in [{p.low}, {p.high}]")
+    return [f"{where}: search.space.{path}: {share} are refused, e.g. {refused[0]}; search only allowed values "
+            f"(`type: categorical` with their `choices: [...]`)"]
 
 
 # ------------------------------------------------------------------------------------------------ loading

@@ -41,7 +41,7 @@ from orchestration.runtime.env import apply_closed_network_env
 apply_closed_network_env()  # before mlflow/ray are imported in a worker process that only imports this module
 
 from mutexmatch.training import Callback, EvalEvent, RunSummary, StartEvent  # noqa: E402
-from mutexmatch.config import RunConfig, config_hash, parse_config  # noqa: E402
+from mutexmatch.config import ConfigError, RunConfig, config_hash, parse_config  # noqa: E402
 from mutexmatch.training import NonFiniteLossError, RunFolder  # noqa: E402
 
 from orchestration import contract as C  # noqa: E402
@@ -172,6 +172,23 @@ def _resolve(config: dict[str, Any], ctx: TrialContext) -> tuple[dict[str, Any],
     return raw, {"kind": kind, "cell": cell, "fold": fold, "name": name, "extra": extra, "threads": threads}
 
 
+def trial_config(raw: dict[str, Any], output_dir: Path, *, device: str, threads: int | None,
+                 trial_id: str) -> RunConfig | None:
+    """The trial's RunConfig in its run folder; None, after one line, when its values break a config rule (values
+    a search sampled that the sweep's check could not try: finding #1)."""
+    try:
+        return parse_config(deep_merge(raw, {"output_dir": str(output_dir),
+                                             "train": {"device": device, "num_threads": threads}}))
+    except ConfigError as e:
+        _not_retried(trial_id, e)
+        return None
+
+
+def _not_retried(trial_id: str, error: ConfigError) -> None:
+    print(f"[trial {trial_id}] error: {' '.join(str(error).split())} (a config error: not retried)", file=sys.stderr,
+          flush=True)
+
+
 def _open_trial_run(ctx: TrialContext, trial_id: str, ident: dict[str, Any], cfg: RunConfig) -> tracking.TrialRun:
     """The trial's MLflow run (created with the trial's tags on its first attempt)."""
     tags = C.trial_tags(parent_run_id=ctx.parent_run_id, kind=ident["kind"], cell_levels=ident["cell"].levels,
@@ -204,8 +221,10 @@ def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
     scratch = _scratch(trial_id)
     folder = RunFolder(scratch / RUN_DIRNAME)
     raw, ident = _resolve(config, ctx)
-    cfg = parse_config(deep_merge(raw, {"output_dir": str(folder.path),
-                                        "train": {"device": ctx.device, "num_threads": ident["threads"]}}))
+    cfg = trial_config(raw, folder.path, device=ctx.device, threads=ident["threads"], trial_id=trial_id)
+    if cfg is None:  # the same values fail the same way on every attempt: ended, not raised, so Tune retries nothing
+        shutil.rmtree(scratch, ignore_errors=True)
+        return
     trial_run = _open_trial_run(ctx, trial_id, ident, cfg)
     if trial_run.finished:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -277,8 +296,8 @@ class DiskFull(RuntimeError):
 
 
 def _failed(trial_run: tracking.TrialRun, trial_id: str, folder: RunFolder, error: BaseException) -> bool:
-    """The run FAILED with the error's line; True for a divergence (:class:`NonFiniteLossError`), which is
-    deterministic (issue 33 item 6): Tune's restart from the last checkpoint would diverge the same way, twice over
+    """The run FAILED with the error's line; True for a divergence (:class:`NonFiniteLossError`) or a
+    :class:`ConfigError`, which are deterministic (issue 33 item 6): Tune's restart from the last checkpoint would diverge the same way, twice over
     (``mutexmatch.attempts=3`` and three tracebacks before), so the caller ends the trial without raising. True too
     for a run deleted while it trained (finding #6: the summary reports it lost); :class:`DiskFull` for a full disk."""
     if tracking.run_deleted(error):
@@ -297,6 +316,9 @@ def _failed(trial_run: tracking.TrialRun, trial_id: str, folder: RunFolder, erro
     trial_run.failed(error)
     if isinstance(error, NonFiniteLossError):
         print(f"[trial {trial_id}] error: {error} (not retried; run folder kept: {folder.path})", file=sys.stderr)
+        return True
+    if isinstance(error, ConfigError):  # as deterministic: a dataset's rule a config breaks, found at load
+        _not_retried(trial_id, error)
         return True
     print(f"[trial {trial_id}] failed; its run folder is kept for inspection: {folder.path}", file=sys.stderr)
     return False

@@ -77,3 +77,24 @@ def test_a_registered_algorithm_s_own_conversion_of_sampled_values_is_used(tmp_p
             parse_spec(raw, tmp_path)
     finally:
         del ALGORITHMS["search_value_demo"]
+
+
+def test_an_int_space_whose_inner_values_break_a_config_rule_is_refused(tmp_path):
+    """Finding #1: data.num_labels searched in [20, 60] on digits (10 classes) passed (both bounds are divisible),
+    then every trial that sampled e.g. 31 failed at start, and `--max-failures -1` retried it forever."""
+    with pytest.raises(SpecError) as err:
+        parse_spec(_spec(tmp_path, {"data.num_labels": {"type": "int", "low": 20, "high": 60}}), tmp_path)
+    message = str(err.value)
+    assert ("search.space.data.num_labels: 36 of the 41 values in [20, 60] are refused, e.g. data.num_labels=21: "
+            "must be divisible by the 10 classes") in message, message
+    assert "type: categorical" in message and "\n" not in message
+    spec = parse_spec(_spec(tmp_path, {"data.num_labels": {"type": "categorical", "choices": [20, 30, 60]}}), tmp_path)
+    assert spec.search.space["data.num_labels"].choices == [20, 30, 60]
+
+
+def test_a_wide_int_space_is_checked_near_its_bounds_and_across(tmp_path):
+    """Beyond a few dozen values, the first and last values and a spread between them are checked."""
+    with pytest.raises(SpecError, match=r"search.space.data.num_labels: \d+ of the \d+ values checked of the 491 in "
+                                        r"\[10, 500\] are refused, e.g. data.num_labels=11: must be divisible"):
+        parse_spec(_spec(tmp_path, {"data.num_labels": {"type": "int", "low": 10, "high": 500}}), tmp_path)
+    parse_spec(_spec(tmp_path, {"train.iterations": {"type": "int", "low": 8, "high": 400}}), tmp_path)
