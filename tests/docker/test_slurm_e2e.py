@@ -14,6 +14,11 @@ file. Two jobs of docker/slurm/sweep.sbatch go in at once:
 - job B (a second user, created here): a smaller sweep on the same node while A runs. Checked: both jobs were
   RUNNING at the same time, B COMPLETED, its store and artifacts were written by the second user's processes, and
   the two jobs used different port blocks and temp folders.
+- job C (issue 40 item 1): B's small sweep whose time-limit signal falls during the driver's start-up. The moment
+  the script starts the driver (its "sweep:" line), the test sends what Slurm sends at the limit, USR1 to the
+  batch shell (``scancel --signal=USR1 --batch``; Slurm's own limit check runs every 30 s, too coarse to aim at a
+  start-up of seconds). Checked: the driver stopped before its launch opened (its one line, or a status the script
+  requeues anyway), the job was requeued, came back and COMPLETED, every trial FINISHED once.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -53,6 +59,8 @@ A_REQUEUED_LIMIT = "00:20:00"
 B_SET = ["--set", "folds=[0]", "--set", "base.train.iterations=40", "--set", "base.train.eval_interval=20",
          "--set", "search.n_trials=1", "--set", "search.base.train.iterations=40"]
 B_SBATCH = ["--time=00:30:00", "--cpus-per-task=2"]
+C_SBATCH = ["--time=00:30:00", "--cpus-per-task=2"]
+DRIVER_STARTS = "] sweep: "   # sweep.sbatch's line just before it starts the driver
 TIMEOUT_S = 30 * 60
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
 
@@ -125,6 +133,25 @@ def _python_reachable_by_others():
         signal.signal(signal.SIGTERM, previous)
 
 
+class SignalAtDriverStart(threading.Thread):
+    """USR1 to job ``job``'s batch shell as soon as its log says the driver starts (polled every 0.1 s)."""
+
+    def __init__(self, workdir: Path, job: str):
+        super().__init__(daemon=True)
+        self.workdir, self.job, self.sent_after = workdir, job, None
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            if DRIVER_STARTS in job_log(self.workdir, self.job):
+                started = time.monotonic()
+                subprocess.run(["scancel", "--signal=USR1", "--batch", self.job], check=True, timeout=60, env=_env())
+                self.sent_after = time.monotonic() - started
+                say(f"C: USR1 to the batch shell {self.sent_after:.1f} s after the driver's start")
+                return
+            time.sleep(0.1)
+
+
 def _trial_runs(workdir: Path) -> tuple[list, list, object]:
     from mlflow import MlflowClient
 
@@ -154,8 +181,8 @@ def planned_trials(overrides: list[str]) -> int:
 
 
 def wait_for(jobs: dict[str, str]) -> tuple[dict[str, dict[str, str]], bool]:
-    """Poll until every job is final; returns their last info and whether all were RUNNING at one moment. A's limit
-    is raised once it was requeued (A_REQUEUED_LIMIT)."""
+    """Poll until every job is final; returns their last info and whether A and B were RUNNING at one moment. A's
+    limit is raised once it was requeued (A_REQUEUED_LIMIT)."""
     deadline, together, seen, raised = time.monotonic() + TIMEOUT_S, False, {}, False
     while True:
         info = {name: job_info(job) for name, job in jobs.items()}
@@ -168,7 +195,7 @@ def wait_for(jobs: dict[str, str]) -> tuple[dict[str, dict[str, str]], bool]:
         if states != seen:
             say("jobs: " + ", ".join(f"{name} {s}" for name, s in states.items()))
             seen = states
-        together |= all(i.get("JobState") == "RUNNING" for i in info.values())
+        together |= info["A"].get("JobState") == "RUNNING" == info["B"].get("JobState")
         if all(i.get("JobState") in FINAL for i in info.values()):
             return info, together
         assert time.monotonic() < deadline, f"jobs not done in {TIMEOUT_S} s: {states}"
@@ -224,26 +251,52 @@ def check_b(work_b: Path, info_b: dict[str, str], log_a: str, log_b: str, job_b:
     assert not Path(temp_a).exists() and not Path(temp_b).exists(), "a job left its Ray temp folder behind"
 
 
+def check_c(work_c: Path, info_c: dict[str, str], log_c: str, signal_at_start: SignalAtDriverStart) -> None:
+    """Job C, signalled as its driver started: stopped before its launch opened, requeued, finished."""
+    assert signal_at_start.sent_after is not None, "C's driver never started"
+    first_run = log_c.split("(restart 1)")[0]
+    say("C's first run:\n" + "\n".join(ln for ln in first_run.splitlines() if "[slurm" in ln or "interrupted" in ln))
+    assert "requeueing job" in first_run and "(restart 1)" in log_c, log_c[-3000:]
+    stopped = re.search(r"the driver exited with (\d+)", first_run)
+    assert stopped and stopped.group(1) != "0", first_run[-3000:]
+    if stopped.group(1) == "130":  # the driver's own stop: before its launch opened, in one line
+        assert "before the sweep started: no launch was opened" in first_run, first_run[-3000:]
+    assert "Traceback" not in first_run, first_run[-3000:]
+    assert info_c["JobState"] == "COMPLETED" and info_c["ExitCode"] == "0:0" and int(info_c["Restarts"]) >= 1, info_c
+    _, trials, _ = _trial_runs(work_c)
+    planned = planned_trials(B_SET[1::2])
+    assert len(trials) == planned and {r.info.status for r in trials} == {"FINISHED"}, \
+        [(r.info.run_name, r.info.status) for r in trials]
+
+
 def test_time_limit_requeue_and_a_second_users_job_beside_it():
     root = Path(os.environ["MM_SLURM_TEST_DIR"]) / "jobs"
     root.mkdir()
     work_a = root / "root"
     work_a.mkdir()
     work_b = _second_user(root)
+    work_c = root / "startup"
+    work_c.mkdir()
+    workdirs = {"A": work_a, "B": work_b, "C": work_c}
     started = time.monotonic()
     with _python_reachable_by_others():
         jobs = {"A": sbatch(work_a, A_SBATCH, A_SET, MM_STOP_WAIT=A_STOP_WAIT),
                 "B": sbatch(work_b, B_SBATCH, [*B_SET, "--set", f"base.data.root={work_b}/data"], user=SECOND_USER,
-                            MM_REPORT="0")}  # the data cache in a folder of the second user's (as in their clone)
+                            MM_REPORT="0"),  # the data cache in a folder of the second user's (as in their clone)
+                "C": sbatch(work_c, C_SBATCH, B_SET, MM_REPORT="0")}
+        signal_at_start = SignalAtDriverStart(work_c, jobs["C"])
+        signal_at_start.start()
         try:
             info, together = wait_for(jobs)
         finally:
+            signal_at_start.done.set()
             for name, job in jobs.items():
-                say(f"--- job {name} ({job}) log:\n{job_log(work_a if name == 'A' else work_b, job)[-6000:]}")
-    say(f"both jobs done in {time.monotonic() - started:.0f} s")
+                say(f"--- job {name} ({job}) log:\n{job_log(workdirs[name], job)[-6000:]}")
+    say(f"the jobs done in {time.monotonic() - started:.0f} s")
     log_a, log_b = job_log(work_a, jobs["A"]), job_log(work_b, jobs["B"])
 
     check_a(work_a, info["A"], log_a)
-    assert together, "the two jobs never ran at the same time"
+    assert together, "the jobs never ran at the same time"
     check_b(work_b, info["B"], log_a, log_b, jobs["B"])
+    check_c(work_c, info["C"], job_log(work_c, jobs["C"]), signal_at_start)
     shutil.rmtree(root, ignore_errors=True)
