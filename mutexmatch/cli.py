@@ -15,6 +15,7 @@ whole traceback. The one copy lives here, a leaf of the trainer importing only t
 
 from __future__ import annotations
 
+import argparse
 import functools
 import os
 import sys
@@ -22,7 +23,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-__all__ = ["DEBUG_ENV", "DEBUG_FLAG", "UNEXPECTED", "INTERRUPTED", "entry_point", "unexpected_error_line"]
+__all__ = ["DEBUG_ENV", "DEBUG_FLAG", "UNEXPECTED", "INTERRUPTED", "entry_point", "unexpected_error_line",
+           "add_version", "version_line", "answer_early"]
 
 DEBUG_ENV = "MUTEXMATCH_DEBUG"
 DEBUG_FLAG = "--debug"
@@ -103,3 +105,41 @@ def entry_point(prog: str) -> Callable[[Main], Main]:
                 return UNEXPECTED
         return guarded  # type: ignore[return-value]
     return decorate
+
+
+def version_line(prog: str) -> str:
+    """``python -m mutexmatch.train (mutexmatch 0.1.0)``: the installed package's version (pyproject.toml's)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        installed = version("mutexmatch")
+    except PackageNotFoundError:
+        installed = "not installed: `pip install -e .` in the repository"
+    return f"{prog} (mutexmatch {installed})"
+
+
+class _Version(argparse.Action):
+    """``--version``: the version read when asked, so a command's parser costs no package metadata scan."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="print the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args, **kwargs) -> None:
+        print(version_line(parser.prog))
+        parser.exit()
+
+
+def add_version(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Every command's ``--version`` (issue 40 item 5: answered before anything heavy is imported)."""
+    parser.add_argument("--version", action=_Version)
+    return parser
+
+
+def answer_early(parse: Callable[[list[str]], object]) -> None:
+    """For a command whose module imports torch, Ray, MLflow or pandas at its top, called before those imports when
+    it runs as ``python -m``: ``parse`` (the command's own parser over its words, ``--debug`` left out as
+    :func:`entry_point` does) answers ``--help``, ``--version`` and a usage error there and exits (those imports
+    took 13-20 s and ~0.9 GB at a load of 5, issue 40 item 5); a command line it accepts goes on, and ``main``
+    parses it again."""
+    parse(_split_debug(sys.argv[1:])[0])

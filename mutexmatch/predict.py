@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from mutexmatch.cli import entry_point
+from mutexmatch.cli import add_version, entry_point
 
 __all__ = ["main"]
 
@@ -23,7 +23,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--images", required=True, type=Path, help="a folder of images, or of one folder per class")
     p.add_argument("--out", type=Path, help="write the CSV here instead of to stdout")
     p.add_argument("--batch-size", type=int, default=256, help="images per forward pass (default %(default)s)")
-    return p
+    return add_version(p)
 
 
 def _bad_args(args: argparse.Namespace) -> str | None:

@@ -29,9 +29,30 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
-from mutexmatch.cli import entry_point
+from mutexmatch.cli import add_version, answer_early, entry_point
 from mutexmatch.training import format_duration
 from orchestration.runtime.env import apply_closed_network_env
+
+
+# The command line, defined before the imports below: --help, --version and a usage error answer without them.
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m orchestration.status", description=__doc__.split("\n\n")[0])
+    p.add_argument("spec", type=Path, nargs="?",
+                   help="sweep YAML (experiments/<name>.yaml); default: the one sweep the store holds, with the YAML "
+                        "and --set items its newest launch recorded")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI or *.db path (default: $MLFLOW_TRACKING_URI, else "
+                                          "sqlite:///<cwd>/mlflow.db, as the sweep)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="the --set overrides the sweep was launched with")
+    p.add_argument("--experiment-name", help="MLflow experiment name (default: the YAML's name)")
+    p.add_argument("--watch", type=float, metavar="SECONDS", help="refresh every SECONDS until interrupted")
+    p.add_argument("--count", type=int, help="with --watch: stop after this many refreshes")
+    return add_version(p)
+
+
+if __name__ == "__main__":
+    answer_early(_parser().parse_args)  # before MLflow, pandas and torch load
+
 
 apply_closed_network_env()
 
@@ -339,21 +360,6 @@ class StatusReporter:
 
 
 # ------------------------------------------------------------------------------------------------ CLI
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m orchestration.status", description=__doc__.split("\n\n")[0])
-    p.add_argument("spec", type=Path, nargs="?",
-                   help="sweep YAML (experiments/<name>.yaml); default: the one sweep the store holds, with the YAML "
-                        "and --set items its newest launch recorded")
-    p.add_argument("--tracking-uri", help="MLflow tracking URI or *.db path (default: $MLFLOW_TRACKING_URI, else "
-                                          "sqlite:///<cwd>/mlflow.db, as the sweep)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="the --set overrides the sweep was launched with")
-    p.add_argument("--experiment-name", help="MLflow experiment name (default: the YAML's name)")
-    p.add_argument("--watch", type=float, metavar="SECONDS", help="refresh every SECONDS until interrupted")
-    p.add_argument("--count", type=int, help="with --watch: stop after this many refreshes")
-    return p
-
-
 def _show(store: Store | None, plan: SweepPlan, clear: bool, uri: str = "") -> None:
     text = format_status(collect(store, plan))
     if store is not None and uri:  # the runs the report counts, by cell (orchestration.store.mlflow_ui)

@@ -23,11 +23,13 @@ from pathlib import Path
 from urllib.parse import urlsplit
 from typing import Sequence
 
-from mutexmatch.cli import entry_point
+from mutexmatch.cli import entry_point, version_line
 
 __all__ = ["COMMIT_ENV", "submit_command", "check_address", "main"]
 
 COMMIT_ENV = "MUTEXMATCH_GIT_COMMIT"
+USAGE = ("python -m orchestration.submit [ray job submit options] -- python -m orchestration.sweep experiments/X.yaml "
+         "--tracking-uri URI --storage PATH")
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"   # where `ray job submit` looks without --address or $RAY_ADDRESS
 REPO = Path(__file__).resolve().parent.parent
 
@@ -115,8 +117,7 @@ def submit_command(argv: Sequence[str], commit: str) -> list[str]:
     :func:`_runtime_env`) or a ``--working-dir`` that is not a folder."""
     argv = list(argv)
     if "--" not in argv or argv.index("--") == len(argv) - 1:
-        raise ValueError("expected: python -m orchestration.submit [ray job submit options] -- python -m "
-                         "orchestration.sweep experiments/X.yaml --tracking-uri URI --storage PATH")
+        raise ValueError(f"expected: {USAGE}")
     cut = argv.index("--")
     options, entrypoint = argv[:cut], argv[cut + 1:]
     runtime_env = _runtime_env(options)
@@ -130,6 +131,13 @@ def submit_command(argv: Sequence[str], commit: str) -> list[str]:
 @entry_point("python -m orchestration.submit")
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    own = argv[:argv.index("--")] if "--" in argv else argv  # after `--`: the job's own command line
+    if {"-h", "--help"} & set(own):
+        print(f"usage: {USAGE}\n\n{__doc__}")
+        return 0
+    if "--version" in own:
+        print(version_line("python -m orchestration.submit"))
+        return 0
     try:
         submit_command(argv, "")  # the input first, then the address, before the commit's slower MLflow import
         check_address(argv)

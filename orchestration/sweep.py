@@ -40,13 +40,74 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from mutexmatch.cli import entry_point
+from mutexmatch.cli import add_version, answer_early, entry_point
 from orchestration.runtime import signals
 from orchestration.runtime.jobs import check_job_paths, require_packages
 from orchestration.runtime.processes import start_time
 
+# The command line, defined before the imports below: --help, --version and a usage error answer without them.
+_RESUME_AUTO = "--resume-auto"
+
+
+def _resume_auto(argv: Sequence[str]) -> list[str]:
+    """``--resume auto`` (or ``--resume=auto``) as the hidden flag; a bare ``--resume`` stays what it was, so a
+    YAML written after it (``--resume x.yaml``) is still the YAML."""
+    out, args = [], list(argv)
+    while args:
+        arg = args.pop(0)
+        if arg == "--resume=auto" or (arg == "--resume" and args[:1] == ["auto"]):
+            args = args[1:] if arg == "--resume" else args
+            arg = _RESUME_AUTO
+        out.append(arg)
+    return out
+
+
+def _parser() -> argparse.ArgumentParser:
+    from orchestration.contract import MAX_FAILURES, REUSE_ANY, REUSE_POLICIES  # standard library only
+
+    p = argparse.ArgumentParser(prog="python -m orchestration.sweep", description=__doc__.split("\n\n")[0])
+    p.add_argument("spec", type=Path, help="sweep YAML (experiments/<name>.yaml)")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI or a *.db path (default: $MLFLOW_TRACKING_URI, else "
+                                          "sqlite:///<cwd>/mlflow.db; the report command uses the same rule)")
+    p.add_argument("--storage", help="Ray Tune storage path or URI (default <cwd>/ray_results)")
+    p.add_argument("--resume", action="store_true", help="continue the newest launch of this YAML; `--resume auto`: "
+                   "continue it unless it finished, else start a launch (what a job that may be requeued or retried "
+                   "runs: the same command every time)")
+    p.add_argument(_RESUME_AUTO, dest="resume", action="store_const", const="auto",  # `--resume auto`: _resume_auto
+                   help=argparse.SUPPRESS)
+    p.add_argument("--notify", metavar="URL", help="a webhook (Slack-compatible JSON) told when the sweep ends and "
+                   "when a trial has no retry left; never recorded (a webhook URL is a secret)")
+    p.add_argument("--force", action="store_true", help="run trials that already have a FINISHED run")
+    p.add_argument("--no-reuse", action="store_true", help="train a trial even when another sweep or experiment "
+                   "of the store has a FINISHED run of its config (default: reuse that run)")
+    p.add_argument("--reuse", choices=REUSE_POLICIES, default=REUSE_ANY,
+                   help="which FINISHED runs of a trial's config elsewhere in the store are reused: any (default; "
+                        "those trained by another commit are named in one line) or same-commit (only those trained "
+                        "by this commit with neither tree dirty; the rest are trained again)")
+    p.add_argument("--dry-run", action="store_true", help="print the trial plan and a measured cost estimate")
+    p.add_argument("--smoke", action="store_true", help="every cell for a few iterations on the first fold")
+    p.add_argument("--n-trials", type=int, help="Optuna trials per search study (overrides search.n_trials)")
+    p.add_argument("--max-concurrent", type=int, help="trials running at once (grid and search)")
+    p.add_argument("--gpu-policy", choices=("error", "drop"), default="error",
+                   help="a GPU request on a cluster without GPUs: refuse (default) or drop it with a warning")
+    p.add_argument("--max-failures", type=int, default=MAX_FAILURES,
+                   help="restarts of a failed trial from its last checkpoint (default %(default)s; -1: without "
+                        "end), each after a back-off of 10 s doubling per attempt up to 10 min")
+    p.add_argument("--experiment-name", help="MLflow experiment name (default: the YAML's name)")
+    p.add_argument("--tune-verbose", type=int, choices=(0, 1, 2), default=0,
+                   help="Tune's own console output (0: one line per trial event, the default)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a key of the sweep YAML before validation, e.g. --set base.data.root=/mnt/datasets "
+                        "or --set resources.gpu=1 (repeatable; recorded on the parent run and in the resume command)")
+    p.add_argument("--per-trial", action="store_true", help="--dry-run: one row per trial, not one per cell")
+    p.add_argument("--gpus", type=int, help="--dry-run: wall-clock time on this many GPUs (default: those here)")
+    return add_version(p)
+
+
 if __name__ == "__main__":
     signals.exit_while_importing()  # first: a stop signal while importing ends it resumable, not 138 (issue 40)
+    # --help, --version and usage errors: before Ray, MLflow and torch load
+    answer_early(lambda words: _parser().parse_args(_resume_auto(words)))
     require_packages()  # before the imports below: one line, not a traceback (a Ray head's Python without them)
 
 from orchestration.runtime.env import apply_closed_network_env  # noqa: E402
@@ -386,62 +447,6 @@ def _finish(launch: Launch, chosen: _Selection, interrupted: bool, errors: int, 
 
 
 # ------------------------------------------------------------------------------------------------ CLI
-_RESUME_AUTO = "--resume-auto"
-
-
-def _resume_auto(argv: Sequence[str]) -> list[str]:
-    """``--resume auto`` (or ``--resume=auto``) as the hidden flag; a bare ``--resume`` stays what it was, so a
-    YAML written after it (``--resume x.yaml``) is still the YAML."""
-    out, args = [], list(argv)
-    while args:
-        arg = args.pop(0)
-        if arg == "--resume=auto" or (arg == "--resume" and args[:1] == ["auto"]):
-            args = args[1:] if arg == "--resume" else args
-            arg = _RESUME_AUTO
-        out.append(arg)
-    return out
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m orchestration.sweep", description=__doc__.split("\n\n")[0])
-    p.add_argument("spec", type=Path, help="sweep YAML (experiments/<name>.yaml)")
-    p.add_argument("--tracking-uri", help="MLflow tracking URI or a *.db path (default: $MLFLOW_TRACKING_URI, else "
-                                          "sqlite:///<cwd>/mlflow.db; the report command uses the same rule)")
-    p.add_argument("--storage", help="Ray Tune storage path or URI (default <cwd>/ray_results)")
-    p.add_argument("--resume", action="store_true", help="continue the newest launch of this YAML; `--resume auto`: "
-                   "continue it unless it finished, else start a launch (what a job that may be requeued or retried "
-                   "runs: the same command every time)")
-    p.add_argument(_RESUME_AUTO, dest="resume", action="store_const", const="auto",  # `--resume auto`: _resume_auto
-                   help=argparse.SUPPRESS)
-    p.add_argument("--notify", metavar="URL", help="a webhook (Slack-compatible JSON) told when the sweep ends and "
-                   "when a trial has no retry left; never recorded (a webhook URL is a secret)")
-    p.add_argument("--force", action="store_true", help="run trials that already have a FINISHED run")
-    p.add_argument("--no-reuse", action="store_true", help="train a trial even when another sweep or experiment "
-                   "of the store has a FINISHED run of its config (default: reuse that run)")
-    p.add_argument("--reuse", choices=C.REUSE_POLICIES, default=C.REUSE_ANY,
-                   help="which FINISHED runs of a trial's config elsewhere in the store are reused: any (default; "
-                        "those trained by another commit are named in one line) or same-commit (only those trained "
-                        "by this commit with neither tree dirty; the rest are trained again)")
-    p.add_argument("--dry-run", action="store_true", help="print the trial plan and a measured cost estimate")
-    p.add_argument("--smoke", action="store_true", help="every cell for a few iterations on the first fold")
-    p.add_argument("--n-trials", type=int, help="Optuna trials per search study (overrides search.n_trials)")
-    p.add_argument("--max-concurrent", type=int, help="trials running at once (grid and search)")
-    p.add_argument("--gpu-policy", choices=("error", "drop"), default="error",
-                   help="a GPU request on a cluster without GPUs: refuse (default) or drop it with a warning")
-    p.add_argument("--max-failures", type=int, default=SweepOptions.max_failures,
-                   help="restarts of a failed trial from its last checkpoint (default %(default)s; -1: without "
-                        "end), each after a back-off of 10 s doubling per attempt up to 10 min")
-    p.add_argument("--experiment-name", help="MLflow experiment name (default: the YAML's name)")
-    p.add_argument("--tune-verbose", type=int, choices=(0, 1, 2), default=0,
-                   help="Tune's own console output (0: one line per trial event, the default)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a key of the sweep YAML before validation, e.g. --set base.data.root=/mnt/datasets "
-                        "or --set resources.gpu=1 (repeatable; recorded on the parent run and in the resume command)")
-    p.add_argument("--per-trial", action="store_true", help="--dry-run: one row per trial, not one per cell")
-    p.add_argument("--gpus", type=int, help="--dry-run: wall-clock time on this many GPUs (default: those here)")
-    return p
-
-
 @entry_point("python -m orchestration.sweep")
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(_resume_auto(sys.argv[1:] if argv is None else argv))

@@ -30,8 +30,40 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Sequence
 
-from mutexmatch.cli import entry_point
+from mutexmatch.cli import add_version, answer_early, entry_point
 from orchestration.runtime.env import apply_closed_network_env
+
+DEFAULT_EXPERIMENT = "single-runs"
+
+
+# The command line, defined before the imports below: --help, --version and a usage error answer without them.
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m orchestration.train", add_help=False,
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--tracking-uri", help="MLflow tracking URI or a *.db path (default: $MLFLOW_TRACKING_URI, else "
+                                          "sqlite:///<cwd>/mlflow.db, as the sweep)")
+    p.add_argument("--experiment-name", default=DEFAULT_EXPERIMENT, help="MLflow experiment (default %(default)s)")
+    p.add_argument("-h", "--help", action="store_true")
+    return add_version(p)
+
+
+def _parse(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
+    """This command's options and the trainer's (checked by its parser); ``--help`` prints both and exits."""
+    from mutexmatch.training.command import build_parser  # the trainer's parser: no torch until a run starts
+
+    ours, rest = _parser().parse_known_args(argv)
+    if ours.help:
+        _parser().print_help()
+        print("\nand every option of python -m mutexmatch.train:\n")
+        build_parser().print_help()
+        raise SystemExit(0)
+    build_parser().parse_args(rest)
+    return ours, rest
+
+
+if __name__ == "__main__":
+    answer_early(_parse)  # before MLflow and torch load
+
 
 apply_closed_network_env()
 
@@ -47,7 +79,6 @@ from orchestration.store.store import Store, end_run  # noqa: E402
 
 __all__ = ["DEFAULT_EXPERIMENT", "MlflowRunCallback", "main"]
 
-DEFAULT_EXPERIMENT = "single-runs"
 
 
 class MlflowRunCallback(Callback):
@@ -92,23 +123,9 @@ def open_run(store: Store, cfg: RunConfig, resumed: bool, commit: str) -> tracki
     return run
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m orchestration.train", add_help=False,
-                                description=__doc__.split("\n\n")[0])
-    p.add_argument("--tracking-uri", help="MLflow tracking URI or a *.db path (default: $MLFLOW_TRACKING_URI, else "
-                                          "sqlite:///<cwd>/mlflow.db, as the sweep)")
-    p.add_argument("--experiment-name", default=DEFAULT_EXPERIMENT, help="MLflow experiment (default %(default)s)")
-    p.add_argument("-h", "--help", action="store_true")
-    return p
-
-
 @entry_point("python -m orchestration.train")
 def main(argv: Sequence[str] | None = None) -> int:
-    ours, rest = _parser().parse_known_args(argv)
-    if ours.help:
-        _parser().print_help()
-        print("\nand every option of python -m mutexmatch.train:\n")
-        return train_main(["--help"])
+    ours, rest = _parse(argv)
     try:   # the store first: a dead server or a file that is no database is one line before any work
         uri = tracking.resolve_tracking_uri(ours.tracking_uri, Path.cwd())
         client = tracking.MlflowClient(uri)

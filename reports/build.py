@@ -39,10 +39,47 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-import pandas as pd
+from orchestration.contract.cli import add_version, answer_early, entry_point
+
+# The command line, defined before the imports below: --help, --version and a usage error answer without pandas.
+FORMATS = ("md", "tex", "pdf", "png")
+DEFAULT_FORMATS = ("md", "tex", "png")
+"""``png`` draws each figure as PNG, PDF and SVG; ``pdf`` compiles report.tex (and so writes the LaTeX too)."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    from orchestration.contract.layout import PROTOCOLS  # pydantic, no pandas
+
+    parser = argparse.ArgumentParser(prog="python -m reports.build", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("spec", help="experiment YAML (experiments/X.yaml)")
+    parser.add_argument("--tracking-uri", default=None,
+                        help="MLflow tracking URI or a *.db path (default: $MLFLOW_TRACKING_URI, else "
+                             "sqlite:///<cwd>/mlflow.db, the sweep's default)")
+    parser.add_argument("--out", default=None, help="output folder (default: reports/out/<name>)")
+    parser.add_argument("--protocol", default=None, choices=PROTOCOLS,
+                        help="override every table's protocol: best = max over evaluations, final = last, "
+                             "median20 = median of the last 20 evaluations")
+    parser.add_argument("--format", default=",".join(DEFAULT_FORMATS),
+                        help="comma-separated subset of md,tex,pdf,png (png: every figure as PNG, PDF and SVG; "
+                             "pdf: report.pdf, needs pdflatex)")
+    parser.add_argument("--experiment-name", default=None, help="MLflow experiment (default: the YAML's name)")
+    parser.add_argument("--preview", action="store_true",
+                        help="read no store: the tables with the paper's numbers and empty cells for ours")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace files in --out that reports.build did not write (or that were edited since)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="the --set items of the sweep launch to report (repeatable); the tables count only the "
+                             "runs whose config these settings give")
+    return add_version(parser)
+
+
+if __name__ == "__main__":
+    answer_early(_parser().parse_args)
+
+import pandas as pd  # noqa: E402
 
 from orchestration import contract as C
-from orchestration.contract.cli import entry_point
 from orchestration.contract.fileio import atomic_write
 from orchestration.contract import TRACKING_URI_ENV, apply_set_items, settings_digest
 from reports.drawing import DrawnFigure, all_cells, draw_figure
@@ -61,9 +98,6 @@ from reports.tables_latex import render_folds_latex, render_latex
 
 __all__ = ["FORMATS", "DEFAULT_FORMATS", "BuildResult", "build_report", "load_spec", "main"]
 
-FORMATS = ("md", "tex", "pdf", "png")
-DEFAULT_FORMATS = ("md", "tex", "png")
-"""``png`` draws each figure as PNG, PDF and SVG; ``pdf`` compiles report.tex (and so writes the LaTeX too)."""
 
 
 @dataclass
@@ -423,28 +457,7 @@ def _summary(result: BuildResult) -> str:
 
 @entry_point("python -m reports.build")
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m reports.build", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("spec", help="experiment YAML (experiments/X.yaml)")
-    parser.add_argument("--tracking-uri", default=None,
-                        help="MLflow tracking URI or a *.db path (default: $MLFLOW_TRACKING_URI, else "
-                             "sqlite:///<cwd>/mlflow.db, the sweep's default)")
-    parser.add_argument("--out", default=None, help="output folder (default: reports/out/<name>)")
-    parser.add_argument("--protocol", default=None, choices=PROTOCOLS,
-                        help="override every table's protocol: best = max over evaluations, final = last, "
-                             "median20 = median of the last 20 evaluations")
-    parser.add_argument("--format", default=",".join(DEFAULT_FORMATS),
-                        help="comma-separated subset of md,tex,pdf,png (png: every figure as PNG, PDF and SVG; "
-                             "pdf: report.pdf, needs pdflatex)")
-    parser.add_argument("--experiment-name", default=None, help="MLflow experiment (default: the YAML's name)")
-    parser.add_argument("--preview", action="store_true",
-                        help="read no store: the tables with the paper's numbers and empty cells for ours")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace files in --out that reports.build did not write (or that were edited since)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="the --set items of the sweep launch to report (repeatable); the tables count only the "
-                             "runs whose config these settings give")
-    args = parser.parse_args(argv)
+    args = _parser().parse_args(argv)
     # One artifact download per heat-map fold: tqdm bars would bury the build's own output.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     C.prefer_artifact_proxy()  # a workstation reaches the server, not the S3 store behind it

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from mutexmatch.cli import entry_point
+from mutexmatch.cli import add_version, entry_point
 from mutexmatch.config.doc import config_markdown
 from mutexmatch.config.schema import RunConfig
 from mutexmatch.yamlfile import dump_yaml
@@ -15,6 +15,7 @@ parser = argparse.ArgumentParser(
     description="Print the default run config as YAML (a starting point for --config files), or with --doc the "
                 "reference of every field (docs/config.md, `make docs`).")
 parser.add_argument("--doc", action="store_true", help="print the Markdown reference of every field instead")
+add_version(parser)
 
 
 @entry_point("python -m mutexmatch.config")

@@ -13,3 +13,21 @@
 Importing this package imports none of them (the trainer's split and sampler do not pay for torchvision's dataset
 classes); ``mutexmatch.datasets`` and ``mutexmatch.fakedata`` are the command lines over it.
 """
+
+from __future__ import annotations
+
+import pkgutil
+from pathlib import Path
+
+__all__ = ["EXPORT_FORMATS", "dataset_names"]
+
+EXPORT_FORMATS = ("png",)  # the lossless image formats an export writes (mutexmatch.data.export)
+
+
+def dataset_names() -> tuple[str, ...]:
+    """Every name ``data.dataset`` takes, read without importing the datasets (torch), for a command line's
+    ``--help``: a built-in dataset is named as its module of :mod:`mutexmatch.data.builtin` (tests/mutexmatch/data
+    check it against the registry), then ``imagefolder``. Alphabetical; the registry's ``DATASET_NAMES`` is in
+    listing order."""
+    modules = pkgutil.iter_modules([str(Path(__file__).with_name("builtin"))])
+    return (*sorted(m.name for m in modules if not m.name.startswith("_")), "imagefolder")

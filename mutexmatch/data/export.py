@@ -11,13 +11,12 @@ from pathlib import Path
 import torch
 from PIL import Image
 
-from mutexmatch.data import imagefolder
+from mutexmatch.data import EXPORT_FORMATS, imagefolder  # EXPORT_FORMATS: where --help reads it without torch
 from mutexmatch.data.builtin import DATASETS
 from mutexmatch.data.images import ImageData
 from mutexmatch.data.load import DatasetBundle, dataset_dir
 
 SPLITS = (*imagefolder.LABELED_SPLITS, imagefolder.UNLABELED_SPLIT)
-EXPORT_FORMATS = ("png",)
 _CHUNK = imagefolder.THREAD_CHUNK
 
 

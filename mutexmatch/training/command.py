@@ -22,24 +22,23 @@ import os
 import sys
 import warnings
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from mutexmatch import metrics as M
 from mutexmatch.checks import int_arg, shown
+from mutexmatch.cli import add_version
 from mutexmatch.cliwarnings import one_line_warnings
 from mutexmatch.config import (RESUMABLE, ConfigError, RunConfig, apply_overrides, fields_with_role, load_config,
                                parse_config, read_config_file)
-from mutexmatch.data.imagefolder import ImageFolderError
-from mutexmatch.data.registry import DatasetError
 from mutexmatch.training.callbacks import Callback
-from mutexmatch.training.checkpoint import CheckpointError
-from mutexmatch.training.distributed import DataParallelError
-from mutexmatch.training.loop import NonFiniteLossError, Trainer
 from mutexmatch.training import preemption
 from mutexmatch.training.runfolder import RUN_MARKER, RunFolder, RunFolderError, checkpoint_step
 from mutexmatch.training.steptime import checkpoint_steps_done, confirm_cost, measure_run
 
-__all__ = ["main", "INTERRUPTED", "RunDirError", "CallbackFactory"]
+if TYPE_CHECKING:  # torch and the trainer are imported once the arguments are read: --help answers without them
+    from mutexmatch.training.loop import Trainer
+
+__all__ = ["main", "build_parser", "INTERRUPTED", "RunDirError", "CallbackFactory"]
 
 INTERRUPTED = 130     # exit code after Ctrl+C, as the shell reports a SIGINT death (and the sweep exits)
 
@@ -95,7 +94,8 @@ def _write_failed(trainer: Trainer | None, args: argparse.Namespace, err: OSErro
             f"output_dir), then {then}")
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    """The trainer's command line (``orchestration.train`` passes it every option it does not take itself)."""
     parser = argparse.ArgumentParser(prog="python -m mutexmatch.train", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", type=Path, help="run config YAML (see docs/config.md)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -106,12 +106,15 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--stop-at", type=int_arg(1), default=None, help="stop at this step (schedule of the full run)")
     parser.add_argument("--yes", action="store_true",
                         help="start a CPU run whose measured ETA exceeds an hour without asking")
+    add_version(parser)
     return parser
 
 
 def _make_trainer(args: argparse.Namespace, callbacks: CallbackFactory | None = None) -> Trainer | None:
     """The run's trainer, after the line that says what it will cost (steps, ETA, output folder); None when the
     user declined a long CPU run (nothing written). ``callbacks`` makes the run's callbacks once it will start."""
+    from mutexmatch.training.loop import Trainer
+
     if args.resume is not None:
         if args.config is not None or args.overwrite:
             raise RunDirError("--resume DIR uses the config saved in DIR and continues its run; do not pass "
@@ -135,7 +138,7 @@ def main(argv: Sequence[str] | None = None, callbacks: CallbackFactory | None = 
         print("[train] $MLFLOW_TRACKING_URI is set, but this command never logs to MLflow (the trainer knows nothing "
               "of it); `python -m orchestration.train` takes the same arguments and logs the run", file=sys.stderr)
     with one_line_warnings():
-        return _run(_parser().parse_args(argv), callbacks)
+        return _run(build_parser().parse_args(argv), callbacks)
 
 
 def _run(args: argparse.Namespace, callbacks: CallbackFactory | None = None) -> int:
@@ -147,6 +150,12 @@ def _run(args: argparse.Namespace, callbacks: CallbackFactory | None = None) -> 
 
 
 def _train(args: argparse.Namespace, callbacks: CallbackFactory | None = None) -> int:
+    from mutexmatch.data.imagefolder import ImageFolderError
+    from mutexmatch.data.registry import DatasetError
+    from mutexmatch.training.checkpoint import CheckpointError
+    from mutexmatch.training.distributed import DataParallelError
+    from mutexmatch.training.loop import NonFiniteLossError
+
     trainer = None
     try:
         trainer = _make_trainer(args, callbacks)

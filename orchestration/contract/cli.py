@@ -5,6 +5,6 @@ Its one copy is the trainer's (:mod:`mutexmatch.cli`, standard library only), wh
 
 from __future__ import annotations
 
-from mutexmatch.cli import entry_point
+from mutexmatch.cli import add_version, answer_early, entry_point
 
-__all__ = ["entry_point"]
+__all__ = ["entry_point", "add_version", "answer_early"]

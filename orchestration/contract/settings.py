@@ -8,7 +8,7 @@ from typing import Iterable
 
 from orchestration.contract.names import trial_key
 
-__all__ = ["SET_OPTION", "SETTINGS_EXCLUDED", "EXPECTED_RUNS_DIR", "parse_set_item", "apply_set_items",
+__all__ = ["SET_OPTION", "MAX_FAILURES", "SETTINGS_EXCLUDED", "EXPECTED_RUNS_DIR", "parse_set_item", "apply_set_items",
            "settings_digest", "expected_runs_artifact", "other_settings_label", "other_settings_line"]
 
 
@@ -17,6 +17,8 @@ __all__ = ["SET_OPTION", "SETTINGS_EXCLUDED", "EXPECTED_RUNS_DIR", "parse_set_it
 # its parent run, the config hashes its plan expects per trial key (``expected_runs/<digest>.json``, under the tag
 # ``mutexmatch.settings.<digest>``), and the report finds that record by the digest of the same amended YAML.
 SET_OPTION = "--set"
+# --max-failures' default: the restarts of a failed trial (the sweep's parser reads it before Ray and MLflow load)
+MAX_FAILURES = 2
 # prose, report layout and the resources a trial holds change no trial's config (`--set resources.gpu=1` on a
 # machine with a GPU must find the runs of the same YAML launched elsewhere)
 SETTINGS_EXCLUDED = ("description", "tables", "figures", "resources")

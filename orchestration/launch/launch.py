@@ -48,7 +48,7 @@ class SweepOptions:
     n_trials: int | None = None
     max_concurrent: int | None = None
     gpu_policy: str = "error"
-    max_failures: int = 2
+    max_failures: int = C.MAX_FAILURES
     experiment_name: str | None = None
     project_dir: Path | None = None
     reuse_actors: bool = True
