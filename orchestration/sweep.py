@@ -304,7 +304,8 @@ def _prepare(opts: SweepOptions) -> Launch:
     loaded = load_sweep(opts.spec_path, project, opts.overrides, need_data=not opts.dry_run)
     plan = plan_sweep(loaded, project, smoke=opts.smoke, n_trials=opts.n_trials, max_concurrent=opts.max_concurrent)
     _check_report_layouts(loaded.spec)
-    uri, storage = tracking.resolve_tracking_uri(opts.tracking_uri, project), resolve_storage(opts.storage, project)
+    uri = tracking.resolve_tracking_uri(opts.tracking_uri, project, write=not opts.dry_run)  # a dry run only reads
+    storage = resolve_storage(opts.storage, project)
     if not opts.dry_run:
         check_job_paths(uri, storage)   # under `ray job submit`: no store inside the job's temporary folder
     own = None if opts.dry_run else yaml_plan(opts.spec_path, project, opts.overrides, opts.smoke)

@@ -29,11 +29,13 @@ def deleted_experiment(name: str, experiment_id: str, tracking_uri: str, *, rest
 MLFLOW_TABLES = frozenset({"experiments", "runs"})  # what makes an SQLite file an MLflow store
 
 
-def check_sqlite_store(tracking_uri: str, path: Path, label: str, *, create: bool = False) -> None:
+def check_sqlite_store(tracking_uri: str, path: Path, label: str, *, create: bool = False,
+                       write: bool | None = None) -> None:
     """``ValueError`` (one line naming ``label`` and ``tracking_uri``) unless ``path`` is an SQLite file with
     MLflow's tables. With ``create`` (the sweep, which makes the store) a missing or empty file passes too; never
     another program's database, to which MLflow would add its 65 tables. Reading commands (status, report) pass
-    ``create=False``: they never turn a file into a store."""
+    ``create=False``: they never turn a file into a store. ``write`` (default: ``create``) refuses a file this
+    process cannot write (a sweep's dry run may create the store, yet reads a read-only one)."""
     import sqlite3
 
     if path.is_dir():
@@ -41,7 +43,7 @@ def check_sqlite_store(tracking_uri: str, path: Path, label: str, *, create: boo
     if path.exists() and not path.is_file():  # a FIFO would block, a device fail after minutes (finding #3)
         raise ValueError(f"{label} {tracking_uri!r}: {path} is not a regular file ({_file_kind(path)}); give an "
                          "SQLite file (e.g. mlflow.db)")
-    if create and path.is_file() and not os.access(path, os.W_OK):  # finding #2
+    if (create if write is None else write) and path.is_file() and not os.access(path, os.W_OK):  # finding #2
         raise ValueError(f"{label} {tracking_uri!r}: the store file is read-only: {path}; a sweep writes to its "
                          f"store: make it writable (chmod u+w {path}) or give another store (status and "
                          "reports.build read a read-only one)")

@@ -55,16 +55,17 @@ __all__ = [
     "log_metrics", "log_params_and_tags", "ParentInfo", "TrialRun", "run_deleted",
 ]
 
-def resolve_tracking_uri(uri: str | None, project_dir: Path, *, create: bool = True) -> str:
+def resolve_tracking_uri(uri: str | None, project_dir: Path, *, create: bool = True, write: bool | None = None) -> str:
     """The store the sweep writes and its trials use from any working directory: the contract's rule
     (:func:`orchestration.contract.resolve_tracking_uri`: ``--tracking-uri``, else ``$MLFLOW_TRACKING_URI``, else
     ``sqlite:///<project>/mlflow.db``), refusing MLflow 3's plain file store and an SQLite path that holds something
     else than an MLflow store (:func:`orchestration.contract.check_sqlite_store`; ``create=False`` for a command
-    that only reads: a missing or empty file is refused too, never made a store)."""
+    that only reads: a missing or empty file is refused too, never made a store; ``write=False``: a read-only file
+    passes, as for a dry run)."""
     resolved = C.resolve_tracking_uri(uri, project_dir, writable=True)
     if resolved.startswith("sqlite:///") and not resolved.startswith("sqlite:///:memory:"):
         C.check_sqlite_store(uri or resolved, Path(resolved[len("sqlite:///"):].partition("?")[0]), "--tracking-uri",
-                             create=create)
+                             create=create, write=write)
     return resolved
 
 

@@ -30,10 +30,10 @@ def test_a_fifo_as_the_store_is_refused_at_once(tmp_path):
             C.check_sqlite_store(f"sqlite:///{fifo}", fifo, "--tracking-uri", create=create)
 
 
-def _check_as_user(uri: str, path: Path, create: bool) -> str:
+def _check_as_user(uri: str, path: Path, create: bool, write: bool | None = None) -> str:
     """The check's error ('' if none) in a forked process that cannot write a read-only file: root writes through
     chmod, so there the child is nobody (no exec: this interpreter lies in root's home)."""
-    read, write = os.pipe()
+    read, written = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: report and leave without running pytest's exit handlers
         os.close(read)
@@ -41,13 +41,13 @@ def _check_as_user(uri: str, path: Path, create: bool) -> str:
             if os.geteuid() == 0:
                 os.setgid(65534)
                 os.setuid(65534)
-            C.check_sqlite_store(uri, path, "--tracking-uri", create=create)
+            C.check_sqlite_store(uri, path, "--tracking-uri", create=create, write=write)
             message = ""
         except BaseException as e:  # noqa: BLE001 - any error is the answer
             message = f"{type(e).__name__}: {e}"
-        os.write(write, message.encode())
+        os.write(written, message.encode())
         os._exit(0)
-    os.close(write)
+    os.close(written)
     with os.fdopen(read, "rb") as f:
         answer = f.read().decode()
     os.waitpid(pid, 0)
@@ -61,10 +61,12 @@ def test_a_read_only_store_file_is_refused_for_writing_and_read_for_reading():
         path = _store(folder)
         path.chmod(0o444)
         uri = f"sqlite:///{path}"
-        assert _check_as_user(uri, path, True) == (f"ValueError: --tracking-uri {uri!r}: the store file is read-only: {path}; a sweep writes "
-                                        f"to its store: make it writable (chmod u+w {path}) or give another store "
-                                        "(status and reports.build read a read-only one)")
+        assert _check_as_user(uri, path, True) == (
+            f"ValueError: --tracking-uri {uri!r}: the store file is read-only: {path}; a sweep writes to its store: "
+            f"make it writable (chmod u+w {path}) or give another store "
+            "(status and reports.build read a read-only one)")
         assert _check_as_user(uri, path, False) == ""
+        assert _check_as_user(uri, path, True, write=False) == ""  # a sweep's dry run reads it
     finally:
         for f in folder.iterdir():
             f.unlink()
