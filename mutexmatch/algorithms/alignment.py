@@ -12,7 +12,9 @@
   ``filled`` (the generic ``dist_align`` switch's default): p(y) / max(p~(y), 1e-12), the queue mean taken over the
   slots filled so far;
   ``usb``: (p(y) + 1e-6) / (p~(y) + 1e-6) with the queue mean over all ``window`` slots, empty ones counting as zero
-  (USB 0.3.2's ``DistAlignQueueHook``/``DistAlignEMAHook``, Google's ReMixMatch/FixMatch-DA code).
+  (USB 0.3.2's ``DistAlignQueueHook``/``DistAlignEMAHook``, Google's ReMixMatch/FixMatch-DA code);
+  ``all_slots``: p(y) / p~(y), the queue mean over all slots as ``usb``, without the epsilon (ShrinkMatch's released
+  code, issue 43; not a choice of the generic switch).
   They differ while the queue fills (aligned probabilities by up to 0.6-0.8 in a run's first steps, as a class whose
   mean probability is below 1e-6 * window is pulled towards the epsilon). Once it is full, and always with the EMA
   estimate, they differ by the epsilon alone, which is negligible only while every class keeps a mean probability
@@ -40,7 +42,7 @@ from mutexmatch.params import MAX_QUEUE
 
 ESTIMATES = ("queue", "ema")
 TARGETS = ("uniform", "labeled", "model")
-RATIOS = ("filled", "usb")
+RATIOS = ("filled", "usb", "all_slots")
 
 
 class RunningMean:
@@ -102,6 +104,7 @@ class DistributionAlignment:
         # USB's "model" target: a queue starts all zeros (its mean over all slots), an EMA at uniform and averages
         # in the first labeled batch (its p_model instead starts at the first unlabeled batch mean).
         start = uniform if estimate == "ema" or ratio == "filled" else torch.zeros(num_classes)
+        self.over_all_slots = ratio in ("usb", "all_slots")
         self.labeled = None if target != "model" else RunningMean(num_classes, estimate, window, momentum, start,
                                                                   first_batch_starts=False)
 
@@ -117,13 +120,13 @@ class DistributionAlignment:
     @property
     def running_mean(self) -> Tensor:
         """p~(y); uniform before the first batch."""
-        return self.model.value(over_all_slots=self.ratio == "usb")
+        return self.model.value(over_all_slots=self.over_all_slots)
 
     def target(self) -> Tensor:
         """p(y)."""
         if self.labeled is None:
             return self.prior
-        return self.labeled.value(over_all_slots=self.ratio == "usb")
+        return self.labeled.value(over_all_slots=self.over_all_slots)
 
     def __call__(self, probs: Tensor, probs_lb: Tensor | None = None) -> Tensor:
         probs = probs.detach()
@@ -136,6 +139,8 @@ class DistributionAlignment:
         p_model, p_target = self.running_mean, self.target()
         if self.ratio == "usb":
             aligned = probs.float() * (p_target + 1e-6) / (p_model + 1e-6)
+        elif self.ratio == "all_slots":
+            aligned = probs.float() * p_target / p_model
         else:  # the floor only matters for a class whose probability underflowed to 0 in every recent batch
             aligned = probs.float() * p_target / p_model.clamp_min(1e-12)
         return (aligned / aligned.sum(dim=1, keepdim=True)).to(probs.dtype)
