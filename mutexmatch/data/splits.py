@@ -25,6 +25,7 @@ import numpy as np
 
 from mutexmatch.atomic import atomic_write
 from mutexmatch.checks import check_int
+from mutexmatch.data.longtail import Imbalance, longtail_indices, split_counts
 
 NUM_OFFICIAL_FOLDS = 5
 # The validation draw gets its own seed stream, far from the labeled-draw seeds 1..5.
@@ -178,6 +179,15 @@ class Split:
                              "started; start a new run")
 
 
+def _val_and_rest(labels: np.ndarray, val_per_class: int, num_classes: int, fold: int
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """The validation draw and the labels with those images relabelled -1, which no later draw may pick."""
+    val = _draw_val(labels, val_per_class, num_classes, fold)
+    candidates = labels.copy()
+    candidates[val] = -1
+    return val, candidates
+
+
 def _draw_val(labels: np.ndarray, val_per_class: int, num_classes: int, fold: int) -> np.ndarray:
     """``val_per_class`` images of every class (labels >= 0 only) from Generator(PCG64(VAL_SEED_OFFSET + fold))."""
     if val_per_class == 0:
@@ -195,7 +205,8 @@ def _draw_val(labels: np.ndarray, val_per_class: int, num_classes: int, fold: in
 
 def make_split(labels: np.ndarray, *, dataset: str, num_labels: int, num_classes: int, fold: int,
                rule: str = "official", val_per_class: int = 0, unlabeled_includes_labeled: bool = True,
-               num_extra_unlabeled: int = 0, predefined_folds: list[np.ndarray] | None = None) -> Split:
+               num_extra_unlabeled: int = 0, predefined_folds: list[np.ndarray] | None = None,
+               imbalance: Imbalance | None = None) -> Split:
     """Build the split of fold ``fold`` for ``num_labels`` labels.
 
     Without ``predefined_folds``: fold f draws its labeled set with ``SPLIT_RULES[rule]`` and seed f + 1 (the
@@ -213,6 +224,13 @@ def make_split(labels: np.ndarray, *, dataset: str, num_labels: int, num_classes
     The unlabeled pool is every train image except validation images (minus the labeled ones when
     ``unlabeled_includes_labeled`` is False; the released code includes them), followed by the indices
     ``len(labels) + j`` of ``num_extra_unlabeled`` extra unlabeled images.
+
+    With ``imbalance`` (``data.imbalance``): the long-tailed split, USB's draw (:mod:`mutexmatch.data.longtail`)
+    with seed ``fold`` (USB's seeds 0, 1, 2 are folds 0, 1, 2) from the images outside the validation set, ``rule``
+    and ``predefined_folds`` not used; ``num_labels`` must be the labeled set's size. The unlabeled pool is the
+    labeled images then the drawn unlabeled ones (USB's ``include_lb_to_ulb``; only the drawn ones when
+    ``unlabeled_includes_labeled`` is False), then the extra images; ``meta`` adds the setting and the per-class
+    counts.
     """
     labels = _as_labels(labels, num_classes)
     if rule not in SPLIT_RULES:
@@ -223,6 +241,10 @@ def make_split(labels: np.ndarray, *, dataset: str, num_labels: int, num_classes
     num_labels = check_int("data.num_labels", num_labels, low=1)
     num_train = len(labels)
 
+    if imbalance is not None:
+        return _longtail_split(labels, imbalance, dataset=dataset, num_labels=num_labels, num_classes=num_classes,
+                               fold=fold, val_per_class=val_per_class, num_extra_unlabeled=num_extra_unlabeled,
+                               unlabeled_includes_labeled=unlabeled_includes_labeled)
     if predefined_folds is not None:
         labeled = _predefined_labeled(labels, num_labels, fold, predefined_folds, dataset)
         candidates = labels.copy()
@@ -240,13 +262,43 @@ def make_split(labels: np.ndarray, *, dataset: str, num_labels: int, num_classes
         pool[labeled] = False
     unlabeled = np.concatenate([np.flatnonzero(pool), num_train + np.arange(num_extra_unlabeled)]).astype(np.int64)
 
-    meta = {
+    meta = _meta(dataset, num_labels, num_classes, fold, rule_used, seed, val_per_class,
+                 unlabeled_includes_labeled, num_train, num_extra_unlabeled)
+    return Split(labeled=labeled, unlabeled=unlabeled, val=val, meta=meta)
+
+
+def _meta(dataset: str, num_labels: int, num_classes: int, fold: int, rule: str, seed: int | None,
+          val_per_class: int, unlabeled_includes_labeled: bool, num_train: int, num_extra_unlabeled: int) -> dict:
+    """A split's ``meta``; its keys and values enter the digest, so a stored run's split keeps its digest."""
+    return {
         "dataset": dataset, "num_labels": num_labels, "num_classes": int(num_classes), "fold": fold,
-        "rule": rule_used, "seed": seed, "val_per_class": val_per_class,
+        "rule": rule, "seed": seed, "val_per_class": val_per_class,
         "val_seed": VAL_SEED_OFFSET + fold if val_per_class else None,
         "unlabeled_includes_labeled": bool(unlabeled_includes_labeled), "num_train": num_train,
         "num_extra_unlabeled": num_extra_unlabeled,
     }
+
+
+def _longtail_split(labels: np.ndarray, imbalance: Imbalance, *, dataset: str, num_labels: int, num_classes: int,
+                    fold: int, val_per_class: int, num_extra_unlabeled: int, unlabeled_includes_labeled: bool
+                    ) -> Split:
+    """:func:`make_split` with ``imbalance``: validation first, then USB's long-tailed draw with seed ``fold``."""
+    labeled_counts, unlabeled_counts = split_counts(imbalance, num_classes)
+    if num_labels != sum(labeled_counts):
+        raise ValueError(f"data.num_labels={num_labels}: the long-tailed labeled set of data.imbalance holds "
+                         f"{sum(labeled_counts)} labeled images (per class {labeled_counts}); set data.num_labels: "
+                         f"{sum(labeled_counts)}")
+    val, candidates = _val_and_rest(labels, val_per_class, num_classes, fold)
+    labeled, drawn = longtail_indices(candidates, labeled_counts, unlabeled_counts, num_classes, seed=fold)
+    num_train = len(labels)
+    unlabeled = np.concatenate([labeled, drawn] if unlabeled_includes_labeled else [drawn])
+    unlabeled = np.concatenate([unlabeled, num_train + np.arange(num_extra_unlabeled)]).astype(np.int64)
+    meta = _meta(dataset, num_labels, num_classes, fold, "longtail", fold, val_per_class,
+                 unlabeled_includes_labeled, num_train, num_extra_unlabeled)
+    meta["imbalance"] = {f: getattr(imbalance, f) for f in
+                         ("labeled_head", "labeled_ratio", "unlabeled_head", "unlabeled_ratio", "rule")}
+    meta["labeled_per_class"] = labeled_counts
+    meta["unlabeled_per_class"] = np.bincount(labels[drawn], minlength=num_classes).tolist()
     return Split(labeled=labeled, unlabeled=unlabeled, val=val, meta=meta)
 
 
@@ -258,9 +310,7 @@ def _drawn_labeled(labels: np.ndarray, rule: str, fold: int, num_labels: int, nu
         raise ValueError(f"data.fold must be in [0, {NUM_OFFICIAL_FOLDS - 1}] for data.split_rule 'official' "
                          f"(the released code's seeds 1-{NUM_OFFICIAL_FOLDS}), got {fold}; use data.split_rule "
                          f"'balanced' for more folds")
-    val = _draw_val(labels, val_per_class, num_classes, fold)
-    candidates = labels.copy()
-    candidates[val] = -1
+    val, candidates = _val_and_rest(labels, val_per_class, num_classes, fold)
     seed = fold + 1
     return SPLIT_RULES[rule](candidates, num_labels, num_classes, seed), val, seed
 
