@@ -29,7 +29,8 @@ import yaml
 
 from mutexmatch.checks import shown
 
-__all__ = ["YamlFileError", "UniqueKeyLoader", "read_yaml", "read_yaml_mapping", "load_text", "read_set_value", "dump_yaml", "MAX_BYTES", "MAX_VALUES"]
+__all__ = ["YamlFileError", "UniqueKeyLoader", "read_yaml", "read_yaml_mapping", "load_text", "read_set_value",
+           "dump_yaml", "MAX_BYTES", "MAX_VALUES"]
 
 # The experiment YAMLs are at most a few KB and hold at most ~400 values (scalars, lists and mappings) after their
 # aliases are expanded; these bounds leave room for far larger configs and none for a bomb.

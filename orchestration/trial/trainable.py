@@ -221,10 +221,8 @@ def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
     scratch = _scratch(trial_id)
     folder = RunFolder(scratch / RUN_DIRNAME)
     raw, ident = _resolve(config, ctx)
-    cfg = trial_config(raw, folder.path, device=ctx.device, threads=ident["threads"], trial_id=trial_id)
-    if cfg is None:  # the same values fail the same way on every attempt: ended, not raised, so Tune retries nothing
-        shutil.rmtree(scratch, ignore_errors=True)
-        return
+    if (cfg := trial_config(raw, folder.path, device=ctx.device, threads=ident["threads"], trial_id=trial_id)) is None:
+        return  # it fails alike on every attempt: ended, not raised, so Tune retries nothing
     trial_run = _open_trial_run(ctx, trial_id, ident, cfg)
     if trial_run.finished:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -297,8 +295,9 @@ class DiskFull(RuntimeError):
 
 def _failed(trial_run: tracking.TrialRun, trial_id: str, folder: RunFolder, error: BaseException) -> bool:
     """The run FAILED with the error's line; True for a divergence (:class:`NonFiniteLossError`) or a
-    :class:`ConfigError`, which are deterministic (issue 33 item 6): Tune's restart from the last checkpoint would diverge the same way, twice over
-    (``mutexmatch.attempts=3`` and three tracebacks before), so the caller ends the trial without raising. True too
+    :class:`ConfigError`, which are deterministic (issue 33 item 6): Tune's restart from the last checkpoint would
+    fail the same way, twice over (``mutexmatch.attempts=3`` and three tracebacks before; a config error without
+    end under ``--max-failures -1``, finding #1), so the caller ends the trial without raising. True too
     for a run deleted while it trained (finding #6: the summary reports it lost); :class:`DiskFull` for a full disk."""
     if tracking.run_deleted(error):
         print(f"[trial {trial_id}] its MLflow run {trial_run.run_id} was deleted while it trained: the trial stops "
