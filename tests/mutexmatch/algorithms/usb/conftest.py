@@ -552,3 +552,11 @@ def usb_side_by_side():
     """``run_side_by_side`` when semilearn (the pinned version) is installed; skipped with the command otherwise."""
     _require_semilearn()
     return run_side_by_side
+
+
+@pytest.fixture(scope="session")
+def usb_harness():
+    """This module (``TinyNet``, ``build_ours``, ...) for the golden-record tests of USB code after the pinned
+    version (tests/mutexmatch/algorithms/golden/make_usb_after_032.py): they replay USB's recorded steps and need no
+    semilearn."""
+    return sys.modules[__name__]

@@ -1,0 +1,92 @@
+"""Makes ``usb_after_032.pt``, the golden record of algorithms USB added after semilearn 0.3.2 (not on PyPI) that
+tests/mutexmatch/algorithms/usb/test_usb_after_032_golden.py compares ours with. Run once, by hand, against an
+export of microsoft/Semi-supervised-learning (its ``semilearn`` package is imported from there, never copied here):
+
+    python tests/mutexmatch/algorithms/golden/make_usb_after_032.py /path/to/Semi-supervised-learning [--commit SHA]
+
+Each algorithm's ``train_step`` runs through the USB lockstep harness's own pieces (tests/mutexmatch/algorithms/usb/
+conftest.py: ``TinyNet`` with BatchNorm, ``build_usb``, ``Data``, ``_usb_step``) on fixed weights and views, with
+plain SGD, for ``STEPS`` steps. Recorded: the initial weights and the views; per step the loss, USB's log, the mask
+and pseudo-labels its hooks returned, every gradient and the BatchNorm statistics after the step's forward.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+OUT = HERE / "usb_after_032.pt"
+STEPS, SCALE = 10, 3.0
+NEWER_STUBS = ("timm.models.layers.helpers",)   # what the newer semilearn imports beyond 0.3.2's, unused by a step
+RUNS = {  # our name: (USB's name, USB's arguments)
+    "refixmatch": ("refixmatch", {"p_cutoff": 0.8, "ulb_loss_ratio": 0.7, "hard_label": True}),
+}
+
+
+def harness():
+    spec = importlib.util.spec_from_file_location("usb_harness", HERE.parent / "usb" / "conftest.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module   # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def record(h, usb_name: str, args: dict) -> dict:
+    cfg = h.Lockstep(steps=STEPS, batchnorm=True)
+    torch.manual_seed(cfg.seed)
+    net = h.TinyNet(cfg.d_in, cfg.width, cfg.num_classes, SCALE, cfg.batchnorm)
+    usb_net = h.UsbNet(net)
+    initial = copy.deepcopy(net.state_dict())
+    usb = h.build_usb(usb_name, usb_net, args, num_classes=cfg.num_classes, ulb_size=cfg.ulb_size,
+                      lb_size=cfg.lb_size, total_steps=STEPS)
+    data, steps, views = h.Data(cfg, cfg.seed + 1), [], []
+    for t in range(STEPS):
+        v = data.next()
+        views.append(v)
+        loss, log, hooks = h._usb_step(usb, v, cfg.seed + 100 + t)
+        loss.backward()
+        steps.append({"loss": loss.detach(), "log": {k: float(x) for k, x in log.items()},
+                      "mask": hooks["masking"], "pseudo_label": hooks["gen_ulb_targets"],
+                      "grads": {n: p.grad.clone() for n, p in net.named_parameters()},
+                      "buffers": {n: b.clone() for n, b in net.named_buffers()}})
+        h._sgd(usb_net, cfg.lr)
+    stack = lambda key: torch.stack([s[key] for s in steps])   # noqa: E731
+    return {"config": {"steps": STEPS, "scale": SCALE, "lr": cfg.lr, "num_classes": cfg.num_classes,
+                       "d_in": cfg.d_in, "width": cfg.width, "ulb_size": cfg.ulb_size, "lb_size": cfg.lb_size,
+                       "usb_name": usb_name, "usb_args": args},
+            "initial_state": initial, "final_state": copy.deepcopy(net.state_dict()),
+            "views": {k: torch.stack([getattr(v, k) for v in views]) for k in ("x_lb", "y_lb", "idx_lb", "idx_ulb",
+                                                                                "x_ulb_w", "x_ulb_s")},
+            "loss": stack("loss"), "mask": stack("mask"), "pseudo_label": stack("pseudo_label"),
+            "log": {k: [s["log"][k] for s in steps] for k in steps[0]["log"]},
+            **{part: {n: torch.stack([s[part][n] for s in steps]) for n in steps[0][part]}
+               for part in ("grads", "buffers")}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("repo", type=Path, help="an export of github.com/microsoft/Semi-supervised-learning")
+    parser.add_argument("--commit", help="its commit, for an export without .git (else git rev-parse HEAD)")
+    cli = parser.parse_args()
+    commit = cli.commit or subprocess.run(["git", "-C", str(cli.repo), "rev-parse", "HEAD"], capture_output=True,
+                                          text=True, check=True).stdout.strip()
+    sys.path.insert(0, str(cli.repo))   # its semilearn, not the installed 0.3.2
+    h = harness()
+    h.STUBBED = h.STUBBED + NEWER_STUBS
+    core = h.import_semilearn()
+    assert Path(core.__file__).is_relative_to(cli.repo.resolve()), f"semilearn imported from {core.__file__}"
+    golden = {"commit": commit, "command": "python tests/mutexmatch/algorithms/golden/make_usb_after_032.py "
+              f"<export of microsoft/Semi-supervised-learning> --commit {commit}", "torch": str(torch.__version__),
+              **{name: record(h, usb_name, args) for name, (usb_name, args) in RUNS.items()}}
+    torch.save(golden, OUT)
+    print(f"wrote {OUT} ({OUT.stat().st_size} bytes) from microsoft/Semi-supervised-learning@{commit}")
+
+
+if __name__ == "__main__":
+    main()
