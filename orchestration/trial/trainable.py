@@ -197,8 +197,13 @@ def _open_trial_run(ctx: TrialContext, trial_id: str, ident: dict[str, Any], cfg
                         launch_id=ctx.launch_id, source=ctx.source,
                         color=C.run_color(ident["cell"].levels, ctx.color_axis, ctx.color_levels))
     tags.update(ident["extra"])
-    trial_run = tracking.TrialRun.open(Store.at(ctx.tracking_uri, ctx.experiment_id), trial_id=trial_id,
-                                       launch_id=ctx.launch_id, tags=tags, run_name=ident["name"])
+    try:
+        trial_run = tracking.TrialRun.open(Store.at(ctx.tracking_uri, ctx.experiment_id), trial_id=trial_id,
+                                           launch_id=ctx.launch_id, tags=tags, run_name=ident["name"])
+    except Exception as e:  # a retry on a store whose disk is still full
+        if C.disk_full(e):
+            raise _disk_full(trial_id, ctx.tracking_uri, e) from None
+        raise
     _back_off(trial_run)
     return trial_run
 
@@ -293,6 +298,15 @@ class DiskFull(RuntimeError):
     ``--resume`` continues from its last checkpoint once there is space."""
 
 
+def _disk_full(trial_id: str, tracking_uri: str, error: BaseException) -> DiskFull:
+    """:class:`DiskFull` naming the file being written (else the store), its line printed."""
+    where = getattr(error, "filename", None) or tracking_uri.removeprefix("sqlite:///")
+    line = (f"no space left on the disk of {where}; what was written is intact: free space there, then resume the "
+            "launch (--resume)")
+    print(f"[trial {trial_id}] {line}", file=sys.stderr, flush=True)
+    return DiskFull(line)
+
+
 def _failed(trial_run: tracking.TrialRun, trial_id: str, folder: RunFolder, error: BaseException) -> bool:
     """The run FAILED with the error's line; True for a divergence (:class:`NonFiniteLossError`) or a
     :class:`ConfigError`, which are deterministic (issue 33 item 6): Tune's restart from the last checkpoint would
@@ -304,14 +318,8 @@ def _failed(trial_run: tracking.TrialRun, trial_id: str, folder: RunFolder, erro
               "here, reported lost in the sweep's summary (a new launch of the sweep trains it again)",
               file=sys.stderr, flush=True)
         return True
-    if C.disk_full(error):
-        where = getattr(error, "filename", None) or trial_run.client.tracking_uri.removeprefix("sqlite:///")
-        line = (f"no space left on the disk of {where}; what was written is intact: free space there, then resume "
-                "the launch (--resume)")
-        print(f"[trial {trial_id}] {line}", file=sys.stderr, flush=True)
-        with contextlib.suppress(Exception):  # the store may be the full disk
-            trial_run.failed(error)
-        raise DiskFull(line) from None
+    if C.disk_full(error):  # the run is not marked FAILED: on a full store MLflow would log its own traceback
+        raise _disk_full(trial_id, trial_run.client.tracking_uri, error) from None
     trial_run.failed(error)
     if isinstance(error, NonFiniteLossError):
         print(f"[trial {trial_id}] error: {error} (not retried; run folder kept: {folder.path})", file=sys.stderr)

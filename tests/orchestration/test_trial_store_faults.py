@@ -77,6 +77,23 @@ def test_a_trial_on_a_full_disk_says_so_in_one_line_and_stays_resumable(store, t
     assert (store.client.tracking_uri.removeprefix("sqlite:///") if isinstance(error, MlflowException)
             else error.filename) in line
     assert capsys.readouterr().err.strip() == f"[trial t7] {line}"
+    assert C.ERROR not in store.client.get_run(trial.run_id).data.tags  # no write to a store that may be full
+
+
+def test_a_retry_on_a_still_full_store_says_the_same_line(store, monkeypatch, capsys):
+    def full(*args, **kwargs):
+        raise MlflowException("(sqlite3.OperationalError) database or disk is full\n[SQL: INSERT INTO tags ...]")
+
+    monkeypatch.setattr(tracking.TrialRun, "open", full)
+    ctx = SimpleNamespace(parent_run_id="p", git_commit="c", launch_id="L", source="", color_axis="", color_levels=(),
+                          tracking_uri=store.client.tracking_uri, experiment_id=store.experiment_id)
+    ident = {"kind": C.KIND_GRID, "cell": SimpleNamespace(levels=(("method", "fixmatch"),), id="method=fixmatch"),
+             "fold": 0, "extra": {}, "name": "method=fixmatch/fold0"}
+    cfg = SimpleNamespace(algorithm=SimpleNamespace(name="fixmatch"))
+    monkeypatch.setattr(trainable, "config_hash", lambda cfg: "h")
+    with pytest.raises(trainable.DiskFull, match="^no space left on the disk of .*mlflow.db; what was written"):
+        trainable._open_trial_run(ctx, "t8", ident, cfg)
+    assert capsys.readouterr().err.startswith("[trial t8] no space left on the disk of ")
 
 
 def test_a_retried_trial_is_said_in_the_summary(store):
