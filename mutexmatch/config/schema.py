@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Mapping, Sequence
+from typing import Annotated, Any, Literal, Mapping, Sequence, get_args
 
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator,
                       model_validator)
@@ -70,6 +70,43 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True, frozen=False)
 
 
+def _ratio(v: float) -> float:
+    if not abs(v) >= 1:
+        raise ValueError("must be <= -1 or >= 1 (head class / tail class; negative reverses the class order)")
+    return v
+
+
+_Ratio = Annotated[float, AfterValidator(_ratio)]
+
+
+class ImbalanceConfig(_Section):
+    """A long-tailed split, USB's class-imbalanced protocol (mutexmatch/data/longtail.py): class c of C gets
+    int(head * mu^c) images, mu = (1/|ratio|)^(1/(C-1)), the last class int(head/|ratio|); drawn as USB's
+    sample_labeled_unlabeled_data draws it, seeded with data.fold (USB's seed); data.num_labels must be the
+    labeled set's size."""
+
+    labeled_head: _AtLeast1 = Field(description="N_1: labeled images of the head class (class 0, or the last class "
+                                    "when labeled_ratio < 0).")
+    labeled_ratio: _Ratio = Field(description="gamma_l: head / tail of the labeled set (USB's lb_imb_ratio), "
+                                  "at least 1 in absolute value; negative reverses the class order; 1 = N_1 of every class.")
+    unlabeled_head: Annotated[int | None, AfterValidator(at_least(1, or_none=True))] = Field(
+        None, description="M_1: unlabeled images of the head class, drawn apart from the labeled ones; null = every "
+        "image of each class that is not labeled (STL-10's `unknown` setting). At ratio 1 it is per class (USB's "
+        "ulb_num_labels is then the total).")
+    unlabeled_ratio: _Ratio = Field(1.0, description="gamma_u (USB's ulb_imb_ratio); negative = the reversed "
+                                    "(`inconsistent`) order; other than 1 needs unlabeled_head.")
+    rule: Literal["int", "ceil"] = Field("int", description="Rounding of each class's count: `int` (USB: down) or "
+                                         "`ceil` (DARP/RDA: up).")
+
+    @model_validator(mode="after")
+    def _ratio_needs_head(self) -> "ImbalanceConfig":
+        if self.unlabeled_head is None and self.unlabeled_ratio != 1:
+            raise ValueError(f"data.imbalance.unlabeled_ratio={self.unlabeled_ratio:g}: needs "
+                             "data.imbalance.unlabeled_head (M_1); without it the unlabeled set is the rest of every "
+                             "class, so leave the ratio at 1")
+        return self
+
+
 class DataConfig(_Section):
     """Which images, which labels, which fold."""
 
@@ -95,6 +132,9 @@ class DataConfig(_Section):
     unlabeled_includes_labeled: bool = Field(
         True, description="The unlabeled pool is the whole training set, labeled images included (the paper's "
         "protocol). False removes the labeled images from it.")
+    imbalance: ImbalanceConfig | None = Field(
+        None, exclude_if=lambda v: v is None, description="Long-tailed labeled and unlabeled sets (keys below); "
+        "null = the balanced split. docs/datasets.md, \"Long-tailed splits\".")
     svhn_extra: bool = Field(False, description="SVHN only: append the 531k `extra` images to the training set.")
     image_size: int | None = Field(
         None, description="Side length images are resized to at load time; null = the dataset's default "
@@ -370,10 +410,19 @@ def _allowed_keys(loc: Sequence[Any]) -> list[str]:
 def _model_at(model: type[BaseModel], loc: Sequence[Any]) -> type[BaseModel] | None:
     for part in loc:
         field = model.model_fields.get(str(part))
-        if field is None or not (isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)):
+        inner = None if field is None else section_model(field.annotation)
+        if inner is None:
             return None
-        model = field.annotation
+        model = inner
     return model
+
+
+def section_model(annotation: Any) -> type[BaseModel] | None:
+    """The model a field holds (a section, or an optional one such as ``data.imbalance``), else None."""
+    for a in (annotation, *get_args(annotation)):
+        if isinstance(a, type) and issubclass(a, BaseModel):
+            return a
+    return None
 
 
 def parse_config(raw: dict[str, Any] | None) -> RunConfig:

@@ -64,6 +64,15 @@ def split_counts(imbalance: Imbalance, num_classes: int) -> tuple[list[int], lis
                                      imbalance.rule, field="data.imbalance.unlabeled_ratio")
 
 
+def num_labels_problem(num_labels: int, labeled_counts: Sequence[int]) -> str | None:
+    """The error line when ``data.num_labels`` is not the long-tailed labeled set's size, else None."""
+    total = sum(labeled_counts)
+    if num_labels == total:
+        return None
+    return (f"data.num_labels={num_labels}: the long-tailed labeled set of data.imbalance holds {total} labeled "
+            f"images (per class {list(labeled_counts)}); set data.num_labels: {total}")
+
+
 def longtail_indices(labels: np.ndarray, labeled_counts: Sequence[int], unlabeled_counts: Sequence[int] | None,
                      num_classes: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """USB's ``sample_labeled_unlabeled_data`` draw: (labeled, unlabeled) indices, each in class order. Images

@@ -25,13 +25,10 @@ def data_section_facts(d: "DataConfig") -> tuple[int, int, list[str]]:
     else:
         info = DATASETS[d.dataset].info
         num_classes, image_size, errors = info.num_classes, d.image_size or info.image_size, []
-    if d.num_labels % num_classes:
-        errors.append(f"data.num_labels={d.num_labels}: must be divisible by the {num_classes} classes of "
-                      f"{d.dataset}")
-    if d.split_rule == "official" and d.fold > 4:
-        errors.append(f"data.fold={d.fold}: the `official` split rule has folds 0-4 (seeds 1-5); use "
-                      "`data.split_rule: balanced` for more")
-    errors += _declared_rule_errors(d)
+    if d.imbalance is not None:
+        errors += _imbalance_errors(d, num_classes)
+    else:
+        errors += _balanced_errors(d, num_classes)
     dataset = DATASETS.get(d.dataset)
     if d.normalization == "released" and (dataset is None or dataset.info.released_mean is None):
         errors.append(f"data.normalization='released': the released code has no {d.dataset} dataset; use "
@@ -39,7 +36,36 @@ def data_section_facts(d: "DataConfig") -> tuple[int, int, list[str]]:
     if (root := missing_data_root(d)) is not None:
         errors.append(f"data.root={root!r}: folder does not exist (create it with the dataset inside, or set "
                       "`data.download: true`)")
-    return num_classes, image_size, errors + _per_class_errors(d, num_classes)
+    return num_classes, image_size, errors + (_per_class_errors(d, num_classes) if d.imbalance is None else [])
+
+
+def _balanced_errors(d: "DataConfig", num_classes: int) -> list[str]:
+    """``num_labels`` and ``fold`` of a balanced split (num_labels / C images of every class)."""
+    errors = []
+    if d.num_labels % num_classes:
+        errors.append(f"data.num_labels={d.num_labels}: must be divisible by the {num_classes} classes of "
+                      f"{d.dataset}")
+    if d.split_rule == "official" and d.fold > 4:
+        errors.append(f"data.fold={d.fold}: the `official` split rule has folds 0-4 (seeds 1-5); use "
+                      "`data.split_rule: balanced` for more")
+    return errors + _declared_rule_errors(d)
+
+
+def _imbalance_errors(d: "DataConfig", num_classes: int) -> list[str]:
+    """A long-tailed split (``data.imbalance``): USB's draw seeded with the fold (any fold), whose labeled set's
+    size ``num_labels`` must state; ``split_rule`` does not apply."""
+    from mutexmatch.data.longtail import num_labels_problem, split_counts
+
+    try:
+        labeled, _ = split_counts(d.imbalance, num_classes)
+    except ValueError as e:
+        return [str(e)]
+    problem = num_labels_problem(d.num_labels, labeled)
+    errors = [] if problem is None else [problem]
+    if d.split_rule != "official":
+        errors.append(f"data.split_rule={d.split_rule!r}: a long-tailed split (data.imbalance) is drawn by USB's "
+                      "rule, seeded with data.fold; leave data.split_rule at `official`")
+    return errors
 
 
 def missing_data_root(d: "DataConfig") -> str | None:

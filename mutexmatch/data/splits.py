@@ -25,7 +25,7 @@ import numpy as np
 
 from mutexmatch.atomic import atomic_write
 from mutexmatch.checks import check_int
-from mutexmatch.data.longtail import Imbalance, longtail_indices, split_counts
+from mutexmatch.data.longtail import Imbalance, longtail_indices, num_labels_problem, split_counts
 
 NUM_OFFICIAL_FOLDS = 5
 # The validation draw gets its own seed stream, far from the labeled-draw seeds 1..5.
@@ -225,12 +225,7 @@ def make_split(labels: np.ndarray, *, dataset: str, num_labels: int, num_classes
     ``unlabeled_includes_labeled`` is False; the released code includes them), followed by the indices
     ``len(labels) + j`` of ``num_extra_unlabeled`` extra unlabeled images.
 
-    With ``imbalance`` (``data.imbalance``): the long-tailed split, USB's draw (:mod:`mutexmatch.data.longtail`)
-    with seed ``fold`` (USB's seeds 0, 1, 2 are folds 0, 1, 2) from the images outside the validation set, ``rule``
-    and ``predefined_folds`` not used; ``num_labels`` must be the labeled set's size. The unlabeled pool is the
-    labeled images then the drawn unlabeled ones (USB's ``include_lb_to_ulb``; only the drawn ones when
-    ``unlabeled_includes_labeled`` is False), then the extra images; ``meta`` adds the setting and the per-class
-    counts.
+    With ``imbalance`` (``data.imbalance``): USB's long-tailed draw, :func:`_longtail_split`.
     """
     labels = _as_labels(labels, num_classes)
     if rule not in SPLIT_RULES:
@@ -282,12 +277,14 @@ def _meta(dataset: str, num_labels: int, num_classes: int, fold: int, rule: str,
 def _longtail_split(labels: np.ndarray, imbalance: Imbalance, *, dataset: str, num_labels: int, num_classes: int,
                     fold: int, val_per_class: int, num_extra_unlabeled: int, unlabeled_includes_labeled: bool
                     ) -> Split:
-    """:func:`make_split` with ``imbalance``: validation first, then USB's long-tailed draw with seed ``fold``."""
+    """:func:`make_split` with ``imbalance``: validation first, then USB's draw (:mod:`mutexmatch.data.longtail`)
+    with seed ``fold`` (USB's seeds 0, 1, 2 are folds 0, 1, 2) from the rest; ``rule`` and ``predefined_folds`` are
+    not used and ``num_labels`` must be the labeled set's size. The unlabeled pool is the labeled images then the
+    drawn unlabeled ones (USB's ``include_lb_to_ulb``; only the drawn ones when ``unlabeled_includes_labeled`` is
+    False), then the extra images; ``meta`` adds the setting and the per-class counts."""
     labeled_counts, unlabeled_counts = split_counts(imbalance, num_classes)
-    if num_labels != sum(labeled_counts):
-        raise ValueError(f"data.num_labels={num_labels}: the long-tailed labeled set of data.imbalance holds "
-                         f"{sum(labeled_counts)} labeled images (per class {labeled_counts}); set data.num_labels: "
-                         f"{sum(labeled_counts)}")
+    if (problem := num_labels_problem(num_labels, labeled_counts)) is not None:
+        raise ValueError(problem)
     val, candidates = _val_and_rest(labels, val_per_class, num_classes, fold)
     labeled, drawn = longtail_indices(candidates, labeled_counts, unlabeled_counts, num_classes, seed=fold)
     num_train = len(labels)

@@ -168,7 +168,7 @@ class Trainer:
                           num_classes=self.num_classes, fold=d.fold, rule=d.split_rule,
                           val_per_class=d.val_per_class, unlabeled_includes_labeled=d.unlabeled_includes_labeled,
                           num_extra_unlabeled=0 if extra is None else len(extra.y),
-                          predefined_folds=self.bundle.predefined_folds)
+                          predefined_folds=self.bundle.predefined_folds, imbalance=d.imbalance)
 
     def _check_folder(self, resume: bool | str | Path, overwrite: bool) -> tuple[Path, dict] | None:
         """Before any work: a fresh run's folder may be used; a resumed run's checkpoint (rank 0's, data parallel)."""

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import warnings
 
+import numpy as np
+
 from mutexmatch.atomic import atomic_write
 from mutexmatch.config import RunConfig, config_hash
 from mutexmatch.data.load import DatasetBundle
@@ -22,6 +24,14 @@ def marker(cfg: RunConfig, split: Split) -> dict:
     return {"mutexmatch_run": 1, "config_hash": config_hash(cfg), "split_digest": split.digest()}
 
 
+def per_class_counts(train_labels: np.ndarray, split: Split, num_classes: int) -> dict[str, list[int]]:
+    """Labeled and unlabeled train images of each class (the unlabeled pool's extra images, whose classes are
+    unknown, left out: ``images.extra_unlabeled``); what a long-tailed split (``data.imbalance``) shapes."""
+    pool = split.unlabeled[split.unlabeled < len(train_labels)]
+    return {"labeled_per_class": np.bincount(train_labels[split.labeled], minlength=num_classes).tolist(),
+            "unlabeled_per_class": np.bincount(train_labels[pool], minlength=num_classes).tolist()}
+
+
 def dataset_facts(cfg: RunConfig, bundle: DatasetBundle, split: Split) -> dict:
     """What the run's images were: classes, sizes and the normalisation actually applied."""
     b = bundle
@@ -31,6 +41,7 @@ def dataset_facts(cfg: RunConfig, bundle: DatasetBundle, split: Split) -> dict:
         "classes": list(b.classes) if b.classes else None,
         "images": {"train": len(b.train), "test": len(b.test), "val": len(b.val) if b.val else len(split.val),
                    "extra_unlabeled": len(b.extra_unlabeled) if b.extra_unlabeled else 0},
+        **per_class_counts(b.train.y.numpy(), split, b.info.num_classes),
     }
 
 
