@@ -4,6 +4,7 @@ experiment in MLflow's trash means. Standard library only (MLflow's exceptions a
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from contextlib import contextmanager
@@ -12,7 +13,7 @@ from typing import Iterator
 
 __all__ = ["SQLITE_HEADER", "deleted_experiment", "MLFLOW_TABLES", "check_sqlite_store", "FAST_FAIL_HTTP_ENV",
            "PROXY_ARTIFACTS_ENV", "prefer_artifact_proxy", "bounded_http", "unusable_store_file",
-           "disk_full", "store_file_errors"]
+           "disk_full", "store_file_errors", "quiet_store_file_errors", "STORE_LOGGER"]
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"  # the first bytes of every SQLite database file
@@ -153,11 +154,30 @@ def unusable_store_file(err: BaseException, where: str, path: str) -> ValueError
     return ValueError(f"{where}: the SQLite store {path} cannot be written ({_short_reason(err)})")
 
 
+STORE_LOGGER = "mlflow.store.db.utils"  # logs every SQLite error with its traceback at ERROR before raising it
+
+
+class _SaidInOneLine(logging.Filter):
+    """Drops MLflow's log of a full disk or read-only store: the command says those itself, in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        return not (any(f in text for f in FULL_DISK) or "readonly database" in text)
+
+
+def quiet_store_file_errors() -> None:
+    """Install :class:`_SaidInOneLine` on MLflow's SQL store logger (once per process)."""
+    logger = logging.getLogger(STORE_LOGGER)
+    if not any(isinstance(f, _SaidInOneLine) for f in logger.filters):
+        logger.addFilter(_SaidInOneLine())
+
+
 @contextmanager
 def store_file_errors(tracking_uri: str, label: str) -> Iterator[None]:
     """Within: an SQLite store's full disk or read-only file (a sweep's whole launch: the disk may fill at any
     write) becomes one ``ValueError`` line naming the disk and the store (:func:`unusable_store_file`), not
     MLflow's traceback (finding #4); any other error passes."""
+    quiet_store_file_errors()
     try:
         yield
     except Exception as e:

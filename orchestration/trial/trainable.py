@@ -197,6 +197,7 @@ def _open_trial_run(ctx: TrialContext, trial_id: str, ident: dict[str, Any], cfg
                         launch_id=ctx.launch_id, source=ctx.source,
                         color=C.run_color(ident["cell"].levels, ctx.color_axis, ctx.color_levels))
     tags.update(ident["extra"])
+    C.quiet_store_file_errors()  # a full store is said in one line (_disk_full), not MLflow's logged traceback
     try:
         trial_run = tracking.TrialRun.open(Store.at(ctx.tracking_uri, ctx.experiment_id), trial_id=trial_id,
                                            launch_id=ctx.launch_id, tags=tags, run_name=ident["name"])

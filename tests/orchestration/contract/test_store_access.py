@@ -102,3 +102,14 @@ def test_a_full_disk_anywhere_in_a_launch_is_one_line_naming_the_disk_and_the_st
     with pytest.raises(KeyError):  # any other error is the caller's
         with C.store_file_errors(uri, "--tracking-uri"):
             raise KeyError("x")
+
+
+def test_mlflows_own_log_of_a_full_or_read_only_store_is_left_to_the_one_line(caplog):
+    import logging
+
+    C.quiet_store_file_errors()
+    logger = logging.getLogger(C.STORE_LOGGER)
+    with caplog.at_level(logging.ERROR, logger=C.STORE_LOGGER):
+        for error in ("database or disk is full", "attempt to write a readonly database", "no such table: runs"):
+            logger.error("SQLAlchemy database error. The following exception is caught.\n%s", error)
+    assert [r.getMessage().splitlines()[1] for r in caplog.records] == ["no such table: runs"]
