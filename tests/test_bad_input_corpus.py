@@ -221,6 +221,8 @@ CASES = [
     C("train-set-no-equals", T, "--set algorithm.tau", "--set 'algorithm.tau': expected KEY=VALUE"),
     C("train-set-bad-yaml", T, "--set algorithm.tau=[0.9,", "--set 'algorithm.tau=[0.9,': the value is not valid"),
     C("train-set-octal", T, "--set train.seed=010", "--set 'train.seed=010': YAML 1.1 reads 010 as 8"),
+    C("train-config-octal-seed", T, "--config {t}/r.yaml", "'{t}/r.yaml': line 1, column 15: YAML 1.1 reads 0755 as "
+      "493; write the number you mean (or quote it, '0755', for text)", files={"r.yaml": "train: {seed: 0755}\n"}),
     C("train-set-sexagesimal", T, "--set train.iterations=1:00", "--set 'train.iterations=1:00': YAML 1.1 reads 1:00 "
       "as 60"),
     C("train-set-twice", T, "--set algorithm.tau=0.9 --set algorithm.tau=0.5", "--set 'algorithm.tau=0.5': "
