@@ -129,7 +129,7 @@ def test_tiny_sweep_writes_the_documented_mlflow_layout(tiny, tmp_path):
         assert 0.0 <= run.data.metrics["test/acc"] <= 1.0
         # artifacts
         arts = set(_artifacts(client, run.info.run_id))
-        assert {"config.yaml", "split.json", "weights/best_model.pt", "weights/final_model.pt",
+        assert {"config.yaml", "split.json", "dataset.json", "weights/best_model.pt", "weights/final_model.pt",
                 "class_counts/step_00000004.json", "class_counts/step_00000008.json",
                 "checkpoints/ckpt_00000008.pt", "checkpoints/ckpt_00000008.pt.sha256"} <= arts, arts
         local = Path(client.download_artifacts(run.info.run_id, "", str(tmp_path / run.info.run_id)))
@@ -146,6 +146,23 @@ def test_tiny_sweep_writes_the_documented_mlflow_layout(tiny, tmp_path):
         # the trial's local run folder (inside Ray's session directory) is gone once its files are in MLflow
         assert p["output_dir"].endswith("/run") and not Path(p["output_dir"]).exists(), p["output_dir"]
     assert "method=fixmatch" in result.output and "± " in result.output  # the summary table
+    # issue 40 item 3: every logged model of the store is in the sweep's experiment (none in Default), one per run
+    # that keeps a model, and loads as runs:/<run>/model with both flavours
+    import mlflow.pyfunc
+    import mlflow.pytorch
+    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+
+    every = [e.experiment_id for e in client.search_experiments()]
+    models = client.search_logged_models(experiment_ids=every)
+    keep = [r for kind in ("grid", "refit") for r in _runs(client, exp, f"tags.`mutexmatch.kind` = '{kind}'")]
+    assert sorted((m.experiment_id, m.source_run_id) for m in models) == sorted(
+        (exp.experiment_id, r.info.run_id) for r in keep)
+    x = torch.zeros(2, 1, 16, 16)
+    with _use_tracking_uri(client.tracking_uri), torch.no_grad():
+        for run in keep:
+            probs = mlflow.pytorch.load_model(f"runs:/{run.info.run_id}/model")(x)
+            assert torch.allclose(probs.sum(1), torch.ones(2), atol=1e-5)
+            assert mlflow.pyfunc.load_model(f"runs:/{run.info.run_id}/model").predict(x.numpy()).shape == (2, 10)
 
 
 @pytest.mark.slow
@@ -178,6 +195,17 @@ def test_optuna_search_stays_inside_its_bounds_and_logs_the_best(tiny):
 
 
 @pytest.mark.slow
+def test_the_console_holds_the_sweeps_own_lines_not_tunes_boxes_or_hints(tiny):
+    """Issue 40 item 6: Tune's new console (Ray 2.60) printed, even at verbose 0, a box-drawn table per phase and
+    "View detailed results here" / "To visualize your results with TensorBoard" lines that no user of the sweep
+    needs; the sweep's one line per trial event and its summary remain."""
+    _, result, _, _ = tiny
+    assert result.returncode == 0, result.output
+    for noise in ("╭", "│", "╰", "Configuration for experiment", "View detailed results here", "TensorBoard"):
+        assert noise not in result.output, (noise, result.output[-3000:])
+    assert "] started: " in result.output and "] done at step 8: " in result.output
+
+
 def test_relaunch_skips_finished_trials_without_starting_ray(tiny, run_cli):
     project, result, client, exp = tiny
     assert result.returncode == 0, result.output
@@ -195,17 +223,6 @@ def test_relaunch_skips_finished_trials_without_starting_ray(tiny, run_cli):
 
 
 @pytest.mark.slow
-def test_the_console_holds_the_sweeps_own_lines_not_tunes_boxes_or_hints(tiny):
-    """Issue 40 item 6: Tune's new console (Ray 2.60) printed, even at verbose 0, a box-drawn table per phase and
-    "View detailed results here" / "To visualize your results with TensorBoard" lines that no user of the sweep
-    needs; the sweep's one line per trial event and its summary remain."""
-    _, result, _, _ = tiny
-    assert result.returncode == 0, result.output
-    for noise in ("╭", "│", "╰", "Configuration for experiment", "View detailed results here", "TensorBoard"):
-        assert noise not in result.output, (noise, result.output[-3000:])
-    assert "] started: " in result.output and "] done at step 8: " in result.output
-
-
 def test_resume_auto_on_the_finished_sweep_trains_nothing(tiny, run_cli):
     """Issue 31: what a requeued or retried job runs every time (``--resume auto``, unlimited retries) finds the
     launch of these settings FINISHED and trains nothing: no run is added."""
