@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from mutexmatch.checks import int_arg
+from mutexmatch.checks import int_arg, validation_error_lines
 from mutexmatch.cli import add_version, answer_early, entry_point
 from mutexmatch.config import IMAGE_SIZE_MAX, IMAGE_SIZE_MIN
 from mutexmatch.data import EXPORT_FORMATS, dataset_names
@@ -80,6 +80,13 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         p.add_argument("--image-size", type=int_arg(IMAGE_SIZE_MIN, IMAGE_SIZE_MAX, "pixels"), default=None, metavar="N",
                        help="side in pixels (data.image_size); digits, miniimagenet and imagefolder only")
+        if command == "check":
+            p.add_argument("--imbalance", metavar="MAPPING", default=None,
+                           help="also draw the long-tailed split of this data.imbalance (YAML, e.g. '{labeled_head: "
+                           "500, labeled_ratio: 100, unlabeled_head: 4000, unlabeled_ratio: 100}') and show its "
+                           "labeled and unlabeled images per class")
+            p.add_argument("--fold", type=int_arg(0), default=0, metavar="N",
+                           help="with --imbalance: the fold (data.fold, the draw's seed)")
         if command == "export":
             p.add_argument("--to", required=True, metavar="DIR", help="the image folder to write (new or empty)")
             p.add_argument("--format", choices=EXPORT_FORMATS, default="png", help="image format (lossless)")
@@ -126,6 +133,7 @@ if __name__ == "__main__":
 
 # The datasets: imported once the command line is read (torch, torchvision).
 import torch
+from pydantic import ValidationError
 from torchvision.datasets.utils import check_integrity
 
 from mutexmatch.cliwarnings import one_line_warnings
@@ -138,6 +146,10 @@ from mutexmatch.data.export import (class_names, dataset_class_names, index_name
 from mutexmatch.data.load import DatasetBundle, cache_paths, dataset_dir, load_dataset
 from mutexmatch.data.torchvision_reader import TorchvisionDataset
 from mutexmatch.data.written import foreign_files, record_written, remove_written, shown
+from mutexmatch.config.schema import ImbalanceConfig
+from mutexmatch.data.longtail import split_counts
+from mutexmatch.data.splits import make_split
+from mutexmatch.yamlfile import YamlFileError, read_set_value
 
 # ----------------------------------------------------------------------------------------------------------------
 # download
@@ -250,6 +262,29 @@ def _class_table(bundle: DatasetBundle, names: Sequence[str]) -> list[str]:
     return lines
 
 
+def _longtail_table(bundle: DatasetBundle, names: Sequence[str], text: str, fold: int) -> list[str]:
+    """The split a run with ``data.imbalance`` = ``text`` (YAML) and ``data.fold`` = ``fold`` draws: labeled and
+    drawn unlabeled images per class (the trainer's pool adds the labeled ones, as USB's does)."""
+    try:
+        imbalance = ImbalanceConfig.model_validate(read_set_value("data.imbalance", text))
+        labeled_counts, _ = split_counts(imbalance, bundle.info.num_classes)
+        split = make_split(bundle.train.y.numpy(), dataset=bundle.info.name, num_labels=sum(labeled_counts),
+                           num_classes=bundle.info.num_classes, fold=fold, imbalance=imbalance,
+                           unlabeled_includes_labeled=False)
+    except ValidationError as err:
+        raise CLIError("; ".join(validation_error_lines(
+            err, where=lambda loc: ".".join(["data.imbalance", *map(str, loc)]),
+            allowed_keys=lambda loc: list(ImbalanceConfig.model_fields)))) from None
+    except (YamlFileError, ValueError) as err:
+        raise CLIError(f"--imbalance: {_one_line(err)}") from None
+    labeled, unlabeled = split.meta["labeled_per_class"], split.meta["unlabeled_per_class"]
+    width = max(len("class"), *(len(n) for n in names))
+    lines = [f"long-tailed split, fold {fold} (seed {fold}): data.num_labels: {sum(labeled)}",
+             f"  {'class':<{width}}{'labeled':>10}{'unlabeled':>10}"]
+    lines += [f"  {n:<{width}}{a:>10,}{b:>10,}" for n, a, b in zip(names, labeled, unlabeled)]
+    return lines + [f"  {'total':<{width}}{sum(labeled):>10,}{sum(unlabeled):>10,}"]
+
+
 def run_check(args: argparse.Namespace) -> int:
     print(f"dataset  {args.name}")
     print("\n".join(_layout_lines(args)))
@@ -268,6 +303,8 @@ def run_check(args: argparse.Namespace) -> int:
     if bundle.predefined_folds is not None:
         print(f"folds    {len(bundle.predefined_folds)} predefined labeled folds of "
               f"{', '.join(sorted({f'{len(f):,}' for f in bundle.predefined_folds}))} images")
+    if args.imbalance is not None:
+        print("\n".join(_longtail_table(bundle, names, args.imbalance, args.fold)))
     print(f"cache    {', '.join(sorted({str(p.parent) for p in current.values()}))}")
     for split, path in current.items():
         state = states[split]
