@@ -68,7 +68,7 @@ from mutexmatch.params import markdown as params_markdown
 
 
 LABELED_VIEWS = ("lb", "lb_strong")                                     # of the labeled batch
-UNLABELED_VIEWS = ("weak", "strong", "weak2", "strong2", "rotated")     # of the unlabeled batch
+UNLABELED_VIEWS = ("weak", "strong", "weak2", "strong2", "rotated", "medium")   # of the unlabeled batch
 FORWARDS = ("concat", "separate")
 
 
@@ -79,7 +79,8 @@ class StepSpec:
     ``views``, in the order they are made (the augmentation generators' draw order) and concatenated: ``lb`` (the
     labeled batch, weak; always first), ``lb_strong`` (the labeled batch, strong), ``weak``, ``strong``, ``weak2``,
     ``strong2`` (independent augmentations of the unlabeled batch) and ``rotated`` (the ``strong`` view rotated by
-    k x 90 degrees, k uniform in 0..3 per image: ``StepInputs.rot_label``). ``forward``: ``concat`` (the trainer
+    k x 90 degrees, k uniform in 0..3 per image: ``StepInputs.rot_label``) and ``medium`` (the strong augmentation
+    with one RandAugment operation instead of three: SequenceMatch's, USB's RandAugment(1, 5)). ``forward``: ``concat`` (the trainer
     forwards all views as one batch; ``StepInputs.feats``) or ``separate`` (``StepInputs.images`` and ``.forward``:
     the algorithm runs its forwards). ``teacher``: ``StepInputs.teacher`` (EMA weights). ``extra_forwards``: further
     forwards of an unlabeled batch whose activations the step keeps (VAT's x + r_adv), for the memory check."""

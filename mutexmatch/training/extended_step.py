@@ -108,6 +108,8 @@ def make_views(spec: StepSpec, x_lb: Tensor, x_ulb: Tensor | None, aug: Mapping[
             made[name] = rotate(made["strong"], rot.to(src.device))
         elif name in ("lb", "weak", "weak2"):
             made[name] = weak_augment(src, **aug)
+        elif name == "medium":   # SequenceMatch's: one RandAugment operation (USB's RandAugment(1, 5))
+            made[name] = strong_augment(src, **aug, num_ops=1, op_generator=op_generator, fused=fused)
         else:
             made[name] = strong_augment(src, **aug, op_generator=op_generator, fused=fused)
     return list(made.values()), rot

@@ -45,6 +45,23 @@ def test_make_views_hands_the_fused_choice_to_the_strong_view(monkeypatch):
     assert seen == [False, True]
 
 
+def test_medium_view_is_the_strong_augmentation_with_one_operation():
+    """SequenceMatch's medium view (issue 43): USB's RandAugment(1, 5), here strong_augment with num_ops 1, drawn in
+    the declared order from the same generators."""
+    spec = StepSpec(views=("lb", "weak", "medium", "strong"))
+    x_lb, x_u = torch.randint(0, 256, (3, 1, 8, 8), dtype=torch.uint8), torch.randint(0, 256, (5, 1, 8, 8), dtype=torch.uint8)
+    views, _ = make_views(spec, x_lb, x_u, {**AUG, "generator": torch.Generator().manual_seed(1)},
+                          torch.Generator().manual_seed(2))
+    g, h = torch.Generator().manual_seed(1), torch.Generator().manual_seed(2)
+    expected = [weak_augment(x_lb, **AUG, generator=g), weak_augment(x_u, **AUG, generator=g),
+                strong_augment(x_u, **AUG, num_ops=1, generator=g, op_generator=h),
+                strong_augment(x_u, **AUG, generator=g, op_generator=h)]
+    assert all(torch.equal(a, b) for a, b in zip(views, expected, strict=True))
+    three = strong_augment(x_u, **AUG, generator=torch.Generator().manual_seed(9), op_generator=torch.Generator())
+    one = strong_augment(x_u, **AUG, num_ops=1, generator=torch.Generator().manual_seed(9), op_generator=torch.Generator())
+    assert not torch.equal(one, three)
+
+
 def test_rotated_view_is_the_strong_view_turned_by_its_label():
     spec = StepSpec(views=("lb", "weak", "strong", "rotated"))
     x_u = torch.randint(0, 256, (16, 3, 8, 8), dtype=torch.uint8)

@@ -269,17 +269,18 @@ class Views:
     x_ulb_s_0_rot: Tensor | None = None  # a "rotated" view and its labels 0..3 (adapters with ``rotated``: the
     rot_v: Tensor | None = None          # step's arithmetic is compared, the geometry is tested elsewhere)
     x_lb_s: Tensor | None = None        # a strong view of the labeled batch (adapters with ``labeled_strong``)
+    x_ulb_m: Tensor | None = None       # a medium view of the unlabeled batch (adapters with ``medium``)
 
     def usb_args(self) -> dict[str, Tensor]:
         """By USB's ``train_step`` argument names (``x_ulb_s_0`` is the first strong view)."""
         return {"x_lb": self.x_lb, "y_lb": self.y_lb, "idx_lb": self.idx_lb, "idx_ulb": self.idx_ulb,
                 "x_ulb_w": self.x_ulb_w, "x_ulb_s": self.x_ulb_s, "x_ulb_s_0": self.x_ulb_s, "x_ulb_s_1": self.x_ulb_s_1,
                 "x_ulb_s_0_rot": self.x_ulb_s_0_rot, "x_ulb_rot": self.x_ulb_s_0_rot, "rot_v": self.rot_v,
-                "x_lb_s": self.x_lb_s}
+                "x_lb_s": self.x_lb_s, "x_ulb_m": self.x_ulb_m}
 
 
 # Our StepSpec view -> the Views field that feeds it (USB's MixMatch gets its second weak view as x_ulb_s).
-VIEW_SOURCE = {"lb": "x_lb", "lb_strong": "x_lb_s", "weak": "x_ulb_w", "strong": "x_ulb_s", "weak2": "x_ulb_s", "strong2": "x_ulb_s_1",
+VIEW_SOURCE = {"lb": "x_lb", "lb_strong": "x_lb_s", "medium": "x_ulb_m", "weak": "x_ulb_w", "strong": "x_ulb_s", "weak2": "x_ulb_s", "strong2": "x_ulb_s_1",
                "rotated": "x_ulb_s_0_rot"}
 
 
@@ -325,6 +326,8 @@ class Data:
             v.rot_v = torch.randint(4, (len(ulb),), generator=self.g)
         if c.labeled_strong:   # drawn last too: DeFixMatch's x_lb_s
             v.x_lb_s = self._noisy(self.x_lb_pool[lb], 0.6)
+        if c.medium:   # drawn last too: SequenceMatch's x_ulb_m, between the weak and the strong view's noise
+            v.x_ulb_m = self._noisy(x_u, 0.35)
         if c.image_views:     # (N, 1, 1, d_in): what USB's per-image operations (VAT's L2 norms) expect
             for name in ("x_lb", "x_ulb_w", "x_ulb_s", "x_ulb_s_1", "x_ulb_s_0_rot", "x_lb_s"):
                 if getattr(v, name) is not None:
@@ -449,6 +452,7 @@ class Lockstep:
     image_views: bool = False       # views shaped (N, 1, 1, d_in), as images (VAT's per-image norms)
     rotated: bool = False           # a view x_ulb_s_0_rot and its labels rot_v (ReMixMatch)
     labeled_strong: bool = False    # a strong view x_lb_s of the labeled batch (DeFixMatch)
+    medium: bool = False            # a medium view x_ulb_m of the unlabeled batch (SequenceMatch)
 
 
 def _models(adapter: Any, cfg: Lockstep) -> tuple[nn.Module, nn.Module, dict[str, str]]:

@@ -18,24 +18,29 @@ from mutexmatch.training.extended_step import features_forward, step_inputs
 
 GOLDEN = torch.load(Path(__file__).parents[1] / "golden" / "usb_after_032.pt", weights_only=True)
 CLOSE = {"atol": 1e-6, "rtol": 1e-6}
-# Ours' parameters for each recorded run (USB's are in the file), ours' term -> USB's log key, and the term USB does
-# not log with its weight (what the loss holds beyond the logged terms).
-OURS = {"refixmatch": ({"tau": 0.8, "lambda_p": 0.7}, {"sup": "train/sup_loss", "p": "train/unsup_loss"},
-                       ("refix", 0.7))}
+# Ours' parameters for each recorded run (USB's are in the file), ours' term -> USB's log key, and the terms USB does
+# not log with their weights (what the loss holds beyond the logged terms).
+LOGGED = {"sup": "train/sup_loss", "p": "train/unsup_loss"}
+OURS = {"refixmatch": ({"tau": 0.8, "lambda_p": 0.7}, LOGGED, {"refix": 0.7}),
+        "sequencematch": ({"tau": 0.8, "lambda_p": 0.7, "temperature": 0.5, "thresh_warmup": True}, LOGGED,
+                          {"mw": 0.7, "sm": 0.7, "sw": 0.7})}
 
 
 @pytest.mark.parametrize("name", sorted(OURS))
 def test_equals_usb_code_after_0_3_2(name, usb_harness):
     h, run = usb_harness, GOLDEN[name]
     cfg, views = run["config"], run["views"]
-    params, logged, (unlogged, weight) = OURS[name]
+    params, logged, unlogged = OURS[name]
     model = h.TinyNet(cfg["d_in"], cfg["width"], cfg["num_classes"], cfg["scale"], batchnorm=True)
     model.load_state_dict(run["initial_state"])
     alg = h.build_ours(name, params, num_classes=cfg["num_classes"], ulb_size=cfg["ulb_size"],
                        lb_size=cfg["lb_size"], total_steps=cfg["steps"], steps_per_epoch=cfg["steps"])
+    if "initial_selected" in run:   # FlexMatch's thresholds mid-run, as USB's were set before its first step
+        alg.cpl.selected = run["initial_selected"].clone()
+        alg.cpl._update_beta()
     for t in range(cfg["steps"]):
         at = f"{name}, step {t}"
-        x = torch.cat([views[v][t] for v in ("x_lb", "x_ulb_w", "x_ulb_s")])
+        x = torch.cat([views[h.VIEW_SOURCE[v]][t] for v in alg.step.views])
         inp = step_inputs(alg.step, x, num_lb=len(views["y_lb"][t]), num_ulb=len(views["idx_ulb"][t]),
                           features=features_forward(model, model), teacher=None, targets_lb=views["y_lb"][t],
                           ulb_idx=views["idx_ulb"][t], step=t, lb_pos=views["idx_lb"][t])
@@ -48,8 +53,8 @@ def test_equals_usb_code_after_0_3_2(name, usb_harness):
             torch.testing.assert_close(out.terms[ours].item(), run["log"][key][t], **CLOSE,
                                        msg=lambda m: f"{at}: {ours} vs USB's {key}\n{m}")
         rest = run["loss"][t].item() - sum(alg.term_weights()[o] * run["log"][k][t] for o, k in logged.items())
-        torch.testing.assert_close(weight * out.terms[unlogged].item(), rest, **CLOSE,
-                                   msg=lambda m: f"{at}: {unlogged} (USB's loss less its logged terms)\n{m}")
+        torch.testing.assert_close(sum(w * out.terms[u].item() for u, w in unlogged.items()), rest, **CLOSE,
+                                   msg=lambda m: f"{at}: {sorted(unlogged)} (USB's loss less its logged terms)\n{m}")
         for n, p in model.named_parameters():
             torch.testing.assert_close(p.grad, run["grads"][n][t], **CLOSE, msg=lambda m: f"{at}: gradient of {n}\n{m}")
         for n, b in model.named_buffers():
@@ -62,4 +67,4 @@ def test_equals_usb_code_after_0_3_2(name, usb_harness):
                 b.copy_(run["buffers"][n][t])
     for n, p in model.state_dict().items():
         torch.testing.assert_close(p, run["final_state"][n], **CLOSE)
-    assert 0 < run["mask"].mean() < 1 and out.terms[unlogged] > 0   # both the confident and the other rows count
+    assert 0 < run["mask"].mean() < 1 and all(out.terms[u] > 0 for u in unlogged)   # masks mixed, terms live
