@@ -203,7 +203,12 @@ class _Estimator:
         val = raw["data"].get("val_per_class", 0) * classes
         # The evaluation runs the EMA and the raw model over the real test set (and the validation images).
         scale = (2 * dataset.real_test_images + val) / (2 * 2 * classes + val)
-        return deep_merge(raw, {"data": {"root": str(self.fake_roots[name]), "download": False}}), scale
+        local = {"root": str(self.fake_roots[name]), "download": False}
+        if raw["data"].get("imbalance") is not None:
+            # A step's cost does not depend on which images are labeled (B labeled, muB unlabeled per step), and
+            # the generated data has too few images per class for a long-tailed draw: a balanced one stands in.
+            local.update(imbalance=None, num_labels=classes, split_rule="balanced")
+        return deep_merge(raw, {"data": local}), scale
 
 
 # ------------------------------------------------------------------------------------------------ the plan
