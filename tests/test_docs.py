@@ -38,7 +38,7 @@ def _documented_names() -> list[str]:
     """Every tag key and artifact name the contract declares; tag builders (``*_tag``) with ``<param>``
     placeholders, e.g. ``mutexmatch.axis.<axis>``."""
     names = [v for k, v in vars(contract).items() if k.isupper() and isinstance(v, str)
-             and v not in (contract.TAG, contract.DEFAULT_DB)
+             and v not in (contract.TAG, contract.DEFAULT_DB) and not k.endswith("_LOGGER")  # MLflow's, not ours
              and (v.startswith(contract.TAG) or v.startswith("mlflow.") or k.endswith(("_ARTIFACT", "_DIR")))]
     for name, fn in vars(contract).items():
         if name.endswith("_tag") and inspect.isfunction(fn):
