@@ -24,7 +24,7 @@ from typing import NoReturn
 
 from mutexmatch.checks import int_arg, validation_error_lines
 from mutexmatch.cli import add_version, answer_early, entry_point
-from mutexmatch.config import IMAGE_SIZE_MAX, IMAGE_SIZE_MIN
+from mutexmatch.config import IMAGE_SIZE_MAX, IMAGE_SIZE_MIN, ImbalanceConfig
 from mutexmatch.data import EXPORT_FORMATS, dataset_names
 
 PROG = "python -m mutexmatch.datasets"
@@ -146,7 +146,6 @@ from mutexmatch.data.export import (class_names, dataset_class_names, index_name
 from mutexmatch.data.load import DatasetBundle, cache_paths, dataset_dir, load_dataset
 from mutexmatch.data.torchvision_reader import TorchvisionDataset
 from mutexmatch.data.written import foreign_files, record_written, remove_written, shown
-from mutexmatch.config.schema import ImbalanceConfig
 from mutexmatch.data.longtail import split_counts
 from mutexmatch.data.splits import make_split
 from mutexmatch.yamlfile import YamlFileError, read_set_value

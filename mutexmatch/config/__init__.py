@@ -21,11 +21,13 @@ from mutexmatch.config.identity import (config_difference, config_hash, config_h
                                         legacy_config_hash, owned_fields, unsearchable_fields)
 from mutexmatch.config.schema import (IMAGE_SIZE_MAX, IMAGE_SIZE_MIN, LEGACY_ALGORITHM_SECTION, NO_RESULT, OWNED,
                                       RESUMABLE, SEED_MAX, SWEEP_COMMAND, SWEEP_ONLY_KEY, TRAIN_COMMAND,
-                                      AlgorithmConfig, ConfigError, DataConfig, ModelConfig, OptimConfig, RunConfig,
-                                      TrainConfig, has_validation, parse_config, roles, search_value)
+                                      AlgorithmConfig, ConfigError, DataConfig, ImbalanceConfig, ModelConfig,
+                                      OptimConfig, RunConfig, TrainConfig, has_validation, parse_config, roles,
+                                      search_value)
 from mutexmatch.params import resolve_k
 
-__all__ = ["ConfigError", "DataConfig", "ModelConfig", "AlgorithmConfig", "OptimConfig", "TrainConfig", "RunConfig",
+__all__ = ["ConfigError", "DataConfig", "ImbalanceConfig", "ModelConfig", "AlgorithmConfig", "OptimConfig",
+           "TrainConfig", "RunConfig",
            "load_config", "read_config_file", "SEED_MAX", "TRAIN_COMMAND", "SWEEP_COMMAND", "SWEEP_ONLY_KEY",
            "IMAGE_SIZE_MIN", "IMAGE_SIZE_MAX", "parse_config", "search_value", "apply_overrides", "resolve_k",
            "has_validation", "config_hash", "config_hashes", "legacy_config_hash", "LEGACY_ALGORITHM_SECTION",
