@@ -129,7 +129,11 @@ def trial_config(spec: SweepSpec, cell: Cell, fold: int, *, project_dir: Path, s
         raw = deep_merge(raw, spec.search.refit.base)
     if smoke:
         raw = deep_merge(raw, SMOKE_DEFAULT if spec.smoke is None else spec.smoke)
-    raw = deep_merge(raw, {"data": {"fold": fold}, "train": {"progress": False}})
+    train = raw.get("train") if isinstance(raw.get("train"), dict) else {}
+    # A trial shows no bar; a value that is not a boolean is left as it is for the RunConfig validation to name.
+    progress = train.get("progress", False)
+    raw = deep_merge(raw, {"data": {"fold": fold}, "train": {"progress": progress if not isinstance(progress, bool)
+                                                                         else False}})
     seed = raw["train"].get("seed", 0) if isinstance(raw.get("train"), dict) else None
     if spec.seed_per_fold and isinstance(seed, int) and not isinstance(seed, bool):
         # A bad seed is left as it is for the RunConfig validation to name.
