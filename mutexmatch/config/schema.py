@@ -98,6 +98,21 @@ class ImbalanceConfig(_Section):
     rule: Literal["int", "ceil"] = Field("int", description="Rounding of each class's count: `int` (USB: down) or "
                                          "`ceil` (DARP/RDA: up).")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _keys(cls, v: Any) -> Any:
+        # One line for the section's keys (an unknown key, then the missing ones), not one per key.
+        if isinstance(v, dict):
+            fields = list(cls.model_fields)
+            unknown = [k for k in v if k not in fields]
+            missing = [k for k, f in cls.model_fields.items() if f.is_required() and k not in v]
+            if unknown:
+                raise ValueError(f"data.imbalance.{unknown[0]}: unknown key; allowed keys: {', '.join(fields)}")
+            if missing:
+                raise ValueError(f"data.imbalance.{missing[0]}: missing; data.imbalance needs at least "
+                                 "labeled_head (N_1) and labeled_ratio (gamma_l)")
+        return v
+
     @model_validator(mode="after")
     def _ratio_needs_head(self) -> "ImbalanceConfig":
         if self.unlabeled_head is None and self.unlabeled_ratio != 1:

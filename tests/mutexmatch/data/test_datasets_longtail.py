@@ -47,4 +47,7 @@ def test_bad_setting_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert "data.imbalance.gamma: unknown key; allowed keys: labeled_head, labeled_ratio" in err
-    assert "data.imbalance.labeled_ratio" in err
+    assert main(["check", "digits", "--root", str(tmp_path), "--imbalance", "{labeled_head: 20}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("error: data.imbalance.labeled_ratio: missing; data.imbalance needs at least labeled_head "
+                   "(N_1) and labeled_ratio (gamma_l)")
