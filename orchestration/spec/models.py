@@ -346,3 +346,13 @@ def _searchable_paths() -> set[str]:
             paths |= {f"{section}.{f}" for f in ann.model_fields}
     paths |= {f"algorithm.{f}" for alg in ALGORITHMS.values() for f in alg.Params.model_fields}
     return paths - _UNSEARCHABLE
+
+
+def inner_int_values(p: IntParam, limit: int = 64) -> list[int]:
+    """The values of ``p`` strictly between its bounds that a sweep checks: all of them up to ``limit``; beyond,
+    the 16 after ``low``, the 16 before ``high`` and 32 spread between (a rule like divisibility by the classes
+    fails next to a bound)."""
+    if p.high - p.low + 1 <= limit:
+        return list(range(p.low + 1, p.high))
+    spread = (p.low + round(i * (p.high - p.low) / 33) for i in range(1, 33))
+    return sorted({*range(p.low + 1, p.low + 17), *range(p.high - 16, p.high), *spread} - {p.low, p.high})

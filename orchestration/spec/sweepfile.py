@@ -38,7 +38,8 @@ from mutexmatch.dotted import deep_merge, flatten_dotted, set_dotted  # noqa: F4
 
 from orchestration.contract import cell_id
 from orchestration.spec.models import (_OWNED, _UNSEARCHABLE, SMOKE_DEFAULT, CategoricalParam, FloatParam, IntParam,
-                                       Resources, SearchSpec, SpecError, SweepSpec, _searchable_paths)
+                                       Resources, SearchSpec, SpecError, SweepSpec, _searchable_paths,
+                                       inner_int_values)
 
 __all__ = [
     "Cell",
@@ -129,11 +130,9 @@ def trial_config(spec: SweepSpec, cell: Cell, fold: int, *, project_dir: Path, s
         raw = deep_merge(raw, spec.search.refit.base)
     if smoke:
         raw = deep_merge(raw, SMOKE_DEFAULT if spec.smoke is None else spec.smoke)
-    train = raw.get("train") if isinstance(raw.get("train"), dict) else {}
     # A trial shows no bar; a value that is not a boolean is left as it is for the RunConfig validation to name.
-    progress = train.get("progress", False)
-    raw = deep_merge(raw, {"data": {"fold": fold}, "train": {"progress": progress if not isinstance(progress, bool)
-                                                                         else False}})
+    bar = raw["train"].get("progress", False) if isinstance(raw.get("train"), dict) else False
+    raw = deep_merge(raw, {"data": {"fold": fold}, "train": {"progress": False if isinstance(bar, bool) else bar}})
     seed = raw["train"].get("seed", 0) if isinstance(raw.get("train"), dict) else None
     if spec.seed_per_fold and isinstance(seed, int) and not isinstance(seed, bool):
         # A bad seed is left as it is for the RunConfig validation to name.
@@ -404,20 +403,10 @@ def _search_errors(spec: SweepSpec, project_dir: Path, folders: _DataFolders) ->
     return errors
 
 
-def _inner_int_values(p: IntParam, limit: int = 64) -> list[int]:
-    """The values of ``p`` strictly between its bounds that a sweep checks: all of them up to ``limit``; beyond,
-    the 16 after ``low``, the 16 before ``high`` and 32 spread between (a rule like divisibility by the classes
-    fails next to a bound)."""
-    if p.high - p.low + 1 <= limit:
-        return list(range(p.low + 1, p.high))
-    spread = (p.low + round(i * (p.high - p.low) / 33) for i in range(1, 33))
-    return sorted({*range(p.low + 1, p.low + 17), *range(p.high - 16, p.high), *spread} - {p.low, p.high})
-
-
 def _inner_int_errors(where: str, raw: dict[str, Any], path: str, p: IntParam) -> list[str]:
     """One line when values Optuna may sample between the bounds are refused by the config rules (finding #1:
     data.num_labels in [20, 60] on 10 classes passed its bounds, then every trial that drew 31 failed at start)."""
-    values = _inner_int_values(p)
+    values = inner_int_values(p)
     refused = []
     for value in values:
         try:
