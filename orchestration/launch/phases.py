@@ -45,7 +45,7 @@ def run_phase(launch: Launch, phase: Phase, trainable: Any) -> PhaseResult:
     status."""
     from ray import tune
 
-    from orchestration.launch.progress import ProgressPrinter, quiet_tune_console
+    from orchestration.launch.progress import ProgressPrinter, quiet_said_failures, quiet_tune_console
     from orchestration.launch.trialsignals import PassOnUsr1, checkpoint_trials
 
     opts, store, parent_run_id, name = launch.opts, launch.store, launch.parent.run_id, phase.name
@@ -63,6 +63,7 @@ def run_phase(launch: Launch, phase: Phase, trainable: Any) -> PhaseResult:
         tuner = tune.Tuner(trainable, param_space=phase.param_space, run_config=run_config,
                            tune_config=tune.TuneConfig(reuse_actors=opts.reuse_actors, **phase.tune_kwargs))
     quiet_tune_console(opts.verbose)
+    quiet_said_failures()
     interrupts.IN_FIT.set()
     interrupts.PREEMPT_HOOKS[:] = [lambda: checkpoint_trials(store, parent_run_id)]  # the driver's SIGUSR1
     try:

@@ -3,6 +3,7 @@ brings those back). The callback holds no state, so it works unchanged when ``Tu
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -10,7 +11,7 @@ from ray import tune
 
 from orchestration.contract import TEST_ACC, TEST_BEST_ACC, VAL_BEST_ACC
 
-__all__ = ["ProgressPrinter", "trial_label", "quiet_tune_console"]
+__all__ = ["ProgressPrinter", "trial_label", "quiet_tune_console", "quiet_said_failures", "SaidByTheTrial"]
 
 _SHOWN = (TEST_ACC, TEST_BEST_ACC, VAL_BEST_ACC)
 
@@ -22,6 +23,30 @@ def quiet_tune_console(verbose: int) -> None:
     ``Tuner.fit`` when it starts; a user's own ``RAY_AIR_NEW_OUTPUT`` wins."""
     if verbose == 0:
         os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+
+
+# Tune's driver logs every failed attempt with its ~40-line traceback under this logger
+TUNE_CONTROLLER_LOGGER = "ray.tune.execution.tune_controller"
+
+
+class SaidByTheTrial(logging.Filter):
+    """Drops Tune's "Trial task failed" traceback for an attempt a full disk stopped: the trial has said it in one
+    line naming the file and the way out (``trainable.DiskFull``, adversarial finding #4); any other failure keeps
+    its traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if error is None:
+            return True
+        names = {c.__name__ for c in type(error).__mro__}
+        return not ("DiskFull" in names or "DiskFull" in str(error))
+
+
+def quiet_said_failures() -> None:
+    """Install :class:`SaidByTheTrial` on Tune's controller logger (once per process)."""
+    logger = logging.getLogger(TUNE_CONTROLLER_LOGGER)
+    if not any(isinstance(f, SaidByTheTrial) for f in logger.filters):
+        logger.addFilter(SaidByTheTrial())
 
 
 def trial_label(trial: Any) -> str:
