@@ -16,6 +16,8 @@
 - ``trialsignals.py``: the driver's SIGUSR1 (a time limit ahead) passed on to every running trial, which checkpoints.
 - ``notify.py``: ``--notify URL``, the webhook told how the sweep ended and of a trial with no retry left.
 - ``progress.py``, ``summary.py``: the line per trial event while Tune runs, the tables at the end.
+- ``oomkill.py``: a trial whose worker Ray's memory monitor killed, handed to Tune as a retried failure and said in
+  one line (the node's memory use, what to do).
 - ``dryrun.py``, ``cost.py``: ``--dry-run``, the plan and what it would cost (a few timed real steps).
 
 The package keeps the names of the module it replaced (``orchestration/launch.py`` before issue 29 made it a

@@ -45,6 +45,7 @@ def run_phase(launch: Launch, phase: Phase, trainable: Any) -> PhaseResult:
     status."""
     from ray import tune
 
+    from orchestration.launch.oomkill import tolerate_memory_kills
     from orchestration.launch.progress import ProgressPrinter, quiet_said_failures, quiet_tune_console
     from orchestration.launch.trialsignals import PassOnUsr1, checkpoint_trials
 
@@ -64,6 +65,7 @@ def run_phase(launch: Launch, phase: Phase, trainable: Any) -> PhaseResult:
                            tune_config=tune.TuneConfig(reuse_actors=opts.reuse_actors, **phase.tune_kwargs))
     quiet_tune_console(opts.verbose)
     quiet_said_failures()
+    tolerate_memory_kills()   # a trial killed by Ray's memory monitor is a retried trial failure, not a crash
     interrupts.IN_FIT.set()
     interrupts.PREEMPT_HOOKS[:] = [lambda: checkpoint_trials(store, parent_run_id)]  # the driver's SIGUSR1
     try:

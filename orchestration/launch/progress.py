@@ -29,17 +29,22 @@ def quiet_tune_console(verbose: int) -> None:
 TUNE_CONTROLLER_LOGGER = "ray.tune.execution.tune_controller"
 
 
+# failures said in one line already: a full disk by the trial (``trainable.DiskFull``), a worker killed by Ray's memory
+# monitor by the driver's progress line (``oomkill.KilledForMemory``)
+_SAID = ("DiskFull", "KilledForMemory")
+
+
 class SaidByTheTrial(logging.Filter):
-    """Drops Tune's "Trial task failed" traceback for an attempt a full disk stopped: the trial has said it in one
-    line naming the file and the way out (``trainable.DiskFull``, adversarial finding #4); any other failure keeps
-    its traceback."""
+    """Drops Tune's "Trial task failed" traceback for an attempt a full disk stopped (the trial has said it in one
+    line naming the file and the way out: ``trainable.DiskFull``, adversarial finding #4) or Ray's memory monitor
+    killed (:class:`ProgressPrinter` says it in one line); any other failure keeps its traceback."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
         if error is None:
             return True
         names = {c.__name__ for c in type(error).__mro__}
-        return not ("DiskFull" in names or "DiskFull" in str(error))
+        return not any(said in names or said in str(error) for said in _SAID)
 
 
 def quiet_said_failures() -> None:
@@ -68,8 +73,22 @@ class ProgressPrinter(tune.Callback):
               + (f" — {shown}" if shown else ""), flush=True)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        if _said_memory_kill(trial, retried=False):
+            return
         print(f"[trial {trial.trial_id}] FAILED: {trial_label(trial)} (error file: {trial.error_file})", flush=True)
 
     def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        if _said_memory_kill(trial, retried=True):
+            return
         print(f"[trial {trial.trial_id}] failed, restarting from its last checkpoint: {trial_label(trial)}",
               flush=True)
+
+
+def _said_memory_kill(trial: Any, retried: bool) -> bool:
+    """A trial whose worker Ray's memory monitor killed gets its one line (:mod:`orchestration.launch.oomkill`)."""
+    from orchestration.launch.oomkill import killed_for_memory, memory_kill_line
+
+    error = killed_for_memory(trial)
+    if error is not None:
+        print(f"[trial {trial.trial_id}] {trial_label(trial)}: {memory_kill_line(error, retried)}", flush=True)
+    return error is not None
