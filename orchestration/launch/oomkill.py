@@ -1,14 +1,15 @@
 """A trial whose worker Ray's memory monitor killed: a trial failure that Tune retries, said in one line.
 
-Ray's memory monitor (the raylet's; ``RAY_memory_usage_threshold``, default 0.95 of the node's memory, checked every
-``RAY_memory_monitor_refresh_ms``) kills a worker when the *node* is nearly full, whoever filled it: on a loaded
-machine, mostly other processes. The trial's pending actor task then fails with ``ray.exceptions.OutOfMemoryError``,
-which Tune's actor manager (Ray 2.60, ``ray/air/execution/_internal/actor_manager.py``, ``_actor_task_failed``)
-knows as neither an actor nor a task error: it raised ``RuntimeError("Caught unexpected exception: …")`` out of
-``Tuner.fit`` and the whole sweep ended. :func:`tolerate_memory_kills` hands that error to Tune as the actor failure
-it is (:class:`KilledForMemory`, a ``RayActorError``: the worker is dead), so Tune counts it against
-``--max-failures`` and restarts the trial from its last checkpoint like any failure (a memory kill depends on the
-node's load, not on the trial); :func:`memory_kill_line` is what the driver's console says of it."""
+Ray's memory monitor (the raylet's; ``RAY_memory_usage_threshold``, 0.95 of the node's memory by Ray's docs, checked
+every ``RAY_memory_monitor_refresh_ms``) kills a worker when the *node* is nearly full, whoever filled it: on a loaded
+machine, mostly other processes. The trial's actor then fails with ``ray.exceptions.OutOfMemoryError``, which Tune's
+actor manager (Ray 2.60, ``ray/air/execution/_internal/actor_manager.py``) knows as neither an actor nor a task
+error: killed in a task, ``_actor_task_failed`` raised ``RuntimeError("Caught unexpected exception: …")`` out of
+``Tuner.fit`` and the whole sweep ended; killed while starting, the trial was retried with Tune's traceback and Ray's
+60-line message. :func:`tolerate_memory_kills` hands that error to Tune as the actor failure it is
+(:class:`KilledForMemory`, a ``RayActorError``: the worker is dead), so Tune counts it against ``--max-failures`` and
+restarts the trial from its last checkpoint like any failure (a memory kill depends on the node's load, not on the
+trial); :func:`memory_kill_line` is what the driver's console says of it."""
 
 from __future__ import annotations
 
@@ -41,21 +42,33 @@ class KilledForMemory(RayActorError):
         return type(self), (self.error_msg,)
 
 
+def _as_actor_failure(error: Exception) -> Exception:
+    """Ray's ``OutOfMemoryError`` as :class:`KilledForMemory`; any other error unchanged."""
+    if isinstance(error, OutOfMemoryError) and not isinstance(error, RayActorError):
+        return KilledForMemory(str(error))
+    return error
+
+
 def tolerate_memory_kills() -> None:
-    """Wrap Tune's actor manager once per process: an ``OutOfMemoryError`` becomes :class:`KilledForMemory`; any
-    other error goes to Tune's own handling unchanged."""
-    failed = RayActorManager._actor_task_failed
-    if getattr(failed, "_memory_kills_tolerated", False):
-        return
+    """Wrap Tune's actor manager once per process where a trial's actor fails: in a task (``_actor_task_failed``,
+    where an ``OutOfMemoryError`` raised ``RuntimeError``) and while it starts (``_actor_start_failed``, a kill during
+    the trainable's ``__init__``, where Tune got the bare error: a retry with Tune's 60-line traceback, no line of
+    ours). There an ``OutOfMemoryError`` becomes :class:`KilledForMemory`; any other error goes on unchanged."""
+    for name in ("_actor_task_failed", "_actor_start_failed"):
+        failed = getattr(RayActorManager, name)
+        if getattr(failed, "_memory_kills_tolerated", False):
+            continue
 
-    @functools.wraps(failed)
-    def actor_task_failed(self, tracked_actor_task, exception):
-        if isinstance(exception, OutOfMemoryError) and not isinstance(exception, RayActorError):
-            exception = KilledForMemory(str(exception))
-        return failed(self, tracked_actor_task, exception)
+        @functools.wraps(failed)
+        def tolerant(self, *args, _failed=failed, **kwargs):   # Ray passes the exception as ``exception=``
+            if "exception" in kwargs:
+                kwargs["exception"] = _as_actor_failure(kwargs["exception"])
+            else:
+                args = (*args[:-1], _as_actor_failure(args[-1]))
+            return _failed(self, *args, **kwargs)
 
-    actor_task_failed._memory_kills_tolerated = True  # type: ignore[attr-defined]
-    RayActorManager._actor_task_failed = actor_task_failed
+        tolerant._memory_kills_tolerated = True  # type: ignore[attr-defined]
+        setattr(RayActorManager, name, tolerant)
 
 
 def killed_for_memory(trial) -> KilledForMemory | None:

@@ -60,6 +60,18 @@ def test_a_memory_kill_reaches_tune_as_the_trial_actors_failure() -> None:
     assert manager._failed_actor_ids == {"4b1c"}
 
 
+def test_a_memory_kill_while_the_trial_starts_reaches_tune_as_its_actors_failure() -> None:
+    """Killed in the trainable's ``__init__`` (seen in a real sweep), Tune got the bare OutOfMemoryError: a retry,
+    but no line of ours and Tune's traceback with Ray's 60-line message."""
+    tolerate_memory_kills()
+    manager, task, got = _failed_actor_task()
+    actor = task._tracked_actor
+    actor._on_stop = None
+    manager._actor_start_failed(tracked_actor=actor, exception=OutOfMemoryError(RAY_MESSAGE))  # Ray's call
+    errors = [e for kind, e in got if kind == "actor"]
+    assert len(errors) == 1 and isinstance(errors[0], KilledForMemory) and str(errors[0]) == RAY_MESSAGE
+
+
 def test_other_unknown_failures_still_raise() -> None:
     tolerate_memory_kills()
     manager, task, _ = _failed_actor_task()
