@@ -55,9 +55,9 @@ def tolerate_memory_kills() -> None:
     the trainable's ``__init__``, where Tune got the bare error: a retry with Tune's 60-line traceback, no line of
     ours). There an ``OutOfMemoryError`` becomes :class:`KilledForMemory`; any other error goes on unchanged."""
     for name in ("_actor_task_failed", "_actor_start_failed"):
-        failed = getattr(RayActorManager, name)
-        if getattr(failed, "_memory_kills_tolerated", False):
-            continue
+        failed = getattr(RayActorManager, name, None)
+        if failed is None or getattr(failed, "_memory_kills_tolerated", False):
+            continue   # another Ray release without this method: its own handling, never a failed launch
 
         @functools.wraps(failed)
         def tolerant(self, *args, _failed=failed, **kwargs):   # Ray passes the exception as ``exception=``
