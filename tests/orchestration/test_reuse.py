@@ -169,7 +169,10 @@ def test_a_launch_whose_every_trial_is_reused_trains_nothing_and_records_them(st
     # a link run left RUNNING by a launch interrupted while linking (issue 33 item 8): this launch ends it
     tags = C.reused_trial_tags(kind=C.KIND_GRID, cell_levels=[("method", "fixmatch")], cell_id="method=fixmatch",
                                fold=0, source_id="gone", source_tags={}, source_experiment="a", source_artifact_uri="")
-    stale = client.create_run(client.create_experiment("sweep_c"), tags=tags, run_name="stale · reused").info.run_id
+    # made where a launch makes it (beside the store), not in MLflow's default ./mlruns of the test's folder, which
+    # the launch's copied-store check rightly refuses as another folder's
+    exp_c = client.create_experiment("sweep_c", artifact_location=tracking.artifact_location(uri))
+    stale = client.create_run(exp_c, tags=tags, run_name="stale · reused").info.run_id
     result = run_cli(tmp, str(yaml_c), "--tracking-uri", uri, timeout=300)
     assert result.returncode == 0, result.output
     assert "ended 1 link run(s) of reused trials left RUNNING by an interrupted launch (now KILLED): stale · " \
