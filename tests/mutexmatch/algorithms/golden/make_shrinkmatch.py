@@ -15,15 +15,14 @@ recorded: it does not reach the loss).
 """
 from __future__ import annotations
 
-import argparse
 import copy
-import subprocess
 import sys
 from pathlib import Path
 from unittest import mock
 
 import torch
 from torch import nn
+from reference import reference_checkout, stacked_parts  # this folder's (the script's own)
 
 STEPS, EPOCH, LR, TAU = 12, 4, 0.05, 0.7
 B, MU, D_IN, WIDTH, C = 4, 4, 8, 16, 10
@@ -125,18 +124,12 @@ def run(official, net_module, da: bool) -> dict:
             "pseudo_label": torch.stack([s["pseudo_label"] for s in steps]),
             "loss_shrink_sum": torch.stack([s["loss_shrink_sum"].float() for s in steps]),
             "meters": {k: [s[k] for s in steps] for k in steps[0] if k.startswith("meter/")},
-            **{part: {n: torch.stack([s[part][n] for s in steps]) for n in steps[0][part]}
-               for part in ("grads", "buffers")}}
+            **stacked_parts(steps)}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("repo", type=Path, help="a checkout of github.com/LiheYoung/ShrinkMatch")
-    parser.add_argument("--commit", help="its commit, for an exported tree without .git (else git rev-parse HEAD)")
-    cli = parser.parse_args()
-    commit = cli.commit or subprocess.run(["git", "-C", str(cli.repo), "rev-parse", "HEAD"], capture_output=True,
-                                          text=True, check=True).stdout.strip()
-    sys.path.insert(0, str(cli.repo / "CIFAR"))
+    repo, commit = reference_checkout(__doc__.split("\n\n")[0], "a checkout of github.com/LiheYoung/ShrinkMatch")
+    sys.path.insert(0, str(repo / "CIFAR"))
     sys.argv = ["shrinkmatch.py"]            # the official script parses its arguments at import
     import shrinkmatch as official           # noqa: E402  (CIFAR/shrinkmatch.py, from the checkout)
     import network.shrinkmatch as net_module  # noqa: E402

@@ -11,14 +11,13 @@ and pseudo-labels its hooks returned, every gradient and the BatchNorm statistic
 """
 from __future__ import annotations
 
-import argparse
 import copy
 import importlib.util
-import subprocess
 import sys
 from pathlib import Path
 
 import torch
+from reference import reference_checkout, stacked_parts  # this folder's (the script's own)
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "usb_after_032.pt"
@@ -84,22 +83,17 @@ def record(h, usb_name: str, args: dict, views_wanted: dict) -> dict:
                       if getattr(views[0], k) is not None},
             "loss": stack("loss"), "mask": stack("mask"), "pseudo_label": stack("pseudo_label"),
             "log": {k: [s["log"][k] for s in steps] for k in steps[0]["log"]},
-            **{part: {n: torch.stack([s[part][n] for s in steps]) for n in steps[0][part]}
-               for part in ("grads", "buffers")}}
+            **stacked_parts(steps)}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("repo", type=Path, help="an export of github.com/microsoft/Semi-supervised-learning")
-    parser.add_argument("--commit", help="its commit, for an export without .git (else git rev-parse HEAD)")
-    cli = parser.parse_args()
-    commit = cli.commit or subprocess.run(["git", "-C", str(cli.repo), "rev-parse", "HEAD"], capture_output=True,
-                                          text=True, check=True).stdout.strip()
-    sys.path.insert(0, str(cli.repo))   # its semilearn, not the installed 0.3.2
+    repo, commit = reference_checkout(__doc__.split("\n\n")[0],
+                                      "an export of github.com/microsoft/Semi-supervised-learning")
+    sys.path.insert(0, str(repo))   # its semilearn, not the installed 0.3.2
     h = harness()
     h.STUBBED = h.STUBBED + NEWER_STUBS
     core = h.import_semilearn()
-    assert Path(core.__file__).is_relative_to(cli.repo.resolve()), f"semilearn imported from {core.__file__}"
+    assert Path(core.__file__).is_relative_to(repo.resolve()), f"semilearn imported from {core.__file__}"
     golden = {"commit": commit, "command": "python tests/mutexmatch/algorithms/golden/make_usb_after_032.py "
               f"<export of microsoft/Semi-supervised-learning> --commit {commit}", "torch": str(torch.__version__),
               **{name: record(h, usb_name, args, extra) for name, (usb_name, args, extra) in RUNS.items()}}
