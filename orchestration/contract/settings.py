@@ -20,8 +20,9 @@ SET_OPTION = "--set"
 # --max-failures' default: the restarts of a failed trial (the sweep's parser reads it before Ray and MLflow load)
 MAX_FAILURES = 2
 # prose, report layout and the resources a trial holds change no trial's config (`--set resources.gpu=1` on a
-# machine with a GPU must find the runs of the same YAML launched elsewhere)
-SETTINGS_EXCLUDED = ("description", "tables", "figures", "resources")
+# machine with a GPU must find the runs of the same YAML launched elsewhere), nor what a trial's run records besides
+# its results (`tracking`: system metrics)
+SETTINGS_EXCLUDED = ("description", "tables", "figures", "resources", "tracking")
 EXPECTED_RUNS_DIR = "expected_runs"
 
 

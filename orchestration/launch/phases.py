@@ -4,6 +4,7 @@ every MLflow run of it gets its final status (:func:`reconcile_phase`)."""
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
@@ -179,11 +180,25 @@ def _run(launch: Launch, phase: Phase, **trials: Any) -> PhaseResult:
                        git_commit=launch.commit, device="cuda" if launch.request["gpu"] > 0 else "cpu",
                        num_threads=max(1, round(launch.request["cpu"])), source=str(launch.opts.spec_path),
                        **_colors(launch.plan), span=span, tryouts=tryouts,
-                       counted_digest="" if launch.plan.smoke else launch.plan.settings_digest, **trials)
+                       counted_digest="" if launch.plan.smoke else launch.plan.settings_digest,
+                       system_metrics_s=_system_metrics_s(launch.plan), **trials)
     trainable = tune.with_resources(preemptible(tune.with_parameters(run_trial, ctx=ctx)), request)
     if span is not None:
         phase = replace(phase, tune_kwargs=concurrency_cap(phase.tune_kwargs, launch.request["groups"]))
     return run_phase(launch, phase, trainable)
+
+
+def _system_metrics_s(plan: SweepPlan) -> float | None:
+    """Seconds between a trial's system-metrics samples; None when the YAML turns them off (``tracking``) or
+    MLflow's monitor cannot run here (psutil missing from an environment made before it was a dependency: said in
+    one line before the phase; its trials train without them)."""
+    tracking = plan.spec.tracking
+    if tracking.system_metrics and importlib.util.find_spec("psutil") is None:
+        print("warning: tracking.system_metrics=true: MLflow's system metrics need psutil, not installed here "
+              "(`make install` or `pip install psutil`; `tracking: {system_metrics: false}` silences this); trials "
+              "run without them", flush=True)
+        return None
+    return tracking.system_metrics_interval if tracking.system_metrics else None
 
 
 def _colors(plan: SweepPlan) -> dict[str, Any]:

@@ -262,6 +262,18 @@ class SearchSpec(_Strict):
                              "selects hyper-parameters)")
         return v
 
+class TrackingSpec(_Strict):
+    """What each trial's MLflow run records besides its training curves. It changes no trial: left out of the spec
+    hash and the settings digest (a launch with other values resumes and counts the same runs)."""
+
+    system_metrics: bool = Field(True, description="MLflow's system metrics on every trial's run (`system/…`: CPU, "
+                                 "memory, disk, network; GPU where `nvidia-ml-py` is installed), sampled by a thread "
+                                 "of the trial's process; `false` turns them off.")
+    system_metrics_interval: Annotated[float, AfterValidator(at_least(1))] = Field(
+        10.0, description="Seconds between two system-metrics samples (MLflow's sampling interval); a run shorter "
+        "than it still gets one sample, at its end.")
+
+
 class SweepSpec(_Strict):
     """One experiment: the grid (cells × folds), an optional search, and the report layouts (opaque here)."""
 
@@ -278,6 +290,11 @@ class SweepSpec(_Strict):
                                       "field set by two axes is refused.")
     exclude: list[dict[str, str]] = Field(default_factory=list, description="Partial cells to drop.")
     resources: Resources = Field(default_factory=Resources)
+    plugins: list[str] = Field(default_factory=list, exclude_if=lambda v: not v, description="Plugins every "
+                               "trial imports (a run config's `plugins:`: module names, or `.py` files and package "
+                               "folders relative to the YAML), shipped to every trial by Ray (docs/plugins.md).")
+    tracking: TrackingSpec = Field(default_factory=TrackingSpec, description="What trial runs record besides "
+                                   "their training curves (system metrics).")
     smoke: dict[str, Any] | None = Field(None, description=f"Overrides for --smoke (default {SMOKE_DEFAULT}).")
     search: SearchSpec | None = None
     tables: list[Any] = Field(default_factory=list, description="Report tables (validated by reports).")

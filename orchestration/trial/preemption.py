@@ -70,6 +70,7 @@ def keep_preempted(stopped: preemption.Preempted, callback: TrialCallback, trial
         report({**(callback.last_metrics or {}), "step": stopped.step},
                callback.stage(stopped.step, stopped.checkpoint))
     trial_run.client.set_tag(trial_run.run_id, C.ENDED_BY, f"signal {stopped.signal_name} at step {stopped.step}")
+    trial_run.system.stop()
     tracking.end_run(trial_run.client, trial_run.run_id, "KILLED")
     print(f"[trial {trial_run.run_id}] {stopped.signal_name}: checkpoint of step {stopped.step} written"
           + (" and handed to Tune" if handed else "; Tune continues from the last evaluation's checkpoint"),

@@ -8,7 +8,7 @@ is defined in :mod:`orchestration.contract`.
   its axes, fold, variant, config hash, split digest, git commit, trial id), named ``<cell id>/fold<k>``;
   params = the resolved RunConfig flattened with dots; metrics at ``step=`` the training step; artifacts
   ``config.yaml``, ``split.json``, ``dataset.json``, ``weights/{best,final}_model.pt``,
-  ``class_counts/step_<step>.json``, and the final checkpoint under ``checkpoints/``.
+  ``class_counts/step_<step>.json``, ``confusion_matrix.json`` and the final checkpoint under ``checkpoints/``.
 
 Only :class:`mlflow.MlflowClient` is used (no fluent ``mlflow.start_run`` state), so the driver and every trial
 process address runs by id and a restarted trial continues *its* run. Terminal statuses: FINISHED (trained to the
@@ -29,7 +29,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from mutexmatch.training import EvalEvent, RunSummary, StartEvent
+from mutexmatch.training import EvalEvent, RunFolder, RunSummary, StartEvent
 from mutexmatch.dotted import flatten_dotted
 from mutexmatch.yamlfile import load_text
 from mutexmatch.training import checkpoint_pair
@@ -42,6 +42,7 @@ from orchestration.store.store import Store, end_run
 from orchestration.store.concurrent import create_or_get_experiment, idempotent
 from orchestration.store.location import check_artifact_home
 from orchestration.trial.model_log import MODEL_KINDS, log_classifier
+from orchestration.trial.system_metrics import TrialSystemMetrics
 
 apply_closed_network_env()
 
@@ -189,6 +190,7 @@ class TrialRun:
         self.attempt = attempt
         self.last_logged_step = last_logged_step
         self._run = run
+        self.system = TrialSystemMetrics(client.tracking_uri, self.run_id, None)  # started by start_attempt
 
     @classmethod
     def open(cls, store: Store, *, trial_id: str, launch_id: str, tags: Mapping[str, str],
@@ -209,10 +211,11 @@ class TrialRun:
         return {**self._run.data.metrics, "step": max(self.last_logged_step, 0)}
 
     def start_attempt(self, config: Mapping[str, Any], *, node_id: str, tune_checkpoint: bool,
-                      world_size: int = 1) -> None:
+                      world_size: int = 1, system_metrics_s: float | None = None) -> None:
         """This attempt's tags, and the config's params not logged yet: MLflow params are immutable, and
         ``output_dir`` or the device may differ between attempts (another node), so the first attempt's stay.
-        ``world_size``: the attempt's data-parallel ranks (``resources.workers``; a resumed trial may change it)."""
+        ``world_size``: the attempt's data-parallel ranks (``resources.workers``; a resumed trial may change it).
+        ``system_metrics_s``: MLflow's system metrics sampled at this interval until the attempt ends (None: off)."""
         logged = self._run.data.params
         params = {k: v for k, v in flatten_params(config).items() if k not in logged}
         log_params_and_tags(self.client, self.run_id, params, {
@@ -220,6 +223,7 @@ class TrialRun:
             C.attempt_tag(self.attempt, "node_id"): node_id, C.attempt_tag(self.attempt, "host"): socket.gethostname(),
             C.attempt_tag(self.attempt, "tune_checkpoint"): "yes" if tune_checkpoint else "none",
             C.attempt_tag(self.attempt, "world_size"): str(world_size)})
+        self.system = TrialSystemMetrics(self.client.tracking_uri, self.run_id, system_metrics_s).start()
 
     def log_start(self, event: StartEvent) -> None:
         tags = {C.SPLIT_DIGEST: event.split_digest, C.attempt_tag(self.attempt, "start_step"): str(event.step)}
@@ -253,7 +257,11 @@ class TrialRun:
 
     def log_end(self, summary: RunSummary) -> None:
         """The best and final weights, the final (else best) as an MLflow model for a run whose model is used
-        (:mod:`.model_log`); with the final weights, the final checkpoint and its checksum."""
+        (:mod:`.model_log`); with the final weights, the final checkpoint and its checksum; the run folder's
+        ``confusion_matrix.json`` (the last evaluation's; every evaluation's is in its ``class_counts`` file)."""
+        confusion = RunFolder(summary.output_dir).confusion
+        if confusion.is_file():
+            self.client.log_artifact(self.run_id, str(confusion))
         kept = [Path(p) for p in (summary.best_weights, summary.final_weights) if p is not None and Path(p).exists()]
         for path in kept:
             self.client.log_artifact(self.run_id, str(path), C.WEIGHTS_DIR)
@@ -266,15 +274,19 @@ class TrialRun:
     def stopped(self, best_weights: Path) -> None:
         """Tune stopped the trial (ASHA or an interrupted sweep): keep its best weights; the run stays RUNNING for
         the driver, which alone can tell the two apart (ending it here raced with the driver's reconciliation)."""
+        self.system.stop()
         if best_weights.exists():
             self.client.log_artifact(self.run_id, str(best_weights), C.WEIGHTS_DIR)
 
     def failed(self, error: BaseException) -> None:
+        self.system.stop()
         self.client.set_tag(self.run_id, C.ERROR, "".join(traceback.format_exception_only(error)).strip()[:5000])
         end_run(self.client, self.run_id, "FAILED")
 
     def finish(self, overhead_s: Mapping[str, float]) -> None:
-        """FINISHED, with the seconds orchestration added (``mutexmatch.overhead.<what>`` tags)."""
+        """FINISHED, with the seconds orchestration added (``mutexmatch.overhead.<what>`` tags); the system metrics
+        stopped first, so their last sample is in when the run is FINISHED."""
+        self.system.stop()
         log_params_and_tags(self.client, self.run_id, {},
                             {C.overhead_tag(what): f"{s:.3f}" for what, s in overhead_s.items()})
         end_run(self.client, self.run_id, "FINISHED")

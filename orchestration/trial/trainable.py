@@ -84,6 +84,7 @@ class TrialContext:
     span: Span | None = None               # resources.workers > 1: the trial's worker group (trial/spanning.py)
     tryouts: frozenset[str] = frozenset()  # keys of grid's --set try-outs (spec/tryouts.py): named "· try-out"
     counted_digest: str = ""               # the launch's settings digest: a FINISHED grid/refit run is marked
+    system_metrics_s: float | None = None  # tracking.system_metrics_interval; None: off (trial/system_metrics.py)
 
 
 class TrialCallback(Callback):
@@ -237,7 +238,7 @@ def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
     checkpoint = tune.get_checkpoint()
     trial_run.start_attempt(cfg.to_dict(), node_id=ray.get_runtime_context().get_node_id(),
                             tune_checkpoint=checkpoint is not None,
-                            world_size=ctx.span.workers if ctx.span else 1)
+                            world_size=ctx.span.workers if ctx.span else 1, system_metrics_s=ctx.system_metrics_s)
     callback = TrialCallback(trial_run, folder, cfg.train.iterations)
     try:
         if checkpoint is not None:
