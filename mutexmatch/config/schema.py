@@ -225,14 +225,27 @@ class AlgorithmConfig(_Section):
 
 
 class OptimConfig(_Section):
-    """SGD with Nesterov momentum and the FixMatch cosine schedule."""
+    """SGD with Nesterov momentum and the FixMatch cosine schedule, or USB's AdamW fine-tuning recipe."""
 
+    # Left out of the config (and so of its hash) at their defaults, the optimiser every earlier run used.
+    name: Literal["sgd", "adamw"] = Field(
+        "sgd", exclude_if=lambda v: v == "sgd", description="`sgd` (the paper's); `adamw`: USB's fine-tuning "
+        "optimiser (torch's AdamW, default betas and eps) over USB's parameter groups: no weight decay for 1-D "
+        "parameters, biases, a ViT's pos_embed and cls_token; layer-wise decay by optim.layer_decay.")
+    layer_decay: Annotated[float, AfterValidator(within(0.0, 1.0, low_open=True))] = Field(
+        1.0, exclude_if=lambda v: v == 1.0, description="adamw only: layer-wise learning-rate decay d (USB's "
+        "layer_decay): layer i of L (a ViT: stem 0, block N at N + 1, its final norm with the last block, the "
+        "heads last) trains at lr·d^(L-1-i); 1 = every layer at lr. Needs a backbone that declares its layers "
+        "(the ViTs).")
+    warmup: _AtLeast0 = Field(0, exclude_if=lambda v: v == 0, description="[W] linear warm-up steps (USB's "
+                              "num_warmup_iter): the LR factor is t/W for t < W, then the schedule runs over the "
+                              "remaining T - W steps (USB's get_cosine_schedule_with_warmup); 0 = none.")
     lr: Annotated[float, AfterValidator(within(0.0, 10.0, low_open=True))] = Field(
         0.03, description="Base learning rate.")
-    momentum: _UnitOpen = Field(0.9, description="SGD momentum.")
-    nesterov: bool = Field(True, description="Nesterov momentum.")
-    weight_decay: _UnitOpen = Field(5e-4, description="Weight decay (coupled, as SGD's); BatchNorm parameters get "
-                                    "none.")
+    momentum: _UnitOpen = Field(0.9, description="SGD momentum (sgd only).")
+    nesterov: bool = Field(True, description="Nesterov momentum (sgd only).")
+    weight_decay: _UnitOpen = Field(5e-4, description="Weight decay: coupled for sgd, where BatchNorm parameters "
+                                    "get none; decoupled for adamw, on USB's parameter groups.")
     schedule: Literal["cosine", "constant"] = Field(
         "cosine", description="`cosine`: LR factor cos(c·π·t/T) per step (T = train.iterations); `constant`: none.")
     cosine_factor: Annotated[float, AfterValidator(within(0.0, 0.5))] = Field(
@@ -332,6 +345,7 @@ class RunConfig(_Section):
             raise ConfigError(str(e)) from None
         errors += _check_algorithm(self.algorithm, num_classes)
         errors += _check_backbone(self.model.backbone, image_size)
+        errors += _check_optim(self.optim, self.train.iterations)
         if errors:
             raise ConfigError("\n".join(errors))
         return self
@@ -411,6 +425,16 @@ def _check_backbone(name: str, image_size: int) -> list[str]:
         return [f"data.image_size={image_size}: backbone {name} needs images of at least "
                 f"{BACKBONES[name].min_image_size} pixels"]
     return []
+
+
+def _check_optim(optim: OptimConfig, iterations: int) -> list[str]:
+    errors = []
+    if optim.layer_decay != 1.0 and optim.name != "adamw":
+        errors.append(f"optim.layer_decay={optim.layer_decay:g}: applies to optim.name adamw only (USB's "
+                      f"fine-tuning recipe); with {optim.name} leave it at 1")
+    if optim.warmup > iterations:
+        errors.append(f"optim.warmup={optim.warmup}: must be <= train.iterations ({iterations})")
+    return errors
 
 
 def _format_validation_error(err: ValidationError) -> str:

@@ -38,7 +38,7 @@ from mutexmatch.training.evaluation import Evaluator
 from mutexmatch.training.extended_step import step_inputs
 from mutexmatch.training.memory import check_batch_memory, check_memory, step_memory_error
 from mutexmatch.training.network import build_network
-from mutexmatch.training.optim import grad_scaler, lr_schedule, sgd
+from mutexmatch.training.optim import grad_scaler, lr_schedule, optimizer
 from mutexmatch.training import preemption
 from mutexmatch.training.rng import rng_state, seed_everything, set_rng_state
 from mutexmatch.training.run_files import check_resumed_files, write_run_files
@@ -122,7 +122,7 @@ class Trainer:
         self.model, self.ema, self.forward, self.features, self.teacher = (
             net.model, net.ema, net.forward, net.features, net.teacher)
         self.algorithm = alg_cls(alg_cls.params_from(cfg.algorithm), self._context(alg_cls.uses_unlabeled))
-        self.optimizer = sgd(self.model, cfg, self.device)
+        self.optimizer = optimizer(self.model, cfg, self.device)
         self.scheduler = lr_schedule(self.optimizer, cfg)
         self.scaler = grad_scaler(cfg, self.device)
         self.batches = BatchSource(cfg, self.bundle, self.split, alg_cls.step, alg_cls.uses_unlabeled, self.device)
@@ -280,7 +280,7 @@ class Trainer:
         metrics = {
             **terms, M.TEST_ACC: acc, M.TEST_ACC_RAW: acc_raw, M.TEST_BEST_ACC: self.best_acc,
             M.TEST_MEDIAN_ACC: float(statistics.median(window)),
-            M.TRAIN_LR: self.scheduler.get_last_lr()[0],
+            M.TRAIN_LR: max(self.scheduler.get_last_lr()),
             M.PERF_IMG_PER_S: per_step_imgs * n / max(elapsed, 1e-9),
             M.PERF_DATA_S: st.t_data / n, M.PERF_COMPUTE_S: st.t_compute / n,
             **st.sample_metrics(),
