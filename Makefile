@@ -24,8 +24,10 @@ install: $(VENV)/.installed
 
 ## USB (semilearn) as a test-time reference for tests/mutexmatch/algorithms/usb/ (skipped without it). --no-deps:
 ## its ~40 pinned requirements are not needed to run a train_step; the tests stub the optional modules it imports.
+## timm builds USB's ViTs (tests/mutexmatch/models/test_vit_usb.py; it needs only torch, torchvision and pyyaml at
+## import); safetensors reads model.pretrained's .safetensors files (optional at run time, tested here).
 usb-reference: install
-	$(PY) -m pip install -q --no-deps semilearn==0.3.2
+	$(PY) -m pip install -q --no-deps semilearn==0.3.2 timm==1.0.31 safetensors==0.8.0
 
 ## docs/config.md, generated from the config schema and the algorithm registry (a test fails when it is stale).
 docs: install
@@ -37,7 +39,7 @@ docs: install
 comma := ,
 QUICKSTART_FORMATS = md,tex,png$(if $(shell command -v pdflatex >/dev/null 2>&1 && kpsewhich booktabs.sty 2>/dev/null),$(comma)pdf)
 quickstart: install
-	$(PY) -m orchestration.sweep experiments/quickstart.yaml
+	$(PY) -m orchestration.sweep experiments/quickstart.yaml --register-model mutexmatch-quickstart
 	$(PY) -m reports.build experiments/quickstart.yaml --out reports/out/quickstart --format $(QUICKSTART_FORMATS)
 
 # report.pdf and its tests: pdflatex and Latin Modern (vector T1 fonts) from Debian's TeX Live, poppler-utils for

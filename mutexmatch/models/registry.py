@@ -17,8 +17,9 @@ from mutexmatch.models.base import Backbone
 __all__ = ["BACKBONES", "BackboneFactory", "BackboneSpec", "backbones_markdown", "build_backbone",
            "register_backbone"]
 
-BackboneFactory = Callable[[int, int], Backbone]
-"""``factory(num_classes, in_channels) -> Backbone``."""
+BackboneFactory = Callable[..., Backbone]
+"""``factory(num_classes, in_channels) -> Backbone``; ``factory(num_classes, in_channels, image_size)`` for a
+backbone registered with ``patch`` (its architecture depends on the input size)."""
 
 PARAM_COUNT_CLASSES = 10
 """``BackboneSpec.param_count`` counts the backbone built for this many classes (and RGB input)."""
@@ -48,6 +49,10 @@ class BackboneSpec:
             fp32 3.5 / 3.7 / 4.1; WRN-28-2 @ 32 fp32 3.4 / 3.4 / 3.6). ``None``: not measured; the memory check
             then counts the step's float32 input batch alone (a lower bound, so it refuses nothing that fits).
         description: one line naming the architecture and its source.
+        patch: 0 for a backbone that ends in global average pooling (any size >= ``min_image_size`` runs, the
+            architecture does not depend on it); else the side of its patches (a ViT): the factory then takes the
+            image size and builds for it (the position embeddings), which must be a multiple of ``patch``, and the
+            backbone runs at that size only.
     """
 
     name: str
@@ -58,6 +63,15 @@ class BackboneSpec:
     min_image_size: int
     activation_bytes_per_pixel: int | None
     description: str
+    patch: int = 0
+
+    def size_error(self, image_size: int) -> str | None:
+        """What is wrong with building this backbone for ``image_size`` pixels (None: nothing)."""
+        if image_size < self.min_image_size:
+            return f"backbone {self.name!r} needs square inputs of at least {self.min_image_size} pixels"
+        if self.patch and image_size % self.patch:
+            return f"backbone {self.name!r} cuts images into {self.patch}-pixel patches: use a multiple of {self.patch}"
+        return None
 
 
 BACKBONES: dict[str, BackboneSpec] = {}
@@ -65,10 +79,11 @@ BACKBONES: dict[str, BackboneSpec] = {}
 
 def register_backbone(
     name: str, *, feat_dim: int, param_count: int, typical_image_size: int, min_image_size: int = 1,
-    activation_bytes_per_pixel: int | None, description: str,
+    activation_bytes_per_pixel: int | None, description: str, patch: int = 0,
 ) -> Callable[[BackboneFactory], BackboneFactory]:
     """Decorator registering ``factory(num_classes, in_channels) -> Backbone`` under ``name`` in BACKBONES with
-    its facts (:class:`BackboneSpec`; ``activation_bytes_per_pixel`` must be given, ``None`` where not measured).
+    its facts (:class:`BackboneSpec`; ``activation_bytes_per_pixel`` must be given, ``None`` where not measured;
+    ``patch`` > 0: ``factory(num_classes, in_channels, image_size)``).
 
     Raises:
         ValueError: a name that is taken or not lower-case ``[a-z][a-z0-9_]*``, a fact that is not a positive
@@ -80,6 +95,7 @@ def register_backbone(
     for field, value in (("feat_dim", feat_dim), ("param_count", param_count),
                          ("typical_image_size", typical_image_size), ("min_image_size", min_image_size)):
         check_int(f"{where}: {field}", value, low=1)
+    check_int(f"{where}: patch", patch, low=0)
     if min_image_size > typical_image_size:
         raise ValueError(f"{where}: min_image_size={min_image_size}: must be <= typical_image_size="
                          f"{typical_image_size}")
@@ -93,33 +109,37 @@ def register_backbone(
         if name in BACKBONES:
             raise ValueError(f"{where}: name {name!r} is already registered (by {BACKBONES[name].factory!r})")
         BACKBONES[name] = BackboneSpec(name, factory, feat_dim, param_count, typical_image_size, min_image_size,
-                                       activation_bytes_per_pixel, description)
+                                       activation_bytes_per_pixel, description, patch)
         return factory
 
     return decorator
 
 
-def build_backbone(name: str, *, num_classes: int, in_channels: int = 3, image_size: int = 32) -> Backbone:
-    """Build the registered backbone ``name`` with a ``num_classes``-way head.
+def build_backbone(name: str, *, num_classes: int, in_channels: int = 3, image_size: int | None = None) -> Backbone:
+    """Build the registered backbone ``name`` with a ``num_classes``-way head, for ``image_size`` pixels (None: its
+    typical size).
 
-    ``image_size`` is only validated against the backbone's minimum input size; the architectures do not depend on
-    it (global average pooling).
+    For a pooled backbone ``image_size`` is only validated against its minimum input size (the architecture does
+    not depend on it); a backbone with patches (a ViT) is built for that size.
 
     Raises:
         ValueError: unknown ``name`` (the message lists the registered names for ``model.backbone``), fewer than 2
-            classes, ``in_channels`` < 1, or an ``image_size`` below the backbone's minimum.
+            classes, ``in_channels`` < 1, or an ``image_size`` below the backbone's minimum (or not a multiple of
+            its patch).
     """
     if name not in BACKBONES:
         raise ValueError(f"model.backbone={name!r}: unknown backbone; registered: {', '.join(sorted(BACKBONES))}")
     spec = BACKBONES[name]
     check_int("num_classes", num_classes, low=2)
     check_int("in_channels", in_channels, low=1)
-    if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < spec.min_image_size:
-        raise ValueError(
-            f"image_size={image_size!r}: backbone {name!r} needs square inputs of at least "
-            f"{spec.min_image_size} pixels"
-        )
-    return spec.factory(num_classes, in_channels)
+    if image_size is None:
+        image_size = spec.typical_image_size
+    if isinstance(image_size, bool) or not isinstance(image_size, int):
+        raise ValueError(f"image_size={image_size!r}: must be an integer number of pixels")
+    problem = spec.size_error(image_size)
+    if problem:
+        raise ValueError(f"image_size={image_size!r}: {problem}")
+    return spec.factory(num_classes, in_channels, image_size) if spec.patch else spec.factory(num_classes, in_channels)
 
 
 def backbones_markdown() -> list[str]:

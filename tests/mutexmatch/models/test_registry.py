@@ -25,7 +25,8 @@ def _small_size(name: str) -> int:
 
 def test_the_builtin_backbones_are_registered_from_their_modules() -> None:
     # Not a table of the registry: a floor that fails if the automatic import of the package stops working.
-    assert {"wrn28_2", "wrn28_8", "wrn37_2", "cnn13", "resnet18", "small_cnn"} <= set(BACKBONES)
+    assert {"wrn28_2", "wrn28_8", "wrn37_2", "cnn13", "resnet18", "small_cnn", "resnet50", "vit_tiny_patch2_32",
+            "vit_small_patch2_32", "vit_small_patch16_224", "vit_base_patch16_96"} <= set(BACKBONES)
     for name, spec in BACKBONES.items():
         assert spec.name == name
         assert spec.factory.__module__.startswith("mutexmatch.models.")
@@ -48,6 +49,8 @@ def test_forward_at_its_typical_and_minimum_image_size(name: str) -> None:
     spec = BACKBONES[name]
     model = build_backbone(name, num_classes=3, image_size=spec.min_image_size).eval()
     for size in sorted({spec.min_image_size, spec.typical_image_size}):
+        if spec.patch:   # built for one size (its position embeddings)
+            model = build_backbone(name, num_classes=3, image_size=size).eval()
         with torch.no_grad():
             feats = model.forward_features(torch.randn(1, 3, size, size))
         assert feats.shape == (1, spec.feat_dim), size
@@ -55,6 +58,15 @@ def test_forward_at_its_typical_and_minimum_image_size(name: str) -> None:
     if spec.min_image_size > 1:
         with pytest.raises(ValueError, match=r"image_size=.*at least"):
             build_backbone(name, num_classes=3, image_size=spec.min_image_size - 1)
+
+
+@pytest.mark.parametrize("name", [n for n in ALL_BACKBONES if BACKBONES[n].patch])
+def test_a_patch_backbone_is_built_for_a_multiple_of_its_patch(name: str) -> None:
+    spec = BACKBONES[name]
+    model = build_backbone(name, num_classes=3, image_size=2 * spec.patch)
+    assert model.pos_embed.shape[1] == 4 + 1   # a 2 x 2 grid and the class token
+    with pytest.raises(ValueError, match=rf"^image_size={3 * spec.patch + 1}: .*multiple of {spec.patch}$"):
+        build_backbone(name, num_classes=3, image_size=3 * spec.patch + 1)
 
 
 @pytest.mark.parametrize("name", ALL_BACKBONES)
@@ -130,6 +142,7 @@ def test_unknown_backbone_names_the_field_and_lists_choices() -> None:
         ({"num_classes": 10, "in_channels": 0}, "in_channels"),
         ({"num_classes": 10, "image_size": 0}, "image_size"),
         ({"num_classes": 10, "image_size": 32.0}, "image_size"),
+        ({"num_classes": 10, "image_size": True}, "image_size"),
     ],
 )
 def test_bad_build_arguments_raise(kwargs: dict[str, object], field: str) -> None:
@@ -151,6 +164,7 @@ _GOOD = {"feat_dim": 8, "param_count": 100, "typical_image_size": 16, "min_image
         ("t_sizes", {"min_image_size": 32}, r"min_image_size=32: must be <= typical_image_size=16"),
         ("t_act", {"activation_bytes_per_pixel": 0}, r"activation_bytes_per_pixel=0: must be an integer >= 1 or None"),
         ("t_desc", {"description": " "}, r"description=' ': must be a non-empty line"),
+        ("t_patch", {"patch": -2}, r"patch=-2: must be an integer >= 0"),
     ],
 )
 def test_register_backbone_refuses_bad_facts_naming_them(name: str, change: dict[str, object], message: str) -> None:
