@@ -10,9 +10,7 @@ from typing import Annotated, Any, Literal, Mapping, Sequence, get_args
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator,
                       model_validator)
 
-from mutexmatch import plugins
 from mutexmatch.checks import at_least, shown, validation_error_lines, within
-from mutexmatch.config.imb_section import ImbAlgorithmConfig, imb_base_errors
 
 
 # The largest train.seed: the run seeds numpy's legacy RNG with it (the `official` split rule does too), which takes
@@ -124,14 +122,6 @@ class ImbalanceConfig(_Section):
         return self
 
 
-def _crop_ratio(v: float | None) -> float | None:
-    return None if v is None else within(0.0, 1.0, low_open=True)(v)
-
-
-def _crop_ratio(v: float | None) -> float | None:
-    return None if v is None else within(0.0, 1.0, low_open=True)(v)
-
-
 class DataConfig(_Section):
     """Which images, which labels, which fold."""
 
@@ -166,18 +156,6 @@ class DataConfig(_Section):
         "(digits 16, CIFAR/SVHN 32, STL-10 96, mini-ImageNet 80, Tiny-ImageNet 64; imagefolder: the side of its "
         "first train image, which must then be square); only digits, mini-ImageNet and imagefolder can be "
         "resized.")
-    # Left out of the config (and so of its hash) when null: every earlier run padded as its dataset does.
-    crop_ratio: Annotated[float | None, AfterValidator(_crop_ratio)] = Field(
-        None, exclude_if=lambda v: v is None, description="USB-CV's weak crop: pad int(image_size·(1 - crop_ratio)) "
-        "pixels by reflection, then crop image_size (USB's RandomCrop(img_size, padding=int(img_size*(1-crop_ratio)), "
-        "padding_mode='reflect'), with the dataset's horizontal flip); USB-CV uses 0.875 (4 px at 32, 12 at 96). "
-        "null = the dataset's own padding (CIFAR: 4 px of zeros).")
-    # Left out of the config (and so of its hash) when null: every earlier run padded as its dataset does.
-    crop_ratio: Annotated[float | None, AfterValidator(_crop_ratio)] = Field(
-        None, exclude_if=lambda v: v is None, description="USB-CV's weak crop: pad int(image_size·(1 - crop_ratio)) "
-        "pixels by reflection, then crop image_size (USB's RandomCrop(img_size, padding=int(img_size*(1-crop_ratio)), "
-        "padding_mode='reflect'), with the dataset's horizontal flip); USB-CV uses 0.875 (4 px at 32, 12 at 96). "
-        "null = the dataset's own padding (CIFAR: 4 px of zeros).")
     normalization: Literal["correct", "released"] = Field(
         "correct", description="Normalisation statistics: `correct` = the dataset's real per-channel statistics "
         "(imagefolder: computed on its train images); `released` = the released code's constants, which for SVHN, "
@@ -187,10 +165,10 @@ class DataConfig(_Section):
     @classmethod
     def _registered_dataset(cls, v: Any) -> str:
         # The registry is imported here, not at module level: it loads torch and every dataset module.
-        from mutexmatch.data.builtin import registered_names
+        from mutexmatch.data.builtin import DATASET_NAMES
 
-        if not isinstance(v, str) or v not in registered_names():
-            *head, last = [repr(n) for n in registered_names()]
+        if not isinstance(v, str) or v not in DATASET_NAMES:
+            *head, last = [repr(n) for n in DATASET_NAMES]
             raise ValueError(f"Input should be {', '.join(head)} or {last}")
         return v
 
@@ -343,18 +321,11 @@ class RunConfig(_Section):
     model: ModelConfig = Field(default_factory=ModelConfig, description="Backbone.")
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig, description="Algorithm and losses.")
     optim: OptimConfig = Field(default_factory=OptimConfig, description="Optimiser and LR schedule.")
-    imb_algorithm: ImbAlgorithmConfig | None = Field(   # left out of the config and its hash when null
-        None, exclude_if=lambda v: v is None, description="Imbalance algorithm composed with the base algorithm.")
     train: TrainConfig = Field(default_factory=TrainConfig, description="Training loop.")
     output_dir: str = Field("outputs/run", description="Run folder: config, split, checkpoints, metrics.jsonl. "
                             "Relative paths are resolved against the current directory when the config is loaded.",
                             json_schema_extra=roles(NO_RESULT, owned="set per trial by orchestration (under the "
                                                     "Ray storage)"))
-    plugins: list[str] = Field(
-        default_factory=list, exclude_if=lambda v: not v, json_schema_extra=roles(NO_RESULT, RESUMABLE),
-        description="Plugins whose registered algorithms, datasets and backbones join the built-ins: module names, "
-        "or `.py` files and package folders relative to the YAML; entry points `mutexmatch.plugins` always load "
-        "(docs/plugins.md).")
 
     @field_validator("output_dir")
     @classmethod
@@ -373,7 +344,6 @@ class RunConfig(_Section):
         except ValueError as e:  # an image folder's layout
             raise ConfigError(str(e)) from None
         errors += _check_algorithm(self.algorithm, num_classes)
-        errors += imb_base_errors(self.imb_algorithm, self.algorithm.name)
         errors += _check_backbone(self.model.backbone, image_size)
         errors += _check_optim(self.optim, self.train.iterations)
         if errors:
@@ -497,7 +467,6 @@ def parse_config(raw: dict[str, Any] | None) -> RunConfig:
     raw = {} if raw is None else raw
     if not isinstance(raw, dict):
         raise ConfigError(f"config: must be a mapping of sections, got {type(raw).__name__}")
-    plugins.load_plugins(plugins.listed(raw), error=ConfigError)   # the names they register are checked below
     try:
         return RunConfig.model_validate(raw)
     except ValidationError as err:
