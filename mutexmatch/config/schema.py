@@ -122,6 +122,10 @@ class ImbalanceConfig(_Section):
         return self
 
 
+def _crop_ratio(v: float | None) -> float | None:
+    return None if v is None else within(0.0, 1.0, low_open=True)(v)
+
+
 class DataConfig(_Section):
     """Which images, which labels, which fold."""
 
@@ -156,6 +160,12 @@ class DataConfig(_Section):
         "(digits 16, CIFAR/SVHN 32, STL-10 96, mini-ImageNet 80, Tiny-ImageNet 64; imagefolder: the side of its "
         "first train image, which must then be square); only digits, mini-ImageNet and imagefolder can be "
         "resized.")
+    # Left out of the config (and so of its hash) when null: every earlier run padded as its dataset does.
+    crop_ratio: Annotated[float | None, AfterValidator(_crop_ratio)] = Field(
+        None, exclude_if=lambda v: v is None, description="USB-CV's weak crop: pad int(image_size·(1 - crop_ratio)) "
+        "pixels by reflection, then crop image_size (USB's RandomCrop(img_size, padding=int(img_size*(1-crop_ratio)), "
+        "padding_mode='reflect'), with the dataset's horizontal flip); USB-CV uses 0.875 (4 px at 32, 12 at 96). "
+        "null = the dataset's own padding (CIFAR: 4 px of zeros).")
     normalization: Literal["correct", "released"] = Field(
         "correct", description="Normalisation statistics: `correct` = the dataset's real per-channel statistics "
         "(imagefolder: computed on its train images); `released` = the released code's constants, which for SVHN, "
@@ -421,8 +431,10 @@ def _check_backbone(name: str, image_size: int) -> list[str]:
 
     if name not in BACKBONES:
         return [f"model.backbone={shown(name)}: unknown; registered: {', '.join(sorted(BACKBONES))}"]
-    problem = BACKBONES[name].size_error(image_size)
-    return [f"data.image_size={image_size}: {problem}"] if problem else []
+    if image_size < BACKBONES[name].min_image_size:
+        return [f"data.image_size={image_size}: backbone {name} needs images of at least "
+                f"{BACKBONES[name].min_image_size} pixels"]
+    return []
 
 
 def _check_optim(optim: OptimConfig, iterations: int) -> list[str]:

@@ -76,6 +76,15 @@ MAGNITUDE_RANGES: dict[str, tuple[float, float]] = {
 CUTOUT_FILL: tuple[int, int, int] = (125, 123, 114)
 PAD_MODES: tuple[str, ...] = ("constant", "reflect")
 
+
+def weak_crop(info, crop_ratio: float | None) -> tuple[int, str]:
+    """(pad, pad_mode) of the weak crop of images of ``info`` (a DatasetInfo): the dataset's own, or with
+    ``data.crop_ratio`` USB-CV's, ``RandomCrop(size, padding=int(size * (1 - crop_ratio)), padding_mode='reflect')``
+    (the same float expression)."""
+    if crop_ratio is None:
+        return info.pad, info.pad_mode
+    return int(info.image_size * (1 - crop_ratio)), "reflect"
+
 _OP_INDEX = {name: i for i, name in enumerate(STRONG_OPS)}
 # Per-op processing order inside a slot: the geometric ops last, so that after sorting by this rank they form one
 # contiguous chunk that is resampled with a single grid_sample call.

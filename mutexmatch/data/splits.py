@@ -219,7 +219,8 @@ def make_split(labels: np.ndarray, *, dataset: str, num_labels: int, num_classes
     ``fold``; ``num_labels`` equal to the number of labeled train images (5,000) uses all of them (the released
     code silently trained on one 1,000-image fold here; we do not copy that bug). ``rule`` is validated but not
     used, and ``meta["rule"]`` is ``"predefined"``. Validation images come from the train images outside the
-    labeled set.
+    labeled set. Any other ``num_labels`` (USB-CV's 40 and 100) is drawn by ``rule`` from the labeled train
+    images, as without predefined folds.
 
     The unlabeled pool is every train image except validation images (minus the labeled ones when
     ``unlabeled_includes_labeled`` is False; the released code includes them), followed by the indices
@@ -240,7 +241,7 @@ def make_split(labels: np.ndarray, *, dataset: str, num_labels: int, num_classes
         return _longtail_split(labels, imbalance, dataset=dataset, num_labels=num_labels, num_classes=num_classes,
                                fold=fold, val_per_class=val_per_class, num_extra_unlabeled=num_extra_unlabeled,
                                unlabeled_includes_labeled=unlabeled_includes_labeled)
-    if predefined_folds is not None:
+    if predefined_folds is not None and _predefined(labels, num_labels, predefined_folds):
         labeled = _predefined_labeled(labels, num_labels, fold, predefined_folds, dataset)
         candidates = labels.copy()
         candidates[labeled] = -1
@@ -312,6 +313,11 @@ def _drawn_labeled(labels: np.ndarray, rule: str, fold: int, num_labels: int, nu
     return SPLIT_RULES[rule](candidates, num_labels, num_classes, seed), val, seed
 
 
+def _predefined(labels: np.ndarray, num_labels: int, predefined_folds: list[np.ndarray]) -> bool:
+    """Whether ``num_labels`` is a predefined fold's size or every labeled train image (else it is drawn)."""
+    return num_labels in {len(f) for f in predefined_folds} or num_labels == int((labels >= 0).sum())
+
+
 def _predefined_labeled(labels: np.ndarray, num_labels: int, fold: int, predefined_folds: list[np.ndarray],
                         dataset: str) -> np.ndarray:
     folds = [np.asarray(f, dtype=np.int64) for f in predefined_folds]
@@ -328,10 +334,6 @@ def _predefined_labeled(labels: np.ndarray, num_labels: int, fold: int, predefin
         if labeled.size and (labeled.min() < 0 or labeled.max() >= len(labels) or (labels[labeled] < 0).any()):
             raise ValueError(f"{dataset}'s predefined fold {fold} indexes images outside the labeled train set")
         return labeled
-    if num_labels == all_labeled.size:
-        if fold >= len(folds):
-            raise ValueError(f"data.fold must be in [0, {len(folds) - 1}] for {dataset}, got {fold}")
-        return all_labeled
-    allowed = ", ".join(str(v) for v in sorted({*fold_sizes, int(all_labeled.size)}))
-    raise ValueError(f"data.num_labels={num_labels} is not available for {dataset}, whose labeled sets are "
-                     f"predefined: allowed values are {allowed} (one predefined fold, or all labeled images)")
+    if fold >= len(folds):   # every labeled image (:func:`_predefined`)
+        raise ValueError(f"data.fold must be in [0, {len(folds) - 1}] for {dataset}, got {fold}")
+    return all_labeled

@@ -13,7 +13,7 @@ import torch
 
 from mutexmatch.algorithms import StepSpec
 from mutexmatch.config import RunConfig
-from mutexmatch.data.augment import normalize
+from mutexmatch.data.augment import normalize, weak_crop
 from mutexmatch.data.load import DatasetBundle
 from mutexmatch.data.prefetch import Prefetcher, to_device
 from mutexmatch.data.sampler import SSLSampler
@@ -75,7 +75,8 @@ class BatchSource:
         """One step's batch, made from :meth:`state` only."""
         info, device = self.info, self.device
         idx = self.sampler.next()
-        aug = {"flip": info.flip, "pad": info.pad, "pad_mode": info.pad_mode, "generator": self.aug_generator}
+        pad, pad_mode = weak_crop(info, self.cfg.data.crop_ratio)
+        aug = {"flip": info.flip, "pad": pad, "pad_mode": pad_mode, "generator": self.aug_generator}
         lb = to_device(idx.lb, device)
         ulb = to_device(idx.ulb, device)
         views, rot = make_views(self.step_spec, self.train_x[lb], self.ulb_x[ulb] if ulb.numel() else None,

@@ -41,8 +41,11 @@ class Stl10(TorchvisionDataset):
     folder = "stl10"
     published_images = {"train": 5_000, "test": 8_000, "unlabeled": 100_000}
     fake_size = FakeSize(500, 2, 20)  # 5,000 labels = every labeled train image; folds of 1,000
-    allowed_num_labels = (1000, 5000)
-    allowed_num_labels_reason = "STL-10 uses its predefined folds"
+    # 1,000 / 5,000: a predefined fold / every labeled image; 40 and 100: USB-CV's, drawn by data.split_rule from
+    # the labeled train images (USB's STL-10 draws them so too)
+    allowed_num_labels = (40, 100, 1000, 5000)
+    allowed_num_labels_reason = ("STL-10 uses its predefined folds (1000, or all 5000 labeled images) or draws "
+                                 "USB-CV's 40 or 100")
     listing_order = 4
 
     def read(self, info: DatasetInfo, root: Path, ddir: Path, *, download: bool, extra: bool) -> Splits:

@@ -250,7 +250,7 @@ def test_num_labels_message_names_value_and_class_count():
 @pytest.mark.parametrize(
     ("kwargs", "field"),
     [
-        ({"num_labels": 2000}, "data.num_labels"),
+        ({"num_labels": 5010}, "data.num_labels"),   # drawn (not a fold's size): more than a class holds
         ({"num_labels": 1000, "fold": 10}, "data.fold"),
         ({"num_labels": 5000, "val_per_class": 1}, "data.val_per_class"),
     ],
@@ -282,3 +282,17 @@ def test_the_trainer_rewrites_a_corrupt_split_file_when_it_resumes(tmp_path):
     with pytest.warns(UserWarning, match="split.json: not a valid split file"):
         assert main(["--resume", str(run)]) == 0
     assert (run / "split.json").read_bytes() == good
+
+
+@pytest.mark.parametrize("num_labels", [40, 100])
+def test_stl10_usb_cv_label_counts_are_drawn_by_the_rule(num_labels):
+    """USB-CV's 40 and 100 STL-10 labels are no predefined fold: drawn per class by the split rule from the labeled
+    train images (issue 42 item 4), the same draw as without folds."""
+    labels, folds = _stl_like()
+    split = make_split(labels, dataset="stl10", num_labels=num_labels, num_classes=10, fold=1, predefined_folds=folds,
+                       num_extra_unlabeled=50)
+    plain = make_split(labels, dataset="stl10", num_labels=num_labels, num_classes=10, fold=1, num_extra_unlabeled=50)
+    np.testing.assert_array_equal(split.labeled, plain.labeled)
+    assert split.meta["rule"] == "official" and len(split.labeled) == num_labels
+    assert np.bincount(labels[split.labeled], minlength=10).tolist() == [num_labels // 10] * 10
+    np.testing.assert_array_equal(split.unlabeled, np.arange(5050))
