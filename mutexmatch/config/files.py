@@ -9,6 +9,7 @@ from typing import Any, Sequence
 
 from mutexmatch.checks import shown
 from mutexmatch.config.schema import SWEEP_COMMAND, SWEEP_ONLY_KEY, ConfigError, RunConfig, parse_config
+from mutexmatch.plugins import with_resolved_plugins
 from mutexmatch.yamlfile import YamlFileError, read_set_value, read_yaml_mapping
 
 
@@ -72,7 +73,7 @@ def read_config_file(path: str | Path, what: str = "--config") -> dict[str, Any]
     if SWEEP_ONLY_KEY in raw:
         raise ConfigError(f"{what} {str(path)!r}: is a sweep YAML (it has `{SWEEP_ONLY_KEY}:`), not a run config; "
                           f"run it with `{SWEEP_COMMAND} {path}`")
-    return raw
+    return with_resolved_plugins(raw, path)
 
 
 def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> RunConfig:

@@ -59,12 +59,18 @@ def _hash(d: dict[str, Any]) -> str:
 def _revised(d: dict[str, Any]) -> dict[str, Any]:
     """``d`` with its algorithm's ``hash_revision`` in the algorithm section where it is above 0: an algorithm whose
     computation changed with no parameter to ask for the old one (Pseudo-Label's step, issue 32) is hashed apart from
-    its stored runs, and every other algorithm's hash stays as it was."""
+    its stored runs, and every other algorithm's hash stays as it was. A config whose algorithm, dataset or
+    backbone a plugin registered gets the plugin's source digest (``plugin_code``): other plugin code, another
+    hash."""
     from mutexmatch.algorithms import ALGORITHMS
+
+    from mutexmatch.plugins import config_plugin_digests
 
     revision = ALGORITHMS[d["algorithm"]["name"]].Params.hash_revision
     if revision:
         d["algorithm"]["hash_revision"] = revision
+    if digests := config_plugin_digests(d):   # what plugin code trained it (issue 44); built-ins: unchanged
+        d["plugin_code"] = digests
     return d
 
 

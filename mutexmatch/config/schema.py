@@ -431,10 +431,8 @@ def _check_backbone(name: str, image_size: int) -> list[str]:
 
     if name not in BACKBONES:
         return [f"model.backbone={shown(name)}: unknown; registered: {', '.join(sorted(BACKBONES))}"]
-    if image_size < BACKBONES[name].min_image_size:
-        return [f"data.image_size={image_size}: backbone {name} needs images of at least "
-                f"{BACKBONES[name].min_image_size} pixels"]
-    return []
+    problem = BACKBONES[name].size_error(image_size)
+    return [f"data.image_size={image_size}: {problem}"] if problem else []
 
 
 def _check_optim(optim: OptimConfig, iterations: int) -> list[str]:

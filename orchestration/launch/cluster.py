@@ -12,7 +12,7 @@ from typing import Any
 from orchestration.launch.launch import SweepError
 from orchestration.spec.models import Resources
 
-__all__ = ["check_resources", "check_cluster", "init_ray", "start_local_ray", "loopback_node"]
+__all__ = ["check_resources", "check_cluster", "init_ray", "start_local_ray", "loopback_node", "plugin_runtime_env"]
 
 
 def check_resources(resources: Resources, policy: str, nodes: list[dict[str, Any]]) -> tuple[dict[str, float],
@@ -107,9 +107,25 @@ def init_ray(interrupted: Callable[[], bool] = lambda: False) -> bool:
     if ray.is_initialized():
         return False
     if os.environ.get("RAY_ADDRESS"):
-        ray.init(address="auto", logging_level=logging.WARNING)
+        ray.init(address="auto", logging_level=logging.WARNING, runtime_env=plugin_runtime_env())
         return True
     return start_local_ray(interrupted)
+
+
+def plugin_runtime_env() -> dict[str, Any] | None:
+    """The job's runtime environment that ships every plugin this driver loaded (:mod:`mutexmatch.plugins`) to
+    every trial: Ray's ``py_modules`` copies each one's file or package folder (a plugin inside a package: the
+    package) to each worker's import path, and :data:`mutexmatch.plugins.PLUGINS_ENV` names the modules a trial
+    imports, so a worker that never saw the files (or the entry points) registers what the driver did. Under
+    ``ray job submit`` Ray merges it with the job's (``--working-dir``). None without plugins."""
+    from mutexmatch.plugins import PLUGINS_ENV, loaded_plugins
+
+    shipped = [p for p in loaded_plugins() if p.source is not None]
+    if not shipped:
+        return None
+    # `a.b.c` (a file c.py or a folder c/): the folder of its top package `a` is what is shipped
+    tops = {str(p.source.parents[p.module.count(".") - 1] if "." in p.module else p.source) for p in shipped}
+    return {"py_modules": sorted(tops), "env_vars": {PLUGINS_ENV: ",".join(p.module for p in shipped)}}
 
 
 START_ATTEMPTS = 3
@@ -133,7 +149,8 @@ def start_local_ray(interrupted: Callable[[], bool] = lambda: False, attempts: i
         before = set(describe_children().split())
         try:
             with loopback_node():
-                ray.init(num_cpus=os.cpu_count(), include_dashboard=False, logging_level=logging.WARNING)
+                ray.init(num_cpus=os.cpu_count(), include_dashboard=False, logging_level=logging.WARNING,
+                         runtime_env=plugin_runtime_env())
             return True
         except Exception as e:  # noqa: BLE001 - Ray raises a bare Exception for its start-up timeout
             error = " ".join(f"{type(e).__name__}: {e}".split())[:300]

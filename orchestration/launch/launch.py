@@ -251,6 +251,8 @@ def link_reusable(plan: SweepPlan, store: Store, grid_keys: list[str], *, commit
     than ``commit`` are said in one line (``say``); ``reuse`` :data:`C.REUSE_SAME_COMMIT` trains them instead
     (:func:`orchestration.contract.same_code`). A SIGINT or SIGTERM is held while one link is written (created
     and ended: never left RUNNING) and then raises :class:`interrupts.LinkingInterrupted`, counting the links."""
+    if line := plugin_code_line(plan, store, grid_keys):
+        say(line)
     found = reusable(plan, store, grid_keys)
     if reuse == C.REUSE_SAME_COMMIT:
         same = reusable(plan, store, grid_keys, accept=lambda r: C.same_code(_commit(r), commit))
@@ -273,6 +275,28 @@ def link_reusable(plan: SweepPlan, store: Store, grid_keys: list[str], *, commit
     except KeyboardInterrupt:
         raise interrupts.LinkingInterrupted(len(linked), len(found)) from None
     return [k for k in grid_keys if k not in found], [reused_label(k, r) for k, r in found.items()]
+
+
+def plugin_code_line(plan: SweepPlan, store: Store, grid_keys: Iterable[str]) -> str:
+    """One line for the trials of ``grid_keys`` (to be trained) whose FINISHED run in this experiment was trained
+    by other plugin code (:data:`C.PLUGIN_CODE`; the plugin's digest is in the config hash, so that run is not
+    this trial's): how many, and each plugin's digest then and now. '' when there are none."""
+    from mutexmatch.plugins import config_plugin_digests
+
+    keys = set(grid_keys)
+    now = {t.key: C.plugin_code_tag(config_plugin_digests(t.config)) for t in plan.grid if t.key in keys}
+    changed: dict[tuple[str, str], set[str]] = {}
+    for run in store.finished_trials(C.KIND_GRID) if any(now.values()) else ():
+        tags = run.data.tags
+        key, then = C.trial_key(tags.get(C.CELL), tags.get(C.FOLD)), tags.get(C.PLUGIN_CODE)
+        if now.get(key) and then and then != now[key]:
+            changed.setdefault((then, now[key]), set()).add(key)
+    if not changed:
+        return ""
+    what = "; ".join(f"{then} → {new}" for then, new in sorted(changed))
+    n = len(set().union(*changed.values()))
+    return (f"{n} trial(s) trained again: their FINISHED runs were trained by other plugin code ({what}); a run is "
+            "reused only by the plugin code that trained it")
 
 
 def save_launch_plan(client: MlflowClient, run_id: str, data: dict[str, Any]) -> None:

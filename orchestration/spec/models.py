@@ -290,6 +290,9 @@ class SweepSpec(_Strict):
                                       "field set by two axes is refused.")
     exclude: list[dict[str, str]] = Field(default_factory=list, description="Partial cells to drop.")
     resources: Resources = Field(default_factory=Resources)
+    plugins: list[str] = Field(default_factory=list, exclude_if=lambda v: not v, description="Plugins every "
+                               "trial imports (a run config's `plugins:`: module names, or `.py` files and package "
+                               "folders relative to the YAML), shipped to every trial by Ray (docs/plugins.md).")
     tracking: TrackingSpec = Field(default_factory=TrackingSpec, description="What trial runs record besides "
                                    "their training curves (system metrics).")
     smoke: dict[str, Any] | None = Field(None, description=f"Overrides for --smoke (default {SMOKE_DEFAULT}).")

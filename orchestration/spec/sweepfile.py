@@ -32,6 +32,7 @@ from pydantic import BaseModel, ValidationError
 from mutexmatch.config import (SEED_MAX, SWEEP_ONLY_KEY, TRAIN_COMMAND, ConfigError, DataConfig, RunConfig,
                                has_validation, parse_config, search_value)
 from mutexmatch.algorithms import ALGORITHMS
+from mutexmatch.plugins import load_plugins, with_resolved_plugins
 from mutexmatch.yamlfile import YamlFileError, read_yaml_mapping
 from mutexmatch.checks import validation_error_lines
 from mutexmatch.dotted import deep_merge, flatten_dotted, set_dotted  # noqa: F401  (deep_merge, set_dotted re-exported)
@@ -122,6 +123,8 @@ def trial_config(spec: SweepSpec, cell: Cell, fold: int, *, project_dir: Path, s
     search.refit.base (a refit trial) → smoke, then the fold, an absolute ``data.root`` and ``train.progress: false``. ``output_dir`` and ``train.device`` are added by
     the trainable."""
     raw = copy.deepcopy(spec.base)
+    if spec.plugins and isinstance(raw.get("plugins", []), list):   # not a list: RunConfig's to name
+        raw["plugins"] = [*spec.plugins, *raw.get("plugins", [])]
     for axis, level in cell.levels:
         raw = deep_merge(raw, spec.axes[axis][level] or {})
     if search and spec.search is not None:
@@ -247,6 +250,7 @@ def _bound_values(p: FloatParam | IntParam | CategoricalParam) -> list[tuple[str
 
 def validate_spec(spec: SweepSpec, project_dir: Path) -> None:
     """Cross-checks the schema cannot express, then every trial's merged RunConfig; raise :class:`SpecError`."""
+    load_plugins(spec.plugins, error=SpecError)   # first: every check below reads the names they register
     errors: list[str] = []
     errors += _owned_errors("base", spec.base)
     for axis, levels in spec.axes.items():
@@ -477,7 +481,7 @@ def read_spec_file(path: str | Path) -> dict[str, Any]:
     if SWEEP_ONLY_KEY not in raw and set(raw) <= set(RunConfig.model_fields):
         raise SpecError(f"spec {str(path)!r}: is a run config (sections {', '.join(raw)}), not a sweep YAML; train "
                         f"it with `{TRAIN_COMMAND} --config {path}`")
-    return raw
+    return with_resolved_plugins(raw, path)
 
 
 def load_spec(path: str | Path, project_dir: str | Path = ".") -> SweepSpec:

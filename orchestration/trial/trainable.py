@@ -42,6 +42,7 @@ apply_closed_network_env()  # before mlflow/ray are imported in a worker process
 
 from mutexmatch.training import Callback, EvalEvent, RunSummary, StartEvent  # noqa: E402
 from mutexmatch.config import ConfigError, RunConfig, config_hash, parse_config  # noqa: E402
+from mutexmatch.plugins import config_plugin_digests  # noqa: E402
 from mutexmatch.training import NonFiniteLossError, RunFolder  # noqa: E402
 
 from orchestration import contract as C  # noqa: E402
@@ -198,6 +199,8 @@ def _open_trial_run(ctx: TrialContext, trial_id: str, ident: dict[str, Any], cfg
                         launch_id=ctx.launch_id, source=ctx.source,
                         color=C.run_color(ident["cell"].levels, ctx.color_axis, ctx.color_levels))
     tags.update(ident["extra"])
+    if code := C.plugin_code_tag(config_plugin_digests(cfg.to_dict())):
+        tags[C.PLUGIN_CODE] = code
     C.quiet_store_file_errors()  # a full store is said in one line (_disk_full), not MLflow's logged traceback
     try:
         trial_run = tracking.TrialRun.open(Store.at(ctx.tracking_uri, ctx.experiment_id), trial_id=trial_id,

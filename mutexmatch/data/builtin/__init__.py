@@ -14,9 +14,15 @@ import pkgutil
 from mutexmatch.data import imagefolder
 from mutexmatch.data.registry import DATASETS, listed
 
-__all__ = ["DATASETS", "DATASET_NAMES"]
+__all__ = ["DATASETS", "DATASET_NAMES", "registered_names"]
 
 for _module in sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")):
     importlib.import_module(f"{__name__}.{_module}")
 
 DATASET_NAMES: tuple[str, ...] = (*(d.name for d in listed(list(DATASETS.values()))), imagefolder.NAME)
+
+
+def registered_names() -> tuple[str, ...]:
+    """Every name ``data.dataset`` takes now: :data:`DATASET_NAMES` with the datasets plugins registered since
+    (:mod:`mutexmatch.plugins`) before ``imagefolder``."""
+    return (*(d.name for d in listed(list(DATASETS.values()))), imagefolder.NAME)
