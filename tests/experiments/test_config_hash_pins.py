@@ -75,6 +75,7 @@ PINNED = {  # YAML: (first grid trial's config hash, digest of every planned tri
     "pseudo_label_accuracy.yaml": ("d5a0480da493193b", "ff9943fc18db79f8", 70),
     "quickstart.yaml": ("3d0eb9b96566484e", "3f912c45b693d1c0", 16),
     "table1_cifar_svhn.yaml": ("d5a0480da493193b", "f2450788d4c242bb", 185),
+    "shrinkmatch_published.yaml": ("5a251ea354ff63c5", "1bf2eda305ea04c0", 30),   # issue 43 item 3 (new)
     "table2_stl_mini_tiny.yaml": ("56c1b3e3e3a009d2", "f5c3d26cbe8d7a08", 120),
     "table_cnn13_wrn.yaml": ("fe82e43f836b8f29", "82372673f8dc31e4", 80),
     "usb_classic_cv.yaml": ("c33d122bd89d0ded", "a25ccd81df29df95", 459),   # issue 43; before: b74adc21980b1465, 432
@@ -96,6 +97,7 @@ PINNED_CURRENT = {  # YAML: (first grid trial's config hash, digest of every pla
     "pseudo_label_accuracy.yaml": ("c5043f96e3fd581c", "e5085fc1c3ebd45c"),
     "quickstart.yaml": ("0a9d6cefa8473a1e", "03c942e24db6f3d2"),
     "table1_cifar_svhn.yaml": ("c5043f96e3fd581c", "9dbdff4e81e1785d"),     # issue 32; before: 489ca54959a36bb8
+    "shrinkmatch_published.yaml": ("f71b808253d687b8", "c9a47d29943876be"),       # issue 43 item 3 (new)
     "table2_stl_mini_tiny.yaml": ("4ff257bcab18b186", "7fa039d04613ad7b"),  # issue 32; before: b5e6878bd6a86292
     "table_cnn13_wrn.yaml": ("86df2d10f09c66d0", "7b7f0d0500bd223c"),       # issue 32; before: f3e9a10c630e7e04
     "usb_classic_cv.yaml": ("5da89869e8a2ecbc", "161322b9c89bcb94"),        # issue 43; before: 28af9a94d2ea2c6d

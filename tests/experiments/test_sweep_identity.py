@@ -111,6 +111,23 @@ def test_sweep_identity_is_the_golden_one(name: str, project: Path) -> None:
     assert added <= EDITED_32.get(name, set()) | ADDED_43.get(name, set()), added
 
 
+if __name__ == "__main__" and sys.argv[1:2] == ["--add"]:
+    # A new experiment YAML gets its golden block; every other block stays as it is, byte for byte:
+    #   PYTHONPATH=<tree> python tests/experiments/test_sweep_identity.py --add <name>.yaml ...
+    sys.path.insert(0, str(HERE))
+    from conftest import write_spec_imagefolders
+
+    golden = json.loads(GOLDEN.read_text())
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "data").mkdir()
+        write_spec_imagefolders(Path(tmp))
+        for name in sys.argv[2:]:
+            if name in golden:
+                sys.exit(f"{name} already has a golden identity: it is never rewritten (see the docstring)")
+            golden[name] = sweep_identity(EXPERIMENTS / name, Path(tmp))
+    GOLDEN.write_text(_dump(dict(sorted(golden.items()))))
+    print(f"added {', '.join(sys.argv[2:])} to {GOLDEN}")
+
 if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
     sys.path.insert(0, str(HERE))
     from conftest import write_spec_imagefolders
