@@ -39,6 +39,7 @@ def log_classifier(client: "MlflowClient", run_id: str, weights: Path) -> str:
     import mlflow.pytorch
     import numpy as np
     import torch
+    from mlflow.entities import LoggedModelStatus
     from mlflow.models import Model, infer_signature
     from mlflow.tracking._tracking_service.utils import _use_tracking_uri
 
@@ -56,4 +57,5 @@ def log_classifier(client: "MlflowClient", run_id: str, weights: Path) -> str:
         info = Model.log(artifact_path=None, name=C.MODEL_ARTIFACT, flavor=mlflow.pytorch, run_id=run_id,
                          model_id=logged.model_id, pytorch_model=model, signature=signature, input_example=example,
                          pip_requirements=[f"torch=={torch.__version__.split('+')[0]}"])
+    client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)  # Model.log leaves it to its creator
     return info.model_uri

@@ -56,6 +56,7 @@ def test_a_trials_model_is_in_its_experiment_and_loads_from_its_run(tmp_path, st
     models = client.search_logged_models(experiment_ids=[exp, "0"])
     assert [(m.experiment_id, m.source_run_id, m.name) for m in models] == [(exp, run_id, "model")]
     assert {k: models[0].tags.get(k) for k in tags} == tags          # the cell it belongs to, on the model
+    assert models[0].status == "READY"  # finalized: MLflow's Model.log leaves a model it did not create PENDING
     x = torch.zeros(2, 1, 16, 16)
     with torch.no_grad(), _use_tracking_uri(uri):
         expected = load_classifier(summary.final_weights)(x)
