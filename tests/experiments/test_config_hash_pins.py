@@ -45,6 +45,9 @@ SequenceMatch's (before it: dd82544f49c59522, 52fea1bd737d7b79), each checked wh
 key=hash line of both rules is among the new plan's, and those lines alone give the earlier digests. Issue 43 item 3
 added CRMatch's row to usb_classic_cv (USB publishes its numbers; 27 trials; the digests before it: b74adc21980b1465
 legacy, 28af9a94d2ea2c6d current, 432 trials), checked the same way.
+
+Issue 41 item 4 added RDA's row to zoo_digits (5 trials; the digests before it: 26313e7d711ab1f7 legacy,
+a53b62a01aa38259 current, 145 trials), checked the same way: the 145 earlier lines alone give those digests.
 """
 
 from __future__ import annotations
@@ -79,7 +82,7 @@ PINNED = {  # YAML: (first grid trial's config hash, digest of every planned tri
     "table2_stl_mini_tiny.yaml": ("56c1b3e3e3a009d2", "f5c3d26cbe8d7a08", 120),
     "table_cnn13_wrn.yaml": ("fe82e43f836b8f29", "82372673f8dc31e4", 80),
     "usb_classic_cv.yaml": ("c33d122bd89d0ded", "a25ccd81df29df95", 459),   # issue 43; before: b74adc21980b1465, 432
-    "zoo_digits.yaml": ("3d0eb9b96566484e", "26313e7d711ab1f7", 145),       # issue 43; before: c7103e89c3e231e4
+    "zoo_digits.yaml": ("3d0eb9b96566484e", "f2bfb8f66f456535", 150),       # issue 41 (RDA); before: 26313e7d711ab1f7
 }
 
 PINNED_CURRENT = {  # YAML: (first grid trial's config hash, digest of every planned trial's hash), the rule of issue 22
@@ -101,7 +104,7 @@ PINNED_CURRENT = {  # YAML: (first grid trial's config hash, digest of every pla
     "table2_stl_mini_tiny.yaml": ("4ff257bcab18b186", "7fa039d04613ad7b"),  # issue 32; before: b5e6878bd6a86292
     "table_cnn13_wrn.yaml": ("86df2d10f09c66d0", "7b7f0d0500bd223c"),       # issue 32; before: f3e9a10c630e7e04
     "usb_classic_cv.yaml": ("5da89869e8a2ecbc", "161322b9c89bcb94"),        # issue 43; before: 28af9a94d2ea2c6d
-    "zoo_digits.yaml": ("0a9d6cefa8473a1e", "a53b62a01aa38259"),            # issue 43; before: 54ae68654fc8baae
+    "zoo_digits.yaml": ("0a9d6cefa8473a1e", "91ab3385315f62ec"),            # issue 41 (RDA); before: a53b62a01aa38259
 }
 
 
@@ -119,7 +122,8 @@ PINNED_BEFORE_32 = {
 BEHAVIOUR_BEFORE_32 = {"simmatch": {"epoch_steps": 0}, "comatch": {"epoch_steps": 0},
                        "adamatch": {"da_ratio": "filled"}, "vat": {"vat_probe": "usb"}}
 ADDED_BY_32 = {"mixmatch", "mixmatch_cifar100", "remixmatch", "simmatch", "comatch"}   # usb_classic_cv's new levels
-ADDED_AFTER_32 = {"defixmatch", "crmatch", "shrinkmatch", "refixmatch", "sequencematch"}   # algorithms new since issue 32 (issue 43): no trial of them predates it
+ADDED_AFTER_32 = {"defixmatch", "crmatch", "shrinkmatch", "refixmatch", "sequencematch",   # algorithms new since
+                  "rda"}   # issue 32 (issues 43, 41): no trial of them predates it
 
 
 @pytest.fixture(scope="module")

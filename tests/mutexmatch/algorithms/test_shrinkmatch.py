@@ -54,7 +54,7 @@ def load_official(model: nn.Module, state: dict) -> None:
 
 
 @pytest.mark.parametrize("form", ["plain", "da"])
-def test_shrinkmatch_equals_the_official_code_step_by_step(form):
+def test_shrinkmatch_equals_the_official_code_step_by_step(form, official_step, one_thread):
     run, views, tau, lr = GOLDEN[form], GOLDEN["views"], CFG["tau"], CFG["lr"]
     b, u = CFG["batch"], CFG["batch"] * CFG["mu"]
     torch.manual_seed(0)
@@ -82,18 +82,7 @@ def test_shrinkmatch_equals_the_official_code_step_by_step(form):
         total = meters["meter/Loss x"][t] + meters["meter/Loss u"][t] + meters["meter/Loss shrink re-weighted"][t]
         torch.testing.assert_close(out.loss.item(), total, **CLOSE, msg=lambda m: f"{at}: loss\n{m}")
         resets += t % CFG["epoch"] == 0 and torch.equal(alg.certain_ratio, out.mask.mean())
-        for name, p in model.named_parameters():
-            torch.testing.assert_close(p.grad, run["grads"][official_name(name)][t], **CLOSE,
-                                       msg=lambda m: f"{at}: gradient of {name}\n{m}")
-        for name, buf in model.named_buffers():
-            torch.testing.assert_close(buf, run["buffers"][official_name(name)][t], **CLOSE,
-                                       msg=lambda m: f"{at}: {name} after the forward\n{m}")
-        with torch.no_grad():   # the official step's update and statistics: the next step starts on its weights
-            for name, p in model.named_parameters():
-                p.add_(run["grads"][official_name(name)][t], alpha=-lr)
-                p.grad = None
-            for name, buf in model.named_buffers():
-                buf.copy_(run["buffers"][official_name(name)][t])
+        official_step(model, run, t, official_name, lr, at)
     assert resets == CFG["steps"] // CFG["epoch"]
     for name, p in model.state_dict().items():
         torch.testing.assert_close(p, run["final_state"][official_name(name)], **CLOSE)
