@@ -15,6 +15,8 @@ import re
 from collections.abc import Iterable
 
 __all__ = ["TEST_ACC", "TEST_ACC_RAW", "TEST_BEST_ACC", "TEST_MEDIAN_ACC", "VAL_ACC", "VAL_BEST_ACC", "TRAIN_LR",
+           "TEST_BALANCED_ACC", "VAL_BALANCED_ACC", "TEST_MACRO_F1", "GROUP_ACC", "CLASS_METRICS", "recall_metric",
+           "is_recall_metric",
            "PERF_IMG_PER_S", "PERF_DATA_S", "PERF_COMPUTE_S", "TOTAL", "term_metric", "term_name_errors",
            "MASK_RATIO", "PL_ACC", "PL_ACC_ALL", "CPA", "SAMPLE_METRICS", "TNC_CPA", "FIXED", "logged", "is_logged"]
 
@@ -25,6 +27,26 @@ TEST_MEDIAN_ACC = "test/median_acc"    # median of the last train.median_window 
 VAL_ACC = "val/acc"                    # the EMA model on the validation split (only with one)
 VAL_BEST_ACC = "val/best_acc"
 TRAIN_LR = "train/lr"
+# Class-wise scores of the EMA model (mutexmatch.training.class_scores; what long-tailed papers report, issue 41)
+TEST_BALANCED_ACC = "test/balanced_acc"  # the mean of the per-class recalls
+VAL_BALANCED_ACC = "val/balanced_acc"
+TEST_MACRO_F1 = "test/macro_f1"        # the mean of the per-class F1 scores
+# The accuracy over the test images of each third of the classes, thirds by the run's labeled count per class
+GROUP_ACC = {"head": "test/head_acc", "medium": "test/medium_acc", "tail": "test/tail_acc"}
+CLASS_METRICS = (TEST_BALANCED_ACC, VAL_BALANCED_ACC, TEST_MACRO_F1, *GROUP_ACC.values())
+_RECALL_PREFIX = "test/recall/"
+_RECALL = re.compile(r"^test/recall/(0|[1-9][0-9]*)$")
+
+
+def recall_metric(label: int) -> str:
+    """``test/recall/<label>``: the recall of class ``label`` (its index) on the test set, one metric per class."""
+    return f"{_RECALL_PREFIX}{label}"
+
+
+def is_recall_metric(name: str) -> bool:
+    """Whether ``name`` is a class's recall, :func:`recall_metric` of some class index."""
+    return bool(_RECALL.match(name))
+
 PERF_IMG_PER_S = "perf/img_per_s"
 PERF_DATA_S, PERF_COMPUTE_S = "perf/data_s", "perf/compute_s"  # seconds per step waiting for data / computing
 
@@ -47,9 +69,10 @@ CPA = "train/cpa"                          # complementary-label accuracy (the l
 SAMPLE_METRICS = (MASK_RATIO, PL_ACC, PL_ACC_ALL, CPA)
 TNC_CPA = "train/tnc_cpa"                  # the TNC's complementary-label accuracy (algorithms with a TNC)
 
-# Every metric but the algorithms' own loss terms.
+# Every metric but the algorithms' own loss terms and the per-class recalls (as many as the data has classes).
 FIXED = frozenset((TEST_ACC, TEST_ACC_RAW, TEST_BEST_ACC, TEST_MEDIAN_ACC, VAL_ACC, VAL_BEST_ACC, TRAIN_LR,
-                   PERF_IMG_PER_S, PERF_DATA_S, PERF_COMPUTE_S, TNC_CPA, *SAMPLE_METRICS, term_metric(TOTAL)))
+                   *CLASS_METRICS, PERF_IMG_PER_S, PERF_DATA_S, PERF_COMPUTE_S, TNC_CPA, *SAMPLE_METRICS,
+                   term_metric(TOTAL)))
 
 
 def term_name_errors(owner: str, terms: object) -> list[str]:
@@ -71,8 +94,11 @@ def logged(terms: Iterable[str]) -> frozenset[str]:
 
 
 def is_logged(name: str, terms: Iterable[str] | None = None) -> bool:
-    """Whether the trainer logs a metric called ``name``: one of :data:`FIXED` or ``train/<term>`` of one of
-    ``terms``; with ``terms`` None (the caller cannot know the registry), any well-formed ``train/<term>``."""
+    """Whether the trainer logs a metric called ``name``: one of :data:`FIXED`, a class's recall
+    (:func:`recall_metric`) or ``train/<term>`` of one of ``terms``; with ``terms`` None (the caller cannot know the
+    registry), any well-formed ``train/<term>``."""
+    if is_recall_metric(name):
+        return True
     if terms is not None:
         return name in logged(terms)
     term = name[len(_TERM_PREFIX):] if name.startswith(_TERM_PREFIX) else ""

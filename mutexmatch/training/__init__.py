@@ -6,7 +6,8 @@ import).
 ``network``         the backbone with the algorithm's heads and set-up, its EMA and the forwards a step runs
 ``batches``         one step's batch: sampler, augmentation generators, views on the device, the prefetcher
 ``extended_step``   the machinery of an algorithm's StepSpec: views, BatchNorm-frozen and teacher forwards
-``evaluation``      test/validation accuracy and the reference loss
+``evaluation``      test/validation accuracy, the class-wise scores and the reference loss
+``class_scores``    balanced accuracy, macro F1, per-class recall, head/medium/tail accuracy off a confusion matrix
 ``diagnostics``     the step accumulator: named loss terms and per-sample diagnostics, read once per evaluation
 ``optim``           SGD over the parameter groups, the learning-rate schedule, the fp16 gradient scaler
 ``ema``             the EMA model

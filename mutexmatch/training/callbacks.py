@@ -15,7 +15,9 @@ import numpy as np
 
 from mutexmatch.training.runfolder import RunFolder
 
-__all__ = ["Callback", "StartEvent", "EvalEvent", "RunSummary"]
+__all__ = ["Callback", "StartEvent", "EvalEvent", "RunSummary", "TEST_CONFUSION"]
+
+TEST_CONFUSION = "test_confusion"   # EvalEvent.class_counts: the EMA model's test confusion matrix
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,8 @@ class EvalEvent:
     metrics: dict[str, float]
     checkpoint: Path | None = None
     # "pseudo_label_counts"[true, predicted] of the TPC pseudo-labels and "comp_label_counts"[true, predicted] of
-    # the TNC complementary labels over the unlabeled samples seen since the previous evaluation (paper, Fig. dis).
+    # the TNC complementary labels over the unlabeled samples seen since the previous evaluation (paper, Fig. dis);
+    # TEST_CONFUSION[true, predicted] of the EMA model's test predictions (docs/longtail.md, "Metrics").
     class_counts: dict[str, np.ndarray] = field(default_factory=dict)
 
 

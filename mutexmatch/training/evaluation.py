@@ -1,9 +1,10 @@
-"""Scoring a model on held-out images: test and validation accuracy, and the reference loss an algorithm may ask
-for (:attr:`mutexmatch.algorithms.TrainContext.reference_loss`, e.g. Dash's rho_hat).
+"""Scoring a model on held-out images: test and validation accuracy with the class-wise scores of the test and
+validation confusion matrices (:mod:`.class_scores`), and the reference loss an algorithm may ask for
+(:attr:`mutexmatch.algorithms.TrainContext.reference_loss`, e.g. Dash's rho_hat).
 
 Images stay uint8 on the host and are normalised per ``train.eval_batch_size`` batch on the training device, under
 ``train.precision``'s autocast, through the model's TPC (``forward_tpc``), in eval mode meanwhile. Data parallel:
-each rank scores its contiguous share of the test and validation images, the correct counts summed over the ranks.
+each rank scores its contiguous share of the test and validation images, the counts summed over the ranks.
 """
 
 from __future__ import annotations
@@ -11,15 +12,20 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mutexmatch import metrics as M
 from mutexmatch.config import RunConfig
 from mutexmatch.data.augment import normalize
 from mutexmatch.data.load import DatasetBundle
 from mutexmatch.data.splits import Split
+from mutexmatch.training.class_scores import balanced_accuracy, class_groups, class_scores, confusion_matrix
+from mutexmatch.training.class_scores import confusion_record
 from mutexmatch.training.distributed import DataParallel
+from mutexmatch.training.run_files import per_class_counts
 
 __all__ = ["Evaluator"]
 
@@ -31,6 +37,9 @@ class Evaluator:
                  autocast: Callable[[], AbstractContextManager], dp: DataParallel | None = None):
         self.cfg, self.bundle, self.split, self.device, self.autocast = cfg, bundle, split, device, autocast
         self.dp = dp or DataParallel()   # data parallel: each rank scores its share of the images
+        self.labeled_per_class = per_class_counts(bundle.train.y.numpy(), split,
+                                                  bundle.info.num_classes)["labeled_per_class"]
+        self.groups = class_groups(self.labeled_per_class)   # head, medium, tail by the split's labeled counts
 
     @torch.no_grad()
     def logits(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor
@@ -59,6 +68,33 @@ class Evaluator:
         for logits, yb in self.logits(model, x[mine], y[mine]):
             correct += (logits.argmax(1) == yb).sum()
         return self.dp.sum_over_ranks(correct).item() / max(1, len(y))
+
+    @torch.no_grad()
+    def confusion(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> np.ndarray:
+        """``counts[true, predicted]`` of ``model``'s argmax over ``y`` (data parallel: every rank calls it; each
+        counts its share of the rows and the counts are summed)."""
+        c = self.bundle.info.num_classes
+        counts = torch.zeros(c, c, dtype=torch.long, device=self.device)
+        mine = self.dp.shard(len(y))
+        for logits, yb in self.logits(model, x[mine], y[mine]):
+            counts += confusion_matrix(yb, logits.argmax(1), c)
+        return self.dp.sum_over_ranks(counts).cpu().numpy()
+
+    def test_scores(self, model: nn.Module) -> tuple[dict[str, float], np.ndarray]:
+        """``test/acc`` and the class-wise test metrics of ``model`` (:func:`.class_scores.class_scores`), and the
+        test confusion matrix they are read off."""
+        test = self.bundle.test
+        conf = self.confusion(model, test.x, test.y)
+        return {M.TEST_ACC: int(np.trace(conf)) / max(1, len(test.y)), **class_scores(conf, self.groups)}, conf
+
+    def val_scores(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
+        """``val/acc`` and ``val/balanced_acc`` of ``model`` on the validation images ``x``, ``y``."""
+        conf = self.confusion(model, x, y)
+        return {M.VAL_ACC: int(np.trace(conf)) / max(1, len(y)), M.VAL_BALANCED_ACC: balanced_accuracy(conf)}
+
+    def confusion_record(self, step: int, conf: np.ndarray) -> dict:
+        """The run folder's ``confusion_matrix.json`` for the test confusion matrix ``conf`` of step ``step``."""
+        return confusion_record(step, conf, self.groups, self.labeled_per_class, self.bundle.classes)
 
     @torch.no_grad()
     def reference_loss(self, model: nn.Module) -> float:

@@ -11,6 +11,7 @@ read once per evaluation, so the loop does not synchronise with the host every s
 from __future__ import annotations
 
 import io
+import json
 import statistics
 import sys
 import time
@@ -27,7 +28,7 @@ from mutexmatch.config import RunConfig, config_difference, config_hash, config_
 from mutexmatch.data.load import DatasetBundle, load_dataset
 from mutexmatch.data.splits import Split, make_split
 from mutexmatch.training.batches import BatchSource
-from mutexmatch.training.callbacks import Callback, EvalEvent, RunSummary, StartEvent
+from mutexmatch.training.callbacks import TEST_CONFUSION, Callback, EvalEvent, RunSummary, StartEvent
 from mutexmatch.training.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, prune_checkpoints
 from mutexmatch.training.checkpoint import save_checkpoint as write_checkpoint
 from mutexmatch.training.compiled import check_cuda_graphs, check_separate_forwards
@@ -258,8 +259,8 @@ class Trainer:
 
     # ---------------------------------------------------------------- evaluation
     def evaluate(self) -> EvalEvent:
-        """Test (and validation) accuracy of the EMA model and the accumulated training diagnostics since the last
-        evaluation; raises :class:`NonFiniteLossError` if a loss term was not finite."""
+        """Test (and validation) accuracy and class-wise scores of the EMA model and the accumulated training
+        diagnostics since the last evaluation; raises :class:`NonFiniteLossError` if a loss term was not finite."""
         st, ev = self.stats, self.evaluator
         n = max(1, st.steps)
         terms = st.term_means()
@@ -271,7 +272,8 @@ class Trainer:
         synchronize(self.device)
         elapsed = time.perf_counter() - st.t_start
         test = self.bundle.test
-        acc = ev.accuracy(self.ema.module, test.x, test.y)
+        scores, confusion = ev.test_scores(self.ema.module)   # test/acc and the class-wise scores
+        acc = scores[M.TEST_ACC]
         acc_raw = ev.accuracy(self.model, test.x, test.y)
         self.history.append(acc)
         self.best_acc = max(self.best_acc, acc)
@@ -283,14 +285,15 @@ class Trainer:
             M.TRAIN_LR: max(self.scheduler.get_last_lr()),
             M.PERF_IMG_PER_S: per_step_imgs * n / max(elapsed, 1e-9),
             M.PERF_DATA_S: st.t_data / n, M.PERF_COMPUTE_S: st.t_compute / n,
-            **st.sample_metrics(),
+            **st.sample_metrics(), **scores,
         }
         val_data = ev.val_data()
         if val_data is not None:
-            val = ev.accuracy(self.ema.module, *val_data)
-            self.best_val = max(self.best_val, val)
-            metrics.update({M.VAL_ACC: val, M.VAL_BEST_ACC: self.best_val})
-        return EvalEvent(step=self.step, metrics=metrics, class_counts=st.class_counts(self.model.tnc is not None))
+            val = ev.val_scores(self.ema.module, *val_data)
+            self.best_val = max(self.best_val, val[M.VAL_ACC])
+            metrics.update({**val, M.VAL_BEST_ACC: self.best_val})
+        counts = {**st.class_counts(self.model.tnc is not None), TEST_CONFUSION: confusion}
+        return EvalEvent(step=self.step, metrics=metrics, class_counts=counts)
 
     def _evaluate_and_log(self, with_checkpoint: bool) -> EvalEvent:
         """Evaluate, keep the best weights, log the metrics line, then (if asked) write the checkpoint.
@@ -303,6 +306,8 @@ class Trainer:
             self._save_weights(self.run.best_weights)
         if self.dp.is_main:
             self.run.append_metrics(self.step, event.metrics)
+            conf = self.evaluator.confusion_record(self.step, event.class_counts[TEST_CONFUSION])
+            atomic_write(self.run.confusion, json.dumps(conf).encode())
         if with_checkpoint:
             event.checkpoint = self.save_checkpoint()
         return event

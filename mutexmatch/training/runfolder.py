@@ -3,9 +3,9 @@ and the lock that keeps a second trainer out.
 
 A run folder holds ``config.yaml`` (resolved), ``run.json`` (hashes), ``split.json`` (labeled indices with digest),
 ``dataset.json`` (classes, image counts, normalisation statistics), ``checkpoints/ckpt_<step>.pt`` each with its
-``.sha256``, ``metrics.jsonl`` (one line per evaluation), ``best_model.pt`` and ``final_model.pt`` (EMA weights)
-and ``.lock`` (held with ``flock`` while a trainer uses the folder). Orchestration reads and copies run folders only
-through :class:`RunFolder`. Standard library only.
+``.sha256``, ``metrics.jsonl`` (one line per evaluation), ``confusion_matrix.json`` (the last evaluation's test
+confusion matrix), ``best_model.pt`` and ``final_model.pt`` (EMA weights) and ``.lock`` (held with ``flock`` while
+a trainer uses the folder). Orchestration reads and copies run folders only through :class:`RunFolder`. Standard library only.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ RUN_MARKER = "run.json"
 DATASET = "dataset.json"  # the images a run trained on: classes, sizes, normalisation statistics
 SPLIT = "split.json"
 METRICS = "metrics.jsonl"
+CONFUSION = "confusion_matrix.json"  # the last evaluation's test confusion matrix, rewritten at each evaluation
 BEST_WEIGHTS = "best_model.pt"
 FINAL_WEIGHTS = "final_model.pt"
 CHECKPOINTS = "checkpoints"
@@ -40,7 +41,7 @@ _CKPT_FILE = re.compile(r"^(ckpt_\d+\.pt(\.sha256)?|\.ckpt_\d+\.pt(\.sha256)?\.\
 # What a copy of the run needs besides a checkpoint to continue it elsewhere (a restarted Tune trial).
 _PORTABLE = (CONFIG, SPLIT, RUN_MARKER, DATASET, METRICS, BEST_WEIGHTS)
 _APPENDED = frozenset({METRICS})  # changed in place, so a snapshot copies it (every other file is replaced whole)
-_RUN_FILES = _PORTABLE + (FINAL_WEIGHTS, CHECKPOINTS)
+_RUN_FILES = _PORTABLE + (FINAL_WEIGHTS, CHECKPOINTS, CONFUSION)
 
 
 def checkpoint_name(step: int) -> str:
@@ -87,6 +88,7 @@ class RunFolder:
     dataset = property(lambda self: self.path / DATASET)
     split = property(lambda self: self.path / SPLIT)
     metrics = property(lambda self: self.path / METRICS)
+    confusion = property(lambda self: self.path / CONFUSION)
     best_weights = property(lambda self: self.path / BEST_WEIGHTS)
     final_weights = property(lambda self: self.path / FINAL_WEIGHTS)
     checkpoints = property(lambda self: self.path / CHECKPOINTS)

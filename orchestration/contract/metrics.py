@@ -21,13 +21,14 @@ TEST_MEDIAN_ACC = M.TEST_MEDIAN_ACC  # the median of the last train.median_windo
 TRAIN_LOSS = M.term_metric(M.TOTAL)  # logged at every evaluation: its history gives a run's logged steps
 # Each loss term is logged as M.term_metric(term) for exactly the terms its algorithm declares (Algorithm.terms);
 # the sweep validates layouts against those of the registered algorithms (sweep._check_report_layouts).
-VALIDATION_METRICS = (VAL_ACC, VAL_BEST_ACC)  # the only legal search objectives (never test/*)
+VALIDATION_METRICS = (VAL_ACC, VAL_BEST_ACC, M.VAL_BALANCED_ACC)  # the only legal search objectives (never test/*)
 TRIALS_METRIC = "trials/"            # parent run: trials/finished, trials/failed, trials/running, ... (status)
 # Accuracies are fractions (what the trainer computes, Tune's objective, every stored run); the tables and the
 # MLflow UI show %. Each accuracy is also logged in % under its name + PERCENT_SUFFIX for the UI, and every reader
 # that prints % converts with percent(), so the two never disagree.
 PERCENT_SUFFIX = "_pct"
-PERCENT_METRICS = (M.TEST_ACC, M.TEST_ACC_RAW, M.TEST_BEST_ACC, M.TEST_MEDIAN_ACC, M.VAL_ACC, M.VAL_BEST_ACC)
+PERCENT_METRICS = (M.TEST_ACC, M.TEST_ACC_RAW, M.TEST_BEST_ACC, M.TEST_MEDIAN_ACC, M.VAL_ACC, M.VAL_BEST_ACC,
+                   *M.CLASS_METRICS)  # the class-wise scores too (macro F1 included), not each class's recall
 
 
 def percent(fraction: float) -> float:

@@ -214,7 +214,7 @@ class SearchSpec(_Strict):
 
     cells: list[dict[str, str]] = Field(default_factory=lambda: [{}], description="Partial cells searched "
                                         "(`{}` matches every cell).")
-    metric: str = Field(description="Objective: val/acc or val/best_acc (never test/*).")
+    metric: str = Field(description="Objective: val/acc, val/best_acc or val/balanced_acc (never test/*).")
     mode: Literal["max", "min"] = "max"
     n_trials: Annotated[int, AfterValidator(at_least(1))] = Field(
         8, description="Optuna trials per searched cell and fold (--n-trials overrides).")

@@ -8,7 +8,7 @@ is defined in :mod:`orchestration.contract`.
   its axes, fold, variant, config hash, split digest, git commit, trial id), named ``<cell id>/fold<k>``;
   params = the resolved RunConfig flattened with dots; metrics at ``step=`` the training step; artifacts
   ``config.yaml``, ``split.json``, ``dataset.json``, ``weights/{best,final}_model.pt``,
-  ``class_counts/step_<step>.json``, and the final checkpoint under ``checkpoints/``.
+  ``class_counts/step_<step>.json``, ``confusion_matrix.json`` and the final checkpoint under ``checkpoints/``.
 
 Only :class:`mlflow.MlflowClient` is used (no fluent ``mlflow.start_run`` state), so the driver and every trial
 process address runs by id and a restarted trial continues *its* run. Terminal statuses: FINISHED (trained to the
@@ -29,7 +29,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from mutexmatch.training import EvalEvent, RunSummary, StartEvent
+from mutexmatch.training import EvalEvent, RunFolder, RunSummary, StartEvent
 from mutexmatch.dotted import flatten_dotted
 from mutexmatch.yamlfile import load_text
 from mutexmatch.training import checkpoint_pair
@@ -257,7 +257,11 @@ class TrialRun:
 
     def log_end(self, summary: RunSummary) -> None:
         """The best and final weights, the final (else best) as an MLflow model for a run whose model is used
-        (:mod:`.model_log`); with the final weights, the final checkpoint and its checksum."""
+        (:mod:`.model_log`); with the final weights, the final checkpoint and its checksum; the run folder's
+        ``confusion_matrix.json`` (the last evaluation's; every evaluation's is in its ``class_counts`` file)."""
+        confusion = RunFolder(summary.output_dir).confusion
+        if confusion.is_file():
+            self.client.log_artifact(self.run_id, str(confusion))
         kept = [Path(p) for p in (summary.best_weights, summary.final_weights) if p is not None and Path(p).exists()]
         for path in kept:
             self.client.log_artifact(self.run_id, str(path), C.WEIGHTS_DIR)

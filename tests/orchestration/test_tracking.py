@@ -3,13 +3,15 @@ params, a trial's run across attempts (the reconciliation of a dead driver's run
 
 from __future__ import annotations
 
+import json
 import socket
+from pathlib import Path
 
 import numpy as np
 import pytest
 from mlflow import MlflowClient
 
-from mutexmatch.training import EvalEvent, StartEvent
+from mutexmatch.training import EvalEvent, RunSummary, StartEvent
 from mutexmatch.training import RunFolder
 from orchestration import contract as C
 from orchestration.store import mlflow_ui
@@ -170,3 +172,17 @@ def test_a_sqlite_tracking_uri_must_be_a_database_or_new(tmp_path):
         tracking.resolve_tracking_uri("sqlite:///folder.db", tmp_path)
     for fine in ("empty.db", "new.db"):  # the sweep creates the store in an empty or missing file
         assert tracking.resolve_tracking_uri(fine, tmp_path) == f"sqlite:///{tmp_path / fine}"
+
+
+def test_the_run_folders_confusion_matrix_is_logged_when_the_run_ends(store, tmp_path):
+    """Issue 41 item 2: ``confusion_matrix.json``, the run folder's last test confusion matrix, becomes the trial
+    run's artifact of that name (every evaluation's matrix goes with its class counts)."""
+    _, uri, client = store
+    trial = _open(client, tracking.ensure_experiment(client, "confusion", uri), "t-confusion")
+    run = RunFolder(tmp_path / "run")
+    run.path.mkdir()
+    run.confusion.write_text('{"step": 2, "matrix": [[3, 1], [0, 2]]}')
+    trial.log_end(RunSummary(step=2, metrics={}, output_dir=run.path, final_checkpoint=None, best_weights=None,
+                             final_weights=None))
+    local = client.download_artifacts(trial.run_id, "confusion_matrix.json", str(tmp_path / "down"))
+    assert json.loads(Path(local).read_text()) == {"step": 2, "matrix": [[3, 1], [0, 2]]}
