@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal, Mapping, Sequence, get_args
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator,
                       model_validator)
 
+from mutexmatch import plugins
 from mutexmatch.checks import at_least, shown, validation_error_lines, within
 
 
@@ -175,10 +176,10 @@ class DataConfig(_Section):
     @classmethod
     def _registered_dataset(cls, v: Any) -> str:
         # The registry is imported here, not at module level: it loads torch and every dataset module.
-        from mutexmatch.data.builtin import DATASET_NAMES
+        from mutexmatch.data.builtin import registered_names
 
-        if not isinstance(v, str) or v not in DATASET_NAMES:
-            *head, last = [repr(n) for n in DATASET_NAMES]
+        if not isinstance(v, str) or v not in registered_names():
+            *head, last = [repr(n) for n in registered_names()]
             raise ValueError(f"Input should be {', '.join(head)} or {last}")
         return v
 
@@ -336,6 +337,11 @@ class RunConfig(_Section):
                             "Relative paths are resolved against the current directory when the config is loaded.",
                             json_schema_extra=roles(NO_RESULT, owned="set per trial by orchestration (under the "
                                                     "Ray storage)"))
+    plugins: list[str] = Field(
+        default_factory=list, exclude_if=lambda v: not v, json_schema_extra=roles(NO_RESULT, RESUMABLE),
+        description="Plugins whose registered algorithms, datasets and backbones join the built-ins: module names, "
+        "or `.py` files and package folders relative to the YAML; entry points `mutexmatch.plugins` always load "
+        "(docs/plugins.md).")
 
     @field_validator("output_dir")
     @classmethod
@@ -477,6 +483,7 @@ def parse_config(raw: dict[str, Any] | None) -> RunConfig:
     raw = {} if raw is None else raw
     if not isinstance(raw, dict):
         raise ConfigError(f"config: must be a mapping of sections, got {type(raw).__name__}")
+    plugins.load_plugins(plugins.listed(raw), error=ConfigError)   # the names they register are checked below
     try:
         return RunConfig.model_validate(raw)
     except ValidationError as err:
