@@ -7,6 +7,7 @@ gives the same network whatever else the run does.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -15,8 +16,9 @@ import torch
 from torch import nn
 
 from mutexmatch.algorithms import Algorithm
-from mutexmatch.config import RunConfig
+from mutexmatch.config import ConfigError, RunConfig
 from mutexmatch.models import build_model
+from mutexmatch.models.pretrained import PretrainedError, load_pretrained
 from mutexmatch.training.compiled import compiled_forward
 from mutexmatch.training.distributed import DataParallel, sync_batchnorm
 from mutexmatch.training.ema import ModelEMA
@@ -34,6 +36,17 @@ class Network:
     teacher: Callable          # StepInputs.teacher: the EMA model's logits, no gradient, no statistics touched
 
 
+def start_from_file(backbone: nn.Module, cfg: RunConfig) -> None:
+    """Load ``model.pretrained`` into ``backbone`` by USB's rules, saying what was loaded and what was not (one line
+    each, on stderr); a file that does not fit is a :class:`~mutexmatch.config.ConfigError` naming the tensor."""
+    try:
+        report = load_pretrained(backbone, cfg.model.pretrained, cfg.model.pretrained_sha256, cfg.model.backbone)
+    except PretrainedError as e:
+        raise ConfigError(str(e)) from None
+    for line in report:
+        print(f"[train] {line}", file=sys.stderr, flush=True)
+
+
 def build_network(cfg: RunConfig, alg_cls: type[Algorithm], num_classes: int, in_channels: int, image_size: int,
                   device: torch.device, autocast: Callable[[], AbstractContextManager],
                   dp: DataParallel | None = None) -> Network:
@@ -44,6 +57,8 @@ def build_network(cfg: RunConfig, alg_cls: type[Algorithm], num_classes: int, in
     dp = dp or DataParallel()
     model = build_model(cfg.model.backbone, num_classes=num_classes, in_channels=in_channels, image_size=image_size,
                         with_tnc=alg_cls.uses_tnc)
+    if cfg.model.pretrained is not None:   # after the backbone's draws, before its heads': their init is unchanged
+        start_from_file(model.backbone, cfg)
     params = alg_cls.Params.parse(alg_cls.params_from(cfg.algorithm), alg_cls.name, num_classes)
     model.add_heads(alg_cls.heads(params, model.feat_dim, num_classes))
     alg_cls.setup_model(params, model, cfg.train.ema)
