@@ -7,6 +7,7 @@ The model is a small ViT with timm's parameter names whose ``group_matcher`` and
 from __future__ import annotations
 
 import importlib
+import types
 
 import pytest
 import torch
@@ -123,3 +124,25 @@ def test_learning_rate_equals_usbs_at_the_warmups_edges_and_the_end(usb, warmup:
         assert seen[t][0] == pytest.approx(seen[t][1], rel=1e-12, abs=1e-18)
     if warmup > 1:   # the warm-up really ramps: 0 at step 0, lr at its end
         assert max(seen[0][0]) == 0.0 and max(seen[warmup][0]) == 5e-4
+
+
+@pytest.mark.parametrize("decay", DECAYS)
+def test_our_vit_in_a_run_gets_usbs_groups(usb, decay: float) -> None:
+    """Our registered vit_tiny_patch2_32 (12 blocks, timm's names) inside the network a run trains (MutexNet: the
+    TNC beside it): the backbone's parameters get the groups USB's get_optimizer gives the same backbone under USB's
+    own VisionTransformer.group_matcher and no_weight_decay; the TNC those of the head."""
+    from mutexmatch.models import build_model
+
+    build, usb_vit = usb
+    net = build_model("vit_tiny_patch2_32", num_classes=10, image_size=32)
+    cfg = parse_config({"optim": {"name": "adamw", "lr": 5e-4, "weight_decay": 5e-4, "layer_decay": decay}})
+    ours = optimizer(net, cfg, torch.device("cpu"))
+    backbone = net.backbone
+    backbone.group_matcher = types.MethodType(usb_vit.group_matcher, backbone)   # USB's, not ours
+    backbone.no_weight_decay = types.MethodType(usb_vit.no_weight_decay, backbone)
+    theirs = build.get_optimizer(backbone, "AdamW", lr=5e-4, weight_decay=5e-4, layer_decay=decay)
+    table = {n: (lr, wd) for g in _names(net, ours.param_groups, "backbone.") for n, lr, wd in g}
+    usbs = {n: (lr, wd) for g in _names(backbone, theirs.param_groups) for n, lr, wd in g}
+    assert {n: v for n, v in table.items() if not n.startswith("tnc.")} == usbs
+    assert table["tnc.weight"] == usbs["head.weight"] and table["tnc.bias"] == usbs["head.bias"]
+    assert len({lr for lr, _ in usbs.values()}) == (1 if decay == 1 else 14)   # stem, 12 blocks (+ norm), head
