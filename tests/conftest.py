@@ -43,3 +43,38 @@ def write_image_folder():
             Image.fromarray(img[0].numpy()).save(dest / str(int(label)) / f"{i:04d}.png")
         return dest
     return write
+
+
+@pytest.fixture
+def plugin_sandbox(tmp_path, monkeypatch):
+    """Plugins loaded in this test leave nothing behind (issue 44): the registries, ``mutexmatch.plugins``' record
+    and the plugin modules under ``tmp_path`` are as they were afterwards; installed entry points are not loaded
+    unless the test sets ``_ENTRY_POINTS_LOADED`` False. Yields ``(example, forget)``: the worked example's folder
+    (docs/plugin_example, holding ``my_methods``) and ``forget()``, which makes this process as new as to plugins
+    (a launch after the code changed)."""
+    import sys
+    from pathlib import Path
+
+    from mutexmatch import plugins
+    from mutexmatch.algorithms import ALGORITHMS
+    from mutexmatch.data.builtin import DATASETS
+    from mutexmatch.models import BACKBONES
+
+    registries = [ALGORITHMS, DATASETS, BACKBONES]
+    saved = [dict(r) for r in registries]
+    monkeypatch.delenv(plugins.PLUGINS_ENV, raising=False)
+
+    def forget() -> None:
+        for registry, before in zip(registries, saved):
+            registry.clear()
+            registry.update(before)
+        for name, module in list(sys.modules.items()):
+            if str(getattr(module, "__file__", None) or "").startswith(str(tmp_path)):
+                del sys.modules[name]
+        monkeypatch.setattr(plugins, "_LOADED", {})
+        monkeypatch.setattr(plugins, "_PROVIDERS", {})
+        monkeypatch.setattr(plugins, "_ENTRY_POINTS_LOADED", True)
+
+    forget()
+    yield Path(__file__).resolve().parents[1] / "docs" / "plugin_example", forget
+    forget()

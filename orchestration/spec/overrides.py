@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from mutexmatch.plugins import with_resolved_plugins
 from orchestration import contract as C
 from orchestration.spec.plan import SweepPlan, build_plan
 from orchestration.spec.models import SpecError, SweepSpec
@@ -77,7 +78,8 @@ def load_sweep(path: str | Path, project_dir: str | Path, overrides: Sequence[st
     each naming the override it comes from). ``need_data=False``: data folders that do not exist are no error
     (they are returned in ``missing_roots``); every other problem still is."""
     raw = apply_overrides(read_spec_file(path), overrides)
-    digest = C.settings_digest(raw)
+    digest = C.settings_digest(raw)   # of the YAML as written: what the report (which reads it so) looks up
+    raw = with_resolved_plugins(raw, path)   # a plugin's path is relative to the YAML's folder
     try:
         return LoadedSweep(parse_spec(raw, project_dir), tuple(overrides), settings_digest=digest)
     except SpecError as e:

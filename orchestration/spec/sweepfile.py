@@ -481,12 +481,12 @@ def read_spec_file(path: str | Path) -> dict[str, Any]:
     if SWEEP_ONLY_KEY not in raw and set(raw) <= set(RunConfig.model_fields):
         raise SpecError(f"spec {str(path)!r}: is a run config (sections {', '.join(raw)}), not a sweep YAML; train "
                         f"it with `{TRAIN_COMMAND} --config {path}`")
-    return with_resolved_plugins(raw, path)
+    return raw
 
 
 def load_spec(path: str | Path, project_dir: str | Path = ".") -> SweepSpec:
-    """:func:`read_spec_file`, then :func:`parse_spec`."""
-    return parse_spec(read_spec_file(path), project_dir)
+    """:func:`read_spec_file`, then :func:`parse_spec` (the paths in ``plugins:`` made absolute: the YAML's folder)."""
+    return parse_spec(with_resolved_plugins(read_spec_file(path), path), project_dir)
 
 
 def spec_hash(spec: SweepSpec) -> str:
