@@ -78,10 +78,10 @@ class Classifier(nn.Module):
 def _network(cfg: RunConfig, num_classes: int, in_channels: int, image_size: int) -> nn.Module:
     """The run's network with its algorithm's heads, as :func:`mutexmatch.training.network.build_network` makes it
     (its weights are replaced by the loaded ones)."""
-    from mutexmatch.algorithms import ALGORITHMS
+    from mutexmatch.imb_algorithms import algorithm_class
     from mutexmatch.models import build_model
 
-    alg_cls = ALGORITHMS[cfg.algorithm.name]
+    alg_cls = algorithm_class(cfg)
     model = build_model(cfg.model.backbone, num_classes=num_classes, in_channels=in_channels, image_size=image_size,
                         with_tnc=alg_cls.uses_tnc)
     params = alg_cls.Params.parse(alg_cls.params_from(cfg.algorithm), alg_cls.name, num_classes)

@@ -319,7 +319,7 @@ def _check_report_layouts(spec: Any) -> None:
         return
     from orchestration.contract.layout import validate_report
 
-    from mutexmatch.algorithms import declared_terms
+    from mutexmatch.imb_algorithms import declared_terms   # the algorithms' and imbalance algorithms' terms
 
     validate_report(spec.model_dump(mode="json"), terms=declared_terms())  # train/<term> of a registered algorithm
 

@@ -215,6 +215,11 @@ class StepOutput:
     tnc_comp_label: Tensor | None = None    # (muB,) argmax r^w: the TNC's "what it is not"
     neg_mask: Tensor | None = None          # (muB, C) UPS negative labels, several per row (fixmatch_nce)
     soft_target: Tensor | None = None       # (muB, C) a soft consistency target (UDA's sharpened p^w, Dash)
+    # For a composed imbalance algorithm (mutexmatch.imb_algorithms): a separate-forward base's backbone features by
+    # view name (USB's out_dict['feat']), reported where the class sets wants_view_feats; the imbalance algorithm's
+    # own diagnostics (its head's masks, pseudo-labels) by name.
+    view_feats: dict[str, Tensor] | None = None
+    extra: dict[str, Tensor] | None = None
 
 
 @dataclass
@@ -256,6 +261,10 @@ class Algorithm:
     terms: ClassVar[tuple[str, ...]] = ()
     Params: ClassVar[type[AlgorithmParams]] = AlgorithmParams
     step: ClassVar[StepSpec] = StepSpec()    # the views and forwards of a step (the default: one concatenated forward)
+    # Set in a class composed with an imbalance algorithm (mutexmatch.imb_algorithms): a separate-forward step
+    # reports StepOutput.view_feats, and the terms it adds after this class's compute are not this compute's.
+    wants_view_feats: ClassVar[bool] = False
+    imb_terms: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def heads(cls, params: AlgorithmParams, feat_dim: int, num_classes: int) -> dict[str, nn.Module]:
@@ -303,9 +312,9 @@ class Algorithm:
         out = self.base_terms(views)
         swapped = self.variant_terms(out, views)
         out.update(swapped)
-        weights = self.term_weights()
+        weights = {t: w for t, w in self.term_weights().items() if t not in self.imb_terms}
         loss = out["loss"] if swapped.keys().isdisjoint(weights) else sum(w * out[t] for t, w in weights.items())
-        return StepOutput(loss=loss, terms={t: out[t] for t in self.terms}, **{
+        return StepOutput(loss=loss, terms={t: out[t] for t in self.terms if t not in self.imb_terms}, **{
             f: out.get(f) for f in ("mask", "conf", "pseudo_label", "comp_label", "tnc_comp_label", "neg_mask")})
 
     def views(self, model: nn.Module, inp: StepInputs) -> Views:
@@ -372,7 +381,8 @@ def register_algorithm(name: str) -> Callable[[A], A]:
 
 
 def declared_terms() -> frozenset[str]:
-    """Every loss term a registered algorithm declares (``Algorithm.terms``): what ``train/<term>`` may name."""
+    """Every loss term a registered algorithm declares (``Algorithm.terms``); with the imbalance algorithms' terms:
+    :func:`mutexmatch.imb_algorithms.declared_terms`."""
     return frozenset(t for cls in ALGORITHMS.values() for t in cls.terms)
 
 

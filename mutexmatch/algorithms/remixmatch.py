@@ -74,13 +74,15 @@ class ReMixMatch(Algorithm):
         p, b = self.params, inp.num_lb
         x_lb, x_w, x_s0, x_s1, x_rot = (inp.view(v) for v in self.step.views)
         with torch.no_grad():
-            probs_w = torch.softmax(model.tpc(inp.forward(x_w, update_bn=False)), dim=1)
+            feats_w = inp.forward(x_w, update_bn=False)
+            probs_w = torch.softmax(model.tpc(feats_w), dim=1)
             # da_target=model aligns towards the model's running mean on labeled data: one more forward of the
             # labeled view, statistics untouched (issue 33: it crashed at step 0); the other targets skip it.
             probs_lb = (torch.softmax(model.tpc(inp.forward(x_lb, update_bn=False)), dim=1)
                         if p.da_target == "model" else None)
             guess = sharpen(self.dist_align(probs_w, probs_lb), p.temperature)
-        logits_s0 = model.tpc(inp.forward(x_s0, update_bn=False))
+        feats_s0 = inp.forward(x_s0, update_bn=False)
+        logits_s0 = model.tpc(feats_s0)
         targets = torch.cat([F.one_hot(inp.targets_lb, self.num_classes).to(guess.dtype), guess, guess, guess])
         inputs = torch.cat([x_lb, x_s0, x_s1, x_w])
         mixed_x, mixed_y = mixup(inputs, targets, *draw_mixup(len(inputs), p.mixup_alpha))
@@ -93,8 +95,11 @@ class ReMixMatch(Algorithm):
         w = rampup_weight(inp.step, self.ctx.total_steps, p.unsup_warm_up)
         loss = sup + p.lambda_kl * w * kl + p.lambda_p * w * unsup + p.lambda_rot * rot
         conf, pseudo_label = guess.max(dim=1)
+        # Composed with an imbalance algorithm: USB's feat dict, its labeled batch forwarded alone (BatchNorm frozen)
+        view_feats = ({"lb": inp.forward(x_lb, update_bn=False), "weak": feats_w, "strong": feats_s0}
+                      if self.wants_view_feats else None)
         return StepOutput(loss=loss, terms={"sup": sup, "p": unsup, "kl": kl, "rot": rot}, conf=conf,
-                          pseudo_label=pseudo_label, soft_target=guess)
+                          pseudo_label=pseudo_label, soft_target=guess, view_feats=view_feats)
 
     def term_weights(self) -> dict[str, float]:
         p = self.params

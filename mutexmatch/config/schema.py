@@ -12,6 +12,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationEr
 
 from mutexmatch import plugins
 from mutexmatch.checks import at_least, shown, validation_error_lines, within
+from mutexmatch.config.imb_section import ImbAlgorithmConfig, imb_base_errors
 
 
 # The largest train.seed: the run seeds numpy's legacy RNG with it (the `official` split rule does too), which takes
@@ -354,6 +355,8 @@ class RunConfig(_Section):
     model: ModelConfig = Field(default_factory=ModelConfig, description="Backbone.")
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig, description="Algorithm and losses.")
     optim: OptimConfig = Field(default_factory=OptimConfig, description="Optimiser and LR schedule.")
+    imb_algorithm: ImbAlgorithmConfig | None = Field(   # left out of the config and its hash when null
+        None, exclude_if=lambda v: v is None, description="Imbalance algorithm composed with the base algorithm.")
     train: TrainConfig = Field(default_factory=TrainConfig, description="Training loop.")
     output_dir: str = Field("outputs/run", description="Run folder: config, split, checkpoints, metrics.jsonl. "
                             "Relative paths are resolved against the current directory when the config is loaded.",
@@ -382,6 +385,7 @@ class RunConfig(_Section):
         except ValueError as e:  # an image folder's layout
             raise ConfigError(str(e)) from None
         errors += _check_algorithm(self.algorithm, num_classes)
+        errors += imb_base_errors(self.imb_algorithm, self.algorithm.name)
         errors += _check_backbone(self.model.backbone, image_size)
         errors += _check_optim(self.optim, self.train.iterations)
         if errors:

@@ -38,6 +38,9 @@ class MutexNet(nn.Module):
         # An algorithm's extra heads (Algorithm.heads: projection MLPs, a rotation head); empty by default, which
         # adds no parameter and no state entry.
         self.heads = nn.ModuleDict()
+        # The head evaluation and prediction use: None = the TPC; an imbalance algorithm's head by name (ABC's
+        # auxiliary classifier: USB evaluates it), set by its setup_model.
+        self.evaluated_head: str | None = None
 
     def add_heads(self, heads: dict[str, nn.Module]) -> None:
         """Attach an algorithm's extra heads as ``heads[name]`` (before the optimiser, the EMA and compiling)."""
@@ -59,8 +62,10 @@ class MutexNet(nn.Module):
         return self.backbone.classifier(feats)
 
     def forward_tpc(self, x: torch.Tensor) -> torch.Tensor:
-        """TPC logits of images ``x``: the prediction used for evaluation."""
-        return self.tpc(self.forward(x))
+        """Logits of images ``x`` used for evaluation and prediction: the TPC's, or the evaluated head's
+        (``evaluated_head``)."""
+        feats = self.forward(x)
+        return self.tpc(feats) if self.evaluated_head is None else self.heads[self.evaluated_head](feats)
 
 
 def build_model(

@@ -22,9 +22,10 @@ from typing import Sequence
 import torch
 
 from mutexmatch import metrics as M
-from mutexmatch.algorithms import ALGORITHMS, Algorithm, TrainContext
+from mutexmatch.algorithms import Algorithm, TrainContext
 from mutexmatch.atomic import atomic_write
 from mutexmatch.config import RunConfig, config_difference, config_hash, config_hashes
+from mutexmatch.imb_algorithms import algorithm_class
 from mutexmatch.data.load import DatasetBundle, load_dataset
 from mutexmatch.data.splits import Split, make_split
 from mutexmatch.training.batches import BatchSource
@@ -83,7 +84,7 @@ class Trainer:
         self.ckpt_dir = self.run.checkpoints
         self.dp = join_process_group(resolve_device(cfg.train.device))
         self.device = self.dp.device(resolve_device(cfg.train.device))
-        alg_cls = ALGORITHMS[cfg.algorithm.name]
+        alg_cls = algorithm_class(cfg)   # the base algorithm, with the imbalance algorithm composed in if any
         check_separate_forwards(cfg.train.cuda_graphs, cfg.algorithm.name, alg_cls.step)  # before any work
         check_cuda_graphs(cfg.train.cuda_graphs, self.device)
         self.dp.check(cfg.train.batch_size, cfg.train.batch_size * cfg.train.mu * alg_cls.uses_unlabeled,

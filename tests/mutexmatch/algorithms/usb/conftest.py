@@ -40,7 +40,12 @@ for further assertions (a deliberate deviation from USB is asserted there). The 
   ``gen_ulb_targets`` hook returns (every hook's keyword arguments are recorded as ``<hook>.kwargs``, every call's
   result in order as ``<hook>.calls``) and ``usb_mask(record)`` where USB's unlabeled mask is not the last
   ``masking`` call's (DeFixMatch masks its labeled batch after it);
-- USB's ``x_ulb_rot`` (CRMatch) is the ``rotated`` view ``x_ulb_s_0_rot``; :class:`UsbNet` answers ``extract`` too.
+- USB's ``x_ulb_rot`` (CRMatch) is the ``rotated`` view ``x_ulb_s_0_rot``; :class:`UsbNet` answers ``extract`` too;
+- an imbalance algorithm composed with the base (issue 41): ``imb_name`` / ``imb_params`` (ours,
+  :func:`mutexmatch.imb_algorithms.compose`) and ``usb_imb_name`` (USB's ``IMB_ALGORITHMS``: both sides are then
+  ``class (Imb, Base)`` as USB's ``get_imb_algorithm`` makes it; its own arguments in ``usb_args`` too), and
+  ``wrap(ours_net, usb_alg, names)`` returning USB's model after its ``__init__`` wrapped it (ABC's ``ABCNet``) and
+  the names; the ``Lockstep`` field ``lb_counts`` makes the labeled pool long-tailed on both sides.
 
 USB's epoch advances as its training loop advances it (``it // num_iter_per_epoch``; ``usb_args`` ``epoch`` sets
 how many steps an epoch has: ``total_steps // epoch``). Ours gets the trainer's context: ``steps_per_epoch`` is one
@@ -56,6 +61,7 @@ the records it returns.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import importlib.machinery
 import importlib.metadata
@@ -219,23 +225,34 @@ def _light_base_init(self: Any, args: Namespace, net_builder: Any = None, tb_log
     self.model = self.ema_model = net_builder
     self.ce_loss, self.consistency_loss = CELoss(), ConsistencyLoss()
     self.bn_controller = Bn_Controller()     # Pseudo-Label, Pi-Model, ...: BN statistics kept out of a forward
-    # ReMixMatch's alignment target: the labeled pool's classes, as Data draws them (arange(lb_size) % C)
-    self.dataset_dict = {"train_lb": Namespace(targets=[i % args.num_classes for i in range(args.lb_dest_len)])}
+    # ReMixMatch's alignment target, ABC's class weights: the labeled pool's classes, as Data draws them
+    # (arange(lb_size) % C, or lb_counts' classes)
+    targets = getattr(args, "lb_targets", None) or [i % args.num_classes for i in range(args.lb_dest_len)]
+    self.dataset_dict = {"train_lb": Namespace(targets=targets)}
     self._hooks, self.hooks_dict = [], OrderedDict()
     self.set_hooks()
 
 
 def build_usb(name: str, model: nn.Module, args: dict[str, Any], *, num_classes: int, ulb_size: int,
-              lb_size: int, total_steps: int) -> Any:
+              lb_size: int, total_steps: int, imb: str | None = None, lb_targets: list[int] | None = None) -> Any:
     """USB's algorithm ``name`` on ``model`` (a :class:`UsbNet`), its arguments = its defaults updated by ``args``
-    (``ulb_loss_ratio`` is lambda_u), run through the algorithm's own ``__init__`` over the light base."""
+    (``ulb_loss_ratio`` is lambda_u), run through the algorithm's own ``__init__`` over the light base; with
+    ``imb`` the imbalance algorithm composed in as USB's ``get_imb_algorithm`` does (its optimiser not built)."""
     core = import_semilearn()
     registry = core.utils.ALGORITHMS
     assert name in registry, f"USB has no algorithm {name!r} (it printed why an import failed); it has {list(registry.keys())}"
     cls = registry[name]
+    defaults = usb_defaults(cls)
+    if imb is not None:
+        import semilearn.imb_algorithms  # noqa: F401  (registers USB's imbalance algorithms)
+        imb_cls = core.utils.IMB_ALGORITHMS[imb]
+        # USB's DummyClass; no optimiser (the driver steps both sides), no imbalance ratios a train_step reads
+        cls = type(f"{imb_cls.__name__}{cls.__name__}", (imb_cls, cls), {"set_optimizer": lambda self: (None, None)})
+        defaults = {**defaults, **usb_defaults(imb_cls), "imb_algorithm": imb, "lb_imb_ratio": None,
+                    "ulb_imb_ratio": None}
     full = {"algorithm": name, "num_classes": num_classes, "ulb_loss_ratio": 1.0, "epoch": 1,
             "num_train_iter": total_steps, "ulb_dest_len": ulb_size, "lb_dest_len": lb_size, "use_wandb": False,
-            "use_aim": False, "gpu": None, **usb_defaults(cls), **args}
+            "use_aim": False, "gpu": None, "lb_targets": lb_targets, **defaults, **args}
     with mock.patch.object(core.AlgorithmBase, "__init__", _light_base_init), \
             mock.patch.object(Tensor, "cuda", lambda t, *a, **k: t):   # memory banks made with .cuda(gpu)
         alg = cls(Namespace(**full), model)
@@ -243,13 +260,20 @@ def build_usb(name: str, model: nn.Module, args: dict[str, Any], *, num_classes:
 
 
 def build_ours(name: str, params: dict[str, Any], *, num_classes: int, ulb_size: int, lb_size: int, total_steps: int,
-               steps_per_epoch: int) -> Algorithm:
+               steps_per_epoch: int, imb: tuple[str, dict[str, Any]] | None = None,
+               lb_counts: tuple[int, ...] | None = None) -> Algorithm:
     """Our algorithm through the public surface (the one place to follow the trainer's seam); the schedule is
     USB's: ``total_steps`` = its num_train_iter, ``steps_per_epoch`` = its num_iter_per_epoch; the labeled set is
-    the pool's ``lb_size`` images, balanced (as Data draws them)."""
+    the pool's ``lb_size`` images, balanced (as Data draws them) or ``lb_counts`` a class; ``imb``: (name,
+    parameters) of an imbalance algorithm composed in."""
     ctx = TrainContext.synthetic(num_classes, ulb_size, num_labeled_per_class=lb_size // num_classes,
                                  total_steps=total_steps, steps_per_epoch=steps_per_epoch)
-    return build_algorithm(name, params, ctx)
+    if lb_counts is not None:
+        ctx = dataclasses.replace(ctx, labeled=torch.arange(sum(lb_counts)), labeled_counts=torch.tensor(lb_counts))
+    if imb is None:
+        return build_algorithm(name, params, ctx)
+    from mutexmatch.imb_algorithms import compose
+    return compose(imb[0], name, imb[1])(params, ctx)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -302,7 +326,8 @@ class Data:
         self.g = torch.Generator().manual_seed(seed)
         self.cfg = cfg
         self.means = 2.0 * torch.randn(cfg.num_classes, cfg.d_in, generator=self.g)
-        self.y_lb_pool = torch.arange(cfg.lb_size) % cfg.num_classes
+        self.y_lb_pool = (torch.arange(cfg.lb_size) % cfg.num_classes if cfg.lb_counts is None else
+                          torch.repeat_interleave(torch.arange(cfg.num_classes), torch.tensor(cfg.lb_counts)))
         self.x_lb_pool = self._points(self.y_lb_pool)
         self.x_ulb_pool = self._points(torch.randint(cfg.num_classes, (cfg.ulb_size,), generator=self.g))
 
@@ -335,6 +360,17 @@ class Data:
         return v
 
 
+def _train_step_parameters(cls: type) -> Any:
+    """The arguments of the first ``train_step`` in ``cls``'s MRO that names them: an imbalance algorithm's
+    ``train_step(*args, **kwargs)`` passes them on to its base's (USB's ``process_batch`` reads the base's too)."""
+    variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    for klass in cls.__mro__:
+        fn = klass.__dict__.get("train_step")
+        if fn is not None and not any(p.kind in variadic for p in inspect.signature(fn).parameters.values()):
+            return inspect.signature(fn).parameters
+    raise AssertionError(f"{cls.__name__}: no train_step names its arguments")
+
+
 def _usb_step(alg: Any, v: Views, seed: int) -> tuple[Tensor, dict[str, float], dict[str, Any]]:
     """USB's train_step on ``v`` (its own argument subset), recording what its named hooks return."""
     hooks: dict[str, Any] = {}
@@ -347,7 +383,7 @@ def _usb_step(alg: Any, v: Views, seed: int) -> tuple[Tensor, dict[str, float], 
             hooks.setdefault(f"{fn_name}.calls", []).append(result)
         return result
 
-    wanted = inspect.signature(alg.train_step).parameters
+    wanted = _train_step_parameters(type(alg))
     given = {k: t for k, t in v.usb_args().items() if k in wanted}
     torch.manual_seed(seed)
     np.random.seed(seed)     # MixUp's lambda (numpy), like its permutation (torch), drawn the same on both sides
@@ -453,6 +489,7 @@ class Lockstep:
     rotated: bool = False           # a view x_ulb_s_0_rot and its labels rot_v (ReMixMatch)
     labeled_strong: bool = False    # a strong view x_lb_s of the labeled batch (DeFixMatch)
     medium: bool = False            # a medium view x_ulb_m of the unlabeled batch (SequenceMatch)
+    lb_counts: tuple[int, ...] | None = None   # labeled images a class (long-tailed); None: lb_size, balanced
 
 
 def _models(adapter: Any, cfg: Lockstep) -> tuple[nn.Module, nn.Module, dict[str, str]]:
@@ -477,14 +514,22 @@ def _both_sides(adapter: Any) -> tuple[Lockstep, nn.Module, nn.Module, dict[str,
     """The run's settings, our model and USB's on the same weights (with our state name -> USB's), our algorithm
     and USB's, both prepared."""
     cfg = Lockstep(**{k: getattr(adapter, k) for k in Lockstep.__dataclass_fields__ if hasattr(adapter, k)})
+    if cfg.lb_counts is not None:
+        cfg.lb_size = sum(cfg.lb_counts)
     torch.manual_seed(cfg.seed)
     ours_net, usb_net, names = _models(adapter, cfg)
     sizes = {"num_classes": cfg.num_classes, "ulb_size": cfg.ulb_size}
     total = cfg.total_steps or cfg.steps
+    lb_targets = None if cfg.lb_counts is None else [c for c, n in enumerate(cfg.lb_counts) for _ in range(n)]
     usb = build_usb(adapter.usb_name, usb_net, adapter.usb_args, lb_size=cfg.lb_size,
-                    total_steps=total, **sizes)
+                    total_steps=total, imb=getattr(adapter, "usb_imb_name", None), lb_targets=lb_targets, **sizes)
+    imb = (adapter.imb_name, adapter.imb_params) if hasattr(adapter, "imb_name") else None
     ours = build_ours(adapter.name, adapter.ours_params, total_steps=total, lb_size=cfg.lb_size,
-                      steps_per_epoch=-(-cfg.ulb_size // (cfg.batch * cfg.mu)), **sizes)   # the trainer's rule
+                      steps_per_epoch=-(-cfg.ulb_size // (cfg.batch * cfg.mu)), imb=imb, lb_counts=cfg.lb_counts,
+                      **sizes)   # the trainer's rule
+    if hasattr(adapter, "wrap"):   # USB's __init__ wrapped its model (ABC's ABCNet): compare that one
+        usb_net, names = adapter.wrap(ours_net, usb, names)
+        _sync(ours_net, usb_net, names)
     usb.it = cfg.first_step
     usb.epoch = usb.it // usb.num_iter_per_epoch
     if hasattr(adapter, "prepare"):
