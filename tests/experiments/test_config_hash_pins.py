@@ -75,6 +75,7 @@ PINNED = {  # YAML: (first grid trial's config hash, digest of every planned tri
     "ablation_tnc_schemes.yaml": ("554c45e44f01d09b", "80f8d2440dfb436b", 35),
     "cifar10_cpu.yaml": ("3461dd09085c22bc", "85e866e06a8a90eb", 15),
     "digits_lambda_sg.yaml": ("1a490717146046fb", "5514482f8a80c9cc", 45),
+    "digits_shrinkmatch.yaml": ("8fc7a0fbc37bdd88", "b83f6e352e5c6112", 15),      # issue 43 item 4 (new)
     "pseudo_label_accuracy.yaml": ("d5a0480da493193b", "ff9943fc18db79f8", 70),
     "quickstart.yaml": ("3d0eb9b96566484e", "3f912c45b693d1c0", 16),
     "table1_cifar_svhn.yaml": ("d5a0480da493193b", "f2450788d4c242bb", 185),
@@ -97,6 +98,7 @@ PINNED_CURRENT = {  # YAML: (first grid trial's config hash, digest of every pla
     "ablation_tnc_schemes.yaml": ("a758e5cfefadc5db", "bd0fafc2e70e1cb8"),
     "cifar10_cpu.yaml": ("5e169afbfac87ec8", "3a978a62552e6842"),
     "digits_lambda_sg.yaml": ("0962cc01db2d2219", "0646b1c2c9f666cb"),
+    "digits_shrinkmatch.yaml": ("572858df260ea442", "0d53c22cd4f83af4"),         # issue 43 item 4 (new)
     "pseudo_label_accuracy.yaml": ("c5043f96e3fd581c", "e5085fc1c3ebd45c"),
     "quickstart.yaml": ("0a9d6cefa8473a1e", "03c942e24db6f3d2"),
     "table1_cifar_svhn.yaml": ("c5043f96e3fd581c", "9dbdff4e81e1785d"),     # issue 32; before: 489ca54959a36bb8
