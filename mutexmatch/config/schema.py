@@ -211,9 +211,7 @@ class ModelConfig(_Section):
     backbone: str = Field(
         "small_cnn", description="Registered backbone: see the table below (`mutexmatch.models.BACKBONES`).")
     channels_last: bool = Field(True, description="Use channels-last memory format (faster convolutions).")
-
-    # The file's path changes no result, its bytes do: its digest joins the config hash (both left out when null,
-    # so every earlier config keeps its hash).
+    # The file's path changes no result, its bytes do: its digest joins the config hash (both left out when null).
     pretrained: str | None = Field(
         None, exclude_if=lambda v: v is None, json_schema_extra=roles(NO_RESULT), description="Weight file the "
         "backbone starts from, loaded by USB's rules (docs/pretrained.md): USB's `{'model': state_dict}`, a plain "
@@ -222,18 +220,13 @@ class ModelConfig(_Section):
         None, exclude_if=lambda v: v is None, description="sha256 of model.pretrained: another file is refused; "
         "null = computed from the file when the config is loaded (the resolved config holds it).")
 
-    @field_validator("pretrained")
-    @classmethod
-    def _absolute_pretrained(cls, v: str | None) -> str | None:
-        return None if v is None else str(Path(v).expanduser().resolve())   # Ray trials run in a temp folder
-
     @model_validator(mode="after")
-    def _pretrained_digest(self) -> "ModelConfig":
-        from mutexmatch.models.pretrained import checked_digest
+    def _pretrained_file(self) -> "ModelConfig":   # __dict__: an assignment would validate again, and again
+        from mutexmatch.models.pretrained import checked_file
 
-        # set in __dict__: an assignment would run this validator again (validate_assignment)
-        self.__dict__["pretrained_sha256"] = checked_digest(self.pretrained, self.pretrained_sha256)
+        self.__dict__.update(checked_file(self.pretrained, self.pretrained_sha256))
         return self
+
 
 class AlgorithmConfig(_Section):
     """The semi-supervised algorithm and its own hyper-parameters: ``{name: <algorithm>, <its parameters>}``.

@@ -30,8 +30,8 @@ from torch import nn
 
 from mutexmatch.checksum import sha256_file
 
-__all__ = ["PretrainedError", "checked_digest", "file_digest", "load_pretrained", "read_weights", "resize_pos_embed",
-           "usb_state_dict"]
+__all__ = ["PretrainedError", "checked_digest", "checked_file", "file_digest", "load_pretrained", "read_weights",
+           "resize_pos_embed", "usb_state_dict"]
 
 # USB's load_checkpoint drops every key that starts with one of these: the old task's classifier
 DROPPED_PREFIXES = ("fc", "classifier", "mlp", "head")
@@ -52,6 +52,13 @@ def file_digest(path: str | Path) -> str:
     validated many times by a sweep)."""
     st = os.stat(path)
     return _digest(str(path), st.st_size, st.st_mtime_ns)
+
+
+def checked_file(path: str | None, sha256: str | None) -> dict[str, str | None]:
+    """``model.pretrained`` and ``model.pretrained_sha256`` as the config holds them: the path made absolute (Ray
+    trials run in a temporary folder) and :func:`checked_digest`."""
+    path = None if path is None else str(Path(path).expanduser().resolve())
+    return {"pretrained": path, "pretrained_sha256": checked_digest(path, sha256)}
 
 
 def checked_digest(path: str | None, sha256: str | None) -> str | None:
