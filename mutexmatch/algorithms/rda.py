@@ -25,9 +25,11 @@ the DC's and q^w, q^s the CC's probabilities on the weak / strong view (the code
 
 The gradient reaches the shared features from every term (the CC's features are not detached); the weak views'
 predictions are detached. The DC is evaluated (the reference's ``evaluate`` reads the feature extractor's own
-classifier); ``train/tnc_cpa`` is the CC's complementary-label accuracy on unlabeled data (the reference's
-``ulb/complementary_pseudo_label_acc``). The symbols rho, rho~, L_cd, L_ca, L_rev follow the reference code's names
-(``distri``, ``unsup_loss_cd`` ...); the paper's printed equations were not at hand to check them against.
+classifier); ``train/tnc_cpa`` is the CC's complementary-label accuracy on unlabeled data (argmax q^w is not the
+class: the reference's ``ulb/complementary_pseudo_label_acc``), ``train/cpa`` the same of the aligned target's top
+class, argmax q~^w, which L_ca trains the CC towards. The symbols rho, rho~, L_cd, L_ca, L_rev follow the reference
+code's names (``distri``, ``unsup_loss_cd`` ...); the paper's printed equations were not at hand to check them
+against.
 """
 from __future__ import annotations
 
@@ -116,7 +118,8 @@ class RDA(Algorithm):
         loss = terms["sup"] + terms["rev"] + self.params.lambda_u * (terms["cd"] + terms["ca"])
         row_aligned = p_aligned / p_aligned.sum(dim=1, keepdim=True)
         return StepOutput(loss=loss, terms=terms, mask=torch.ones_like(p_w[:, 0]), conf=row_aligned.max(dim=1).values,
-                          pseudo_label=pseudo_label, tnc_comp_label=q_w.argmax(dim=1), soft_target=q_aligned)
+                          pseudo_label=pseudo_label, comp_label=q_aligned.argmax(dim=1),
+                          tnc_comp_label=q_w.argmax(dim=1), soft_target=q_aligned)
 
     def term_weights(self) -> dict[str, float]:
         return {"sup": 1.0, "rev": 1.0, "cd": self.params.lambda_u, "ca": self.params.lambda_u}

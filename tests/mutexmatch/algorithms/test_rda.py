@@ -68,6 +68,7 @@ def test_rda_equals_the_official_code_step_by_step(one_thread, official_step):
         torch.testing.assert_close(out.soft_target, RUN["ca_target"][t], **CLOSE,
                                    msg=lambda m: f"{at}: L_ca's aligned complementary targets\n{m}")
         assert torch.equal(out.mask, torch.ones(u)), f"{at}: RDA uses every unlabeled sample"
+        assert torch.equal(out.comp_label, RUN["ca_target"][t].argmax(dim=1)), f"{at}: L_ca's top class"
         for ours, theirs in (("sup", "sup_loss"), ("rev", "reverse_loss"), ("cd", "unsup_loss_cd"),
                              ("ca", "unsup_loss_ca")):
             torch.testing.assert_close(out.terms[ours].item(), losses[f"train/{theirs}"][t].item(), **CLOSE,
