@@ -26,7 +26,7 @@ RUNS = sorted((EXPERIMENTS / "runs").glob("*.yaml"))
 CPU_SCALE = {"quickstart.yaml", "cifar10_cpu.yaml", "zoo_digits.yaml"} | {p.name for p in SPECS
                                                                        if p.name.startswith("digits_")}
 # Benchmarks of other papers, on their own schedule (each has its own test below).
-OTHER_BENCHMARKS = {"usb_classic_cv.yaml", "shrinkmatch_published.yaml"}
+OTHER_BENCHMARKS = {"usb_classic_cv.yaml", "shrinkmatch_published.yaml", "usb_classic_cv_imb.yaml"}
 PAPER_SCALE = [p for p in SPECS if p.name not in CPU_SCALE | OTHER_BENCHMARKS]
 
 

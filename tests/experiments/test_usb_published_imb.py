@@ -1,0 +1,110 @@
+"""USB's numbers in ``experiments/usb_classic_cv_imb.yaml`` are USB's ``results/classic_cv_imb.csv`` (issue 41 item 5).
+
+``usb_classic_cv_imb_4499503.csv`` is that file as github.com/microsoft/Semi-supervised-learning stores it at commit
+44995033c13f1831e572d2c4d470addc84e1aa3a ("[Update] Convert results to csv"; unchanged at HEAD
+1ef4cbebcc0b368158315aeb425053858cf6c845), byte for byte (its UTF-8 byte-order mark kept):
+
+    git --git-dir=<mirror of microsoft/Semi-supervised-learning> show 4499503:results/classic_cv_imb.csv
+
+It holds accuracies, mean±std over 3 seeds, under three header rows (dataset; ``n_lb=lb<N_1>, n_ulb=ulb<M_1>``;
+``r_lb=<γ_l>, r_ulb=<γ_u>``). Each YAML setting is matched to its CSV column by what the setting trains (its
+dataset and ``data.imbalance``), not by its name; every cell the YAML prints is its CSV cell with two decimals, and
+every CSV row with a number is printed: the bases the sweep runs as published numbers, the others as quoted rows."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import re
+from decimal import Decimal
+from pathlib import Path
+
+import yaml
+
+from mutexmatch.config import parse_config
+from orchestration.spec.sweepfile import expand_cells, load_spec, trial_config
+
+HERE = Path(__file__).resolve().parent
+CSV = HERE / "usb_classic_cv_imb_4499503.csv"
+YAML = HERE.parents[1] / "experiments" / "usb_classic_cv_imb.yaml"
+SHA256 = "0fa6065ec96b8b639a389fce6b043674764223760c8f527305e52612ec131be0"
+RUN = ("supervised", "fixmatch", "remixmatch")   # USB's bases: the run rows
+
+
+def _columns_and_rows() -> tuple[list[tuple], dict[str, list[str]]]:
+    """The CSV's columns as (dataset, N_1, M_1 or None, γ_l, γ_u) and its rows, name -> cells."""
+    datasets, sizes, ratios, *rows = list(csv.reader(CSV.read_text(encoding="utf-8-sig").splitlines()))
+    columns = []
+    for d, n, r in zip(datasets[1:], sizes[1:], ratios[1:]):
+        lb, ulb = re.fullmatch(r"n_lb=lb(\d+), n_ulb=ulb(\d+|None)", n).groups()
+        r_lb, r_ulb = re.fullmatch(r"r_lb=(-?[\d.]+), r_ulb=(-?[\d.]+)", r).groups()
+        columns.append((d, int(lb), None if ulb == "None" else int(ulb), float(r_lb), float(r_ulb)))
+    return columns, {row[0]: row[1:] for row in rows if row}
+
+
+def _printed(cell: str) -> str:
+    """A CSV cell as the YAML prints it: two decimals each side of ±; USB's None is the empty cell "-"."""
+    if cell == "None":
+        return "-"
+    mean, std = cell.split("±")
+    return f"{Decimal(mean):.2f}±{Decimal(std):.2f}"
+
+
+def _setting_column(level: dict, columns: list[tuple]) -> int:
+    """The CSV column of a setting level, from the dataset and long-tailed split it trains."""
+    data = level["data"]
+    imb = data["imbalance"]
+    key = (data["dataset"], imb["labeled_head"], imb.get("unlabeled_head"), float(imb["labeled_ratio"]),
+           float(imb.get("unlabeled_ratio", 1.0)))
+    assert columns.count(key) == 1, key
+    return columns.index(key)
+
+
+def test_the_csv_copy_is_usbs_file_byte_for_byte() -> None:
+    assert hashlib.sha256(CSV.read_bytes()).hexdigest() == SHA256
+
+
+def test_every_printed_usb_cell_is_its_csv_cell_and_every_csv_number_is_printed() -> None:
+    raw = yaml.safe_load(YAML.read_text())
+    columns, usb = _columns_and_rows()
+    settings = raw["axes"]["setting"]
+    column_of = {name: _setting_column(level, columns) for name, level in settings.items()}
+    assert sorted(column_of.values()) == list(range(len(columns))) == list(range(11))   # USB's 11 settings, once
+    table = raw["tables"][0]
+    printed = {**table["published"], **{q["level"]: q["values"] for q in table["quoted_rows"]}}
+    wrong = [(row, setting, value, _printed(usb[row.replace("_plus", "+")][column_of[setting]]))
+             for row, cells in printed.items() for setting, value in cells.items()
+             if value != _printed(usb[row.replace("_plus", "+")][column_of[setting]])]
+    assert not wrong, f"(row, setting, printed, USB's CSV cell): {wrong}"
+    assert all(set(cells) == set(settings) for cells in printed.values())   # every column, "-" where USB has none
+    with_a_number = {name for name, cells in usb.items() if any(c != "None" for c in cells)}
+    assert {row.replace("_plus", "+") for row in printed} == with_a_number
+    assert set(table["published"]) == set(RUN) == set(raw["axes"]["method"])
+    assert "remixmatch_adsh" not in with_a_number and "fixmatch_crest+" in with_a_number
+
+
+def test_the_runs_use_usbs_classic_cv_imb_settings(tmp_path: Path) -> None:
+    """scripts/config_generator_classic_cv_imb.py: WRN-28-2 everywhere, B 64, FixMatch uratio 2, ReMixMatch 1 with
+    uniform alignment, 256 epochs of 1024 steps evaluated every 1024, EMA 0.999, SGD 0.03 Nesterov cosine 7/16, weight
+    decay 5e-4 on every dataset, labeled images not in the unlabeled set, three folds (USB's seeds 0-2)."""
+    (tmp_path / "data").mkdir()
+    spec = load_spec(YAML, tmp_path)
+    assert spec.folds == [0, 1, 2]
+    cells = expand_cells(spec)
+    assert len(cells) == 3 * 11
+    for cell in cells:
+        cfg = parse_config(trial_config(spec, cell, 0, project_dir=tmp_path))
+        where = cell.id
+        assert cfg.model.backbone == "wrn28_2", where
+        assert (cfg.train.iterations, cfg.train.eval_interval, cfg.train.ema, cfg.train.batch_size) == (
+            256 * 1024, 1024, 0.999, 64), where
+        assert cfg.train.mu == {"fixmatch": 2, "remixmatch": 1}.get(cfg.algorithm.name, cfg.train.mu), where
+        assert (cfg.optim.lr, cfg.optim.momentum, cfg.optim.nesterov, cfg.optim.schedule, cfg.optim.cosine_factor,
+                cfg.optim.weight_decay) == (0.03, 0.9, True, "cosine", 7 / 16, 5e-4), where
+        assert cfg.data.unlabeled_includes_labeled is False and cfg.data.imbalance is not None, where
+        if cfg.algorithm.name == "fixmatch":
+            assert (cfg.algorithm.tau, cfg.algorithm.lambda_p) == (0.95, 1.0), where
+        if cfg.algorithm.name == "remixmatch":
+            assert (cfg.algorithm.da_target, cfg.algorithm.lambda_p, cfg.algorithm.unsup_warm_up) == (
+                "uniform", 1.5, 0.015625), where
+
