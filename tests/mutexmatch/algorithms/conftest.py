@@ -1,5 +1,6 @@
-"""What the golden-record tests (test_shrinkmatch, test_rda) share: one replayed step checked against the
-official step's gradients and BatchNorm statistics, then moved onto the official weights."""
+"""What the golden-record tests (test_shrinkmatch, test_rda) share: the tiny network of the golden runs, and one
+replayed step checked against the official step's gradients and BatchNorm statistics, then moved onto the official
+weights."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
@@ -9,6 +10,28 @@ import torch
 from torch import nn
 
 CLOSE = {"atol": 1e-6, "rtol": 1e-6}
+
+
+class GoldenNet(nn.Module):
+    """The golden runs' network by our names: ``body`` (Linear, BatchNorm1d, tanh), the classifier ``tpc`` and the
+    algorithm's other modules by name (RDA's complementary classifier ``tnc``, ShrinkMatch's ``heads``), sized by
+    the record's config (``d_in``, ``width``, ``num_classes``)."""
+
+    def __init__(self, cfg: Mapping, **modules: nn.Module) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(cfg["d_in"], cfg["width"]), nn.BatchNorm1d(cfg["width"]), nn.Tanh())
+        self.tpc = nn.Linear(cfg["width"], cfg["num_classes"])
+        for name, module in modules.items():
+            setattr(self, name, module)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+
+@pytest.fixture
+def golden_net() -> type[GoldenNet]:
+    """:class:`GoldenNet`."""
+    return GoldenNet
 
 
 def check_and_take_official_step(model: nn.Module, run: Mapping, t: int, official_name: Callable[[str], str],

@@ -29,20 +29,6 @@ OFFICIAL = (("body.", "feature_extractor.body."), ("tpc.", "feature_extractor.fc
             ("tnc.", "classifier_reverse.fc."))
 
 
-class GoldenNet(nn.Module):
-    """The golden run's extractor (Linear, BatchNorm1d, tanh), its classifier (DC) and the complementary one (CC)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        width, classes = CFG["width"], CFG["num_classes"]
-        self.body = nn.Sequential(nn.Linear(CFG["d_in"], width), nn.BatchNorm1d(width), nn.Tanh())
-        self.tpc = nn.Linear(width, classes)
-        self.tnc = nn.Linear(width, classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.body(x)
-
-
 def official_name(ours: str) -> str:
     for mine, theirs in OFFICIAL:
         if ours.startswith(mine):
@@ -50,10 +36,10 @@ def official_name(ours: str) -> str:
     raise AssertionError(ours)
 
 
-def test_rda_equals_the_official_code_step_by_step(one_thread, official_step):
+def test_rda_equals_the_official_code_step_by_step(one_thread, official_step, golden_net):
     views, losses, lr = GOLDEN["views"], RUN["losses"], CFG["lr"]
     b, u = CFG["batch"], CFG["batch"] * CFG["mu"]
-    model = GoldenNet()
+    model = golden_net(CFG, tnc=nn.Linear(CFG["width"], CFG["num_classes"]))   # the CC, by our name
     model.load_state_dict({n: RUN["initial_state"][official_name(n)] for n in model.state_dict()})
     alg = build_algorithm("rda", {"lambda_u": CFG["lambda_u"]}, TrainContext.synthetic(CFG["num_classes"], 64))
     for t in range(CFG["steps"]):

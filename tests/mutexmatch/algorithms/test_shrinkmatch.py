@@ -27,21 +27,6 @@ CFG = GOLDEN["config"]
 CLOSE = {"atol": 1e-6, "rtol": 1e-6}
 
 
-class GoldenNet(nn.Module):
-    """The golden run's encoder (Linear, BatchNorm1d, tanh), classifier and auxiliary head, by our names."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        width, classes = CFG["width"], CFG["num_classes"]
-        self.body = nn.Sequential(nn.Linear(CFG["d_in"], width), nn.BatchNorm1d(width), nn.Tanh())
-        self.tpc = nn.Linear(width, classes)
-        params = ShrinkMatch.Params.parse({}, "shrinkmatch", classes)
-        self.heads = nn.ModuleDict(ShrinkMatch.heads(params, width, classes))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.body(x)
-
-
 def official_name(ours: str) -> str:
     for mine, theirs in (("body.", "net.body."), ("tpc.", "fc."), ("heads.aux.", "head_aux.")):
         if ours.startswith(mine):
@@ -54,11 +39,12 @@ def load_official(model: nn.Module, state: dict) -> None:
 
 
 @pytest.mark.parametrize("form", ["plain", "da"])
-def test_shrinkmatch_equals_the_official_code_step_by_step(form, official_step, one_thread):
+def test_shrinkmatch_equals_the_official_code_step_by_step(form, official_step, one_thread, golden_net):
     run, views, tau, lr = GOLDEN[form], GOLDEN["views"], CFG["tau"], CFG["lr"]
     b, u = CFG["batch"], CFG["batch"] * CFG["mu"]
     torch.manual_seed(0)
-    model = GoldenNet()
+    params = ShrinkMatch.Params.parse({}, "shrinkmatch", CFG["num_classes"])
+    model = golden_net(CFG, heads=nn.ModuleDict(ShrinkMatch.heads(params, CFG["width"], CFG["num_classes"])))
     load_official(model, run["initial_state"])
     ctx = TrainContext.synthetic(CFG["num_classes"], 64)
     alg = build_algorithm("shrinkmatch", {"tau": tau, "dist_align": form == "da", "epoch_steps": CFG["epoch"]}, ctx)
