@@ -15,16 +15,24 @@ import torch
 
 from mutexmatch import metrics as M
 
-__all__ = ["GROUPS", "confusion_matrix", "recall", "balanced_accuracy", "macro_f1", "class_groups",
+__all__ = ["GROUPS", "confusion_matrix", "add_to_confusion", "recall", "balanced_accuracy", "macro_f1", "class_groups",
            "group_accuracy", "class_scores", "confusion_record"]
 
 GROUPS = tuple(M.GROUP_ACC)   # head, medium, tail
 
 
 def confusion_matrix(y: torch.Tensor, pred: torch.Tensor, num_classes: int) -> torch.Tensor:
-    """``counts[true, predicted]`` (int64, on the tensors' device): one bincount, no host synchronisation."""
-    return torch.bincount(y.long() * num_classes + pred.long(), minlength=num_classes * num_classes
-                          ).view(num_classes, num_classes)
+    """``counts[true, predicted]`` (int64, on the tensors' device) of labels ``y`` and predictions ``pred``."""
+    counts = torch.zeros(num_classes, num_classes, dtype=torch.long, device=y.device)
+    return add_to_confusion(counts, y, pred)
+
+
+def add_to_confusion(counts: torch.Tensor, y: torch.Tensor, pred: torch.Tensor) -> torch.Tensor:
+    """``counts`` (C x C, int64) plus one per (label, prediction) pair, in place. index_add_ rather than bincount:
+    CUDA's bincount reads its input's maximum, so it would make the host wait for the device at every batch."""
+    idx = y.long() * counts.shape[1] + pred.long()
+    counts.view(-1).index_add_(0, idx, torch.ones_like(idx))
+    return counts
 
 
 def recall(conf: np.ndarray) -> np.ndarray:

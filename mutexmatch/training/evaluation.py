@@ -22,7 +22,7 @@ from mutexmatch.config import RunConfig
 from mutexmatch.data.augment import normalize
 from mutexmatch.data.load import DatasetBundle
 from mutexmatch.data.splits import Split
-from mutexmatch.training.class_scores import balanced_accuracy, class_groups, class_scores, confusion_matrix
+from mutexmatch.training.class_scores import add_to_confusion, balanced_accuracy, class_groups, class_scores
 from mutexmatch.training.class_scores import confusion_record
 from mutexmatch.training.distributed import DataParallel
 from mutexmatch.training.run_files import per_class_counts
@@ -77,7 +77,7 @@ class Evaluator:
         counts = torch.zeros(c, c, dtype=torch.long, device=self.device)
         mine = self.dp.shard(len(y))
         for logits, yb in self.logits(model, x[mine], y[mine]):
-            counts += confusion_matrix(yb, logits.argmax(1), c)
+            add_to_confusion(counts, yb, logits.argmax(1))
         return self.dp.sum_over_ranks(counts).cpu().numpy()
 
     def test_scores(self, model: nn.Module) -> tuple[dict[str, float], np.ndarray]:
