@@ -130,21 +130,43 @@ def _one_line(e: BaseException) -> str:
 
 def _import_path(path: Path) -> ModuleType:
     name = path.stem if path.is_file() else path.name
+    if name in sys.modules:   # a plugin file named yaml.py must not replace PyYAML
+        raise PluginError(f"its module name {name!r} is taken by the module imported from "
+                          f"{getattr(sys.modules[name], '__file__', None) or 'Python itself'}; rename the plugin")
     if path.is_file():
         spec = importlib.util.spec_from_file_location(name, path)
     else:
         init = path / "__init__.py"
         if not init.is_file():
-            raise PluginError(f"is a folder without __init__.py: a plugin folder is a Python package")
+            raise PluginError("is a folder without __init__.py: a plugin folder is a Python package")
         spec = importlib.util.spec_from_file_location(name, init, submodule_search_locations=[str(path)])
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
     except BaseException:
-        sys.modules.pop(name, None)
+        _forget_module(name)
         raise
     return module
+
+
+def _forget_module(name: str) -> None:
+    """Undo a plugin's failed import: its modules and what they registered before failing (a fixed plugin loads
+    again in the same process without 'already registered')."""
+    for key in [k for k in sys.modules if k == name or k.startswith(name + ".")]:
+        del sys.modules[key]
+    for registry in _registries().values():
+        for key in [k for k, v in registry.items() if _defining_module(v).split(".")[0] == name]:
+            del registry[key]
+
+
+def _import_name(name: str) -> ModuleType:
+    try:
+        return importlib.import_module(name)
+    except BaseException:
+        if name not in sys.modules:   # what it registered before failing goes too
+            _forget_module(name)
+        raise
 
 
 def _load_one(entry: str, how: str) -> Plugin:
@@ -164,7 +186,7 @@ def _load_one(entry: str, how: str) -> Plugin:
     module = sys.modules.get(name) if path is None else None
     if module is None:
         try:
-            module = _import_path(path) if path is not None and path.exists() else importlib.import_module(name)
+            module = _import_path(path) if path is not None and path.exists() else _import_name(name)
         except PluginError as e:
             raise PluginError(f"{what}: {e}") from None
         except ModuleNotFoundError as e:

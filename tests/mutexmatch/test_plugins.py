@@ -106,6 +106,21 @@ def test_a_plugin_that_cannot_be_used_is_one_line_naming_its_file(tmp_path, plug
     assert name.removesuffix(".py") not in sys.modules
 
 
+def test_a_plugin_fixed_after_a_failed_import_loads_and_a_taken_module_name_is_refused(tmp_path, plugin_sandbox):
+    from mutexmatch.algorithms import ALGORITHMS
+
+    path = _bad(tmp_path, "half.py", "from mutexmatch.algorithms import FixMatch, register_algorithm\n\n\n"
+                                     "@register_algorithm('half')\nclass Half(FixMatch):\n    pass\n\n\nraise "
+                                     "ImportError('a missing piece')\n")
+    with pytest.raises(ConfigError, match=r"ImportError: a missing piece \(half.py, line 9\)"):
+        parse_config({**BUILTIN, "plugins": [str(path)]})
+    assert "half" not in ALGORITHMS and "half" not in sys.modules   # nothing of the failed import stays
+    path.write_text(path.read_text().replace("raise ImportError('a missing piece')", ""))
+    parse_config({**BUILTIN, "algorithm": {"name": "half"}, "plugins": [str(path)]})
+    with pytest.raises(ConfigError, match=r"its module name 'yaml' is taken by the module imported from .*; rename "):
+        parse_config({**BUILTIN, "plugins": [str(_bad(tmp_path, "yaml.py", "x = 1\n"))]})
+
+
 @pytest.mark.parametrize("entry, said", [
     ("./no_such_folder", "no such file or folder (a path in a YAML is relative to the YAML's folder)"),
     ("no_such_module", "no module named 'no_such_module' here"),
