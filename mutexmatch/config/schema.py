@@ -379,7 +379,7 @@ class RunConfig(_Section):
             raise ConfigError(str(e)) from None
         errors += _check_algorithm(self.algorithm, num_classes)
         errors += imb_base_errors(self.imb_algorithm, self.algorithm.name)
-        errors += _check_backbone(self.model.backbone, image_size)
+        errors += _check_backbone(self.model, image_size, num_classes, self.data.dataset)
         errors += _check_optim(self.optim, self.train.iterations)
         if errors:
             raise ConfigError("\n".join(errors))
@@ -451,13 +451,19 @@ def has_validation(d: DataConfig) -> bool:
     return d.val_per_class > 0 or (d.dataset == "imagefolder" and (Path(d.root) / "val").is_dir())
 
 
-def _check_backbone(name: str, image_size: int) -> list[str]:
+def _check_backbone(model: ModelConfig, image_size: int, num_classes: int, dataset: str) -> list[str]:
+    from mutexmatch.data.builtin import DATASETS
     from mutexmatch.models import BACKBONES
+    from mutexmatch.models.pretrained import pretrained_errors
 
+    name = model.backbone
     if name not in BACKBONES:
         return [f"model.backbone={shown(name)}: unknown; registered: {', '.join(sorted(BACKBONES))}"]
-    problem = BACKBONES[name].size_error(image_size)
-    return [f"data.image_size={image_size}: {problem}"] if problem else []
+    if problem := BACKBONES[name].size_error(image_size):
+        return [f"data.image_size={image_size}: {problem}"]
+    channels = DATASETS[dataset].info.channels if dataset in DATASETS else 3   # an image folder's are RGB
+    return pretrained_errors(name, model.pretrained, model.pretrained_sha256, num_classes=num_classes,
+                             in_channels=channels, image_size=image_size)
 
 
 def _check_optim(optim: OptimConfig, iterations: int) -> list[str]:

@@ -30,8 +30,8 @@ from torch import nn
 
 from mutexmatch.checksum import sha256_file
 
-__all__ = ["PretrainedError", "checked_digest", "checked_file", "file_digest", "load_pretrained", "read_weights",
-           "resize_pos_embed", "usb_state_dict"]
+__all__ = ["PretrainedError", "checked_digest", "checked_file", "file_digest", "load_pretrained",
+           "pretrained_errors", "read_weights", "resize_pos_embed", "usb_state_dict"]
 
 # USB's load_checkpoint drops every key that starts with one of these: the old task's classifier
 DROPPED_PREFIXES = ("fc", "classifier", "mlp", "head")
@@ -174,6 +174,42 @@ def _shown(keys: list[str]) -> str:
     return ", ".join(keys[:_SHOWN]) + more
 
 
+def _check_fits(model: nn.Module, state: dict[str, torch.Tensor], where: str, backbone: str) -> None:
+    ours = model.state_dict()
+    for key, value in state.items():
+        if key in ours and value.shape != ours[key].shape:
+            raise PretrainedError(f"{where}: tensor {key!r} has shape {list(value.shape)} in the file, "
+                                  f"{list(ours[key].shape)} in model.backbone={backbone}: a file of another "
+                                  "architecture or size")
+    if not set(state) & set(ours):
+        raise PretrainedError(f"{where}: none of its {len(state)} tensors ({_shown(sorted(state))}) is one of "
+                              f"model.backbone={backbone}'s ({_shown(list(ours))}): a file of another architecture")
+
+
+def pretrained_errors(backbone: str, path: str | None, sha256: str | None, *, num_classes: int, in_channels: int,
+                      image_size: int) -> list[str]:
+    """The one-line refusal of a weight file that does not fit the run's backbone (a tensor's shape, another
+    architecture, a file that is no state dict), or []: the config's check, before any work (the backbone built on
+    the meta device, nothing allocated). [] where no file is here (see :func:`checked_digest`)."""
+    if path is None or not os.path.isfile(path):
+        return []
+    try:
+        _fits(backbone, path, sha256, num_classes, in_channels, image_size)
+    except PretrainedError as e:
+        return [str(e)]
+    return []
+
+
+@lru_cache(maxsize=16)   # a sweep validates each trial's config: one read of the file per fact set
+def _fits(backbone: str, path: str, sha256: str | None, num_classes: int, in_channels: int, image_size: int) -> None:
+    from mutexmatch.models.registry import build_backbone
+
+    where = f"model.pretrained={path}"
+    with torch.device("meta"):
+        model = build_backbone(backbone, num_classes=num_classes, in_channels=in_channels, image_size=image_size)
+    _check_fits(model, usb_state_dict(model, read_weights(path, sha256)[0], where), where, backbone)
+
+
 def load_pretrained(model: nn.Module, path: str | Path, sha256: str | None, backbone: str) -> list[str]:
     """Load the weight file at ``path`` into ``model`` (a backbone, named ``backbone`` in messages) by USB's rules;
     returns the report: what was loaded, then the model's tensors left at their initial values and the file's
@@ -187,15 +223,7 @@ def load_pretrained(model: nn.Module, path: str | Path, sha256: str | None, back
     where = f"model.pretrained={path}"
     raw, digest = read_weights(path, sha256)
     state = usb_state_dict(model, raw, where)
-    ours = model.state_dict()
-    for key, value in state.items():
-        if key in ours and value.shape != ours[key].shape:
-            raise PretrainedError(f"{where}: tensor {key!r} has shape {list(value.shape)} in the file, "
-                                  f"{list(ours[key].shape)} in model.backbone={backbone}: a file of another "
-                                  "architecture or size")
-    if not set(state) & set(ours):
-        raise PretrainedError(f"{where}: none of its {len(state)} tensors ({_shown(sorted(state))}) is one of "
-                              f"model.backbone={backbone}'s ({_shown(list(ours))}): a file of another architecture")
+    _check_fits(model, state, where, backbone)
     result = model.load_state_dict(state, strict=False)
     lines = [f"model.pretrained: {len(state) - len(result.unexpected_keys)} tensors loaded into {backbone} from "
              f"{path} (sha256 {digest})"]

@@ -99,7 +99,7 @@ class VisionTransformer(Backbone):
         self.patch_embed = PatchEmbed(in_channels, dim, patch)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
         self.pos_embed = nn.Parameter(torch.zeros(1, (image_size // patch) ** 2 + 1, dim))
-        rates = torch.linspace(0, drop_path, depth).tolist()    # stochastic depth: 0 at the first block
+        rates = torch.linspace(0, drop_path, depth, device="cpu").tolist()   # USB's float32 rates; cpu: meta builds
         self.blocks = nn.Sequential(*(Block(dim, heads, rate) for rate in rates))
         self.norm = nn.LayerNorm(dim, eps=_LN_EPS)
         self.feat_dim = dim

@@ -1,5 +1,6 @@
 """``model.pretrained`` (issue 42 item 2): weight files read in USB's, timm's and safetensors' forms, loaded by USB's
-rules, refused in one line naming the field and the tensor; the file's digest in the config and its hash.
+rules, refused in one line naming the field and the tensor (by the loader, and by the config's check before any
+work); the file's digest in the config and its hash.
 (The loaded state dicts against semilearn's own ``load_checkpoint``: test_pretrained_usb.py.)"""
 from __future__ import annotations
 
@@ -188,3 +189,15 @@ def test_bad_pretrained_fields_are_one_line(tmp_path, weights, model, expected) 
         parse_config(_config(model))
     assert str(e.value) == expected.format(**names) or str(e.value).startswith(expected.format(**names)), e.value
     assert "\n" not in str(e.value)
+
+
+def test_a_file_that_does_not_fit_is_refused_when_the_config_is_loaded(tmp_path) -> None:
+    torch.save({"model": _random("vit_small_patch2_32")}, tmp_path / "s.pth")
+    raw = {"data": {"dataset": "cifar10", "num_labels": 40, "root": str(tmp_path)},
+           "model": {"backbone": TINY, "pretrained": str(tmp_path / "s.pth")}}
+    with pytest.raises(ConfigError) as e:
+        parse_config(raw)
+    assert str(e.value) == (f"model.pretrained={tmp_path / 's.pth'}: tensor 'cls_token' has shape [1, 1, 384] in "
+                            f"the file, [1, 1, 192] in model.backbone={TINY}: a file of another architecture or size")
+    torch.save({"model": _random(TINY, size=64)}, tmp_path / "t.pth")   # the same ViT at another size: resized
+    assert parse_config({**raw, "model": {"backbone": TINY, "pretrained": str(tmp_path / "t.pth")}})

@@ -1,11 +1,13 @@
 """A run that starts from ``model.pretrained`` (issue 42 item 2): the trainer's backbone and its EMA hold the file's
 tensors (the old head dropped), the heads drawn as without the file; a file of the wrong shape or digest stops the
-command before training, in one line, with nothing written."""
+command when its config is loaded, in one line, with nothing written; a file replaced after that stops the trainer
+when it loads the bytes."""
 from __future__ import annotations
 
+import pytest
 import torch
 
-from mutexmatch.config import parse_config
+from mutexmatch.config import ConfigError, parse_config
 from mutexmatch.models import build_backbone
 from mutexmatch.training import Trainer, main
 
@@ -66,3 +68,13 @@ def test_a_replaced_file_stops_the_command_in_one_line(tmp_path, capsys) -> None
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1, err
     assert err[0].startswith(f"error: model.pretrained={path}: its sha256 is ")
+
+
+def test_a_file_replaced_after_the_config_was_checked_stops_the_trainer(tmp_path) -> None:
+    path, _ = _file(tmp_path)
+    cfg = parse_config(_raw(tmp_path, pretrained=str(path)))
+    torch.save({"model": build_backbone("small_cnn", num_classes=5, in_channels=1).state_dict()}, path)
+    with pytest.raises(ConfigError) as e:
+        Trainer(cfg)
+    assert str(e.value).startswith(f"model.pretrained={path}: its sha256 is ") and "\n" not in str(e.value)
+    assert not (tmp_path / "run" / "checkpoints").exists()
