@@ -24,7 +24,7 @@ METRIC_NAMES = {contract.TEST_ACC: "test accuracy (EMA model)", "test/acc_raw": 
                 contract.VAL_BEST_ACC: "best validation accuracy", "test/median_acc": "median test accuracy",
                 contract.PL_ACC: "pseudo-label accuracy", contract.TRAIN_LOSS: "training loss",
                 "train/cpa": "complementary-label accuracy", "train/mask_ratio": "share of confident samples",
-                "test/balanced_acc": "balanced test accuracy (mean class recall)",
+                "test/balanced_acc": "balanced test accuracy",
                 "val/balanced_acc": "balanced validation accuracy", "test/macro_f1": "macro F1 (test)",
                 "test/head_acc": "head-class test accuracy", "test/medium_acc": "medium-class test accuracy",
                 "test/tail_acc": "tail-class test accuracy"}
