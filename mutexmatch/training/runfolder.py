@@ -5,7 +5,8 @@ A run folder holds ``config.yaml`` (resolved), ``run.json`` (hashes), ``split.js
 ``dataset.json`` (classes, image counts, normalisation statistics), ``checkpoints/ckpt_<step>.pt`` each with its
 ``.sha256``, ``metrics.jsonl`` (one line per evaluation), ``confusion_matrix.json`` (the last evaluation's test
 confusion matrix), ``best_model.pt`` and ``final_model.pt`` (EMA weights) and ``.lock`` (held with ``flock`` while
-a trainer uses the folder). Orchestration reads and copies run folders only through :class:`RunFolder`. Standard library only.
+a trainer uses the folder). Orchestration reads and copies run folders only through :class:`RunFolder`. Standard
+library only.
 """
 
 from __future__ import annotations

@@ -22,7 +22,8 @@ def test_a_table_may_show_any_class_wise_score(metric):
     assert validate_report(spec(metric=metric)).tables[0].metric == metric
 
 
-@pytest.mark.parametrize("metric", ["test/recall/x", "test/recall/-1", "test/recall/07", "test/recall", "test/balanced"])
+@pytest.mark.parametrize("metric", ["test/recall/x", "test/recall/-1", "test/recall/07", "test/recall",
+                                    "test/balanced"])
 def test_a_misspelt_class_wise_score_is_refused(metric):
     with pytest.raises(LayoutError, match="is not a metric the trainer logs"):
         validate_report(spec(metric=metric))
