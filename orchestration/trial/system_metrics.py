@@ -6,8 +6,9 @@ starts one); a trial's run is made with :class:`mlflow.MlflowClient`, never the 
 MLflow's :class:`~mlflow.system_metrics.system_metrics_monitor.SystemMetricsMonitor` itself for its run, in its Ray
 worker, at the sweep YAML's ``tracking.system_metrics_interval``. A restarted attempt continues the run's steps
 (``resume_logging``). MLflow's monitor publishes nothing for a run shorter than one interval (its thread exits on the
-stop signal before its first publish), so :meth:`TrialSystemMetrics.stop` publishes one sample then: every trial's
-run has them."""
+stop signal before its first publish) nor what it sampled after its last publish, and a trial Tune stops may lose its
+process before it can say anything; so :class:`TrialSystemMetrics` publishes one sample when the attempt starts and
+one when it stops, besides the thread's: every trial's run has them, however it ends."""
 
 from __future__ import annotations
 
@@ -24,14 +25,13 @@ SYSTEM_PREFIX = "system/"   # MLflow's prefix of every system metric (system/cpu
 
 
 class TrialSystemMetrics:
-    """The system-metrics thread of one trial attempt: :meth:`start` it once the run is RUNNING, :meth:`stop` it
-    before the run ends (what it sampled is flushed then). ``interval`` None: off (``tracking.system_metrics:
-    false``), both calls do nothing."""
+    """The system-metrics thread of one trial attempt: :meth:`start` it once the run is RUNNING (a first sample is
+    logged then), :meth:`stop` it before the run ends (a last sample is logged then). ``interval`` None: off
+    (``tracking.system_metrics: false``), both calls do nothing."""
 
     def __init__(self, tracking_uri: str, run_id: str, interval: float | None):
         self.tracking_uri, self.run_id, self.interval = tracking_uri, run_id, interval
         self._monitor: SystemMetricsMonitor | None = None
-        self._published = 0
 
     def start(self) -> "TrialSystemMetrics":
         if self.interval is None:
@@ -44,26 +44,21 @@ class TrialSystemMetrics:
             print(f"[trial] no system metrics on run {self.run_id}: {e} (pip install psutil)", file=sys.stderr,
                   flush=True)
             return self
-        outer = self
-
-        class _Counted(SystemMetricsMonitor):
-            def publish_metrics(self, metrics: dict) -> None:
-                super().publish_metrics(metrics)
-                outer._published += 1
-
-        self._monitor = _Counted(self.run_id, sampling_interval=self.interval, resume_logging=True,
-                                 tracking_uri=self.tracking_uri)
+        self._monitor = SystemMetricsMonitor(self.run_id, sampling_interval=self.interval, resume_logging=True,
+                                             tracking_uri=self.tracking_uri)
+        self._sample(self._monitor)
         self._monitor.start()
         return self
 
     def stop(self) -> None:
-        """The thread stopped and its samples logged; a run shorter than one interval gets one sample now."""
+        """The thread stopped (what it published is logged) and a last sample logged."""
         monitor, self._monitor = self._monitor, None
-        if monitor is None:
-            return
-        monitor.finish()
-        if self._published:
-            return
+        if monitor is not None:
+            monitor.finish()
+            self._sample(monitor)
+
+    def _sample(self, monitor: "SystemMetricsMonitor") -> None:
+        """One sample logged now, at the monitor's next step (with what its thread sampled since it last published)."""
         try:
             monitor.collect_metrics()
             monitor.publish_metrics(monitor.aggregate_metrics())
