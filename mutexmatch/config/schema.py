@@ -12,6 +12,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationEr
 
 from mutexmatch import plugins
 from mutexmatch.checks import at_least, shown, validation_error_lines, within
+from mutexmatch.config.optim_section import OptimConfig, check_optim
 from mutexmatch.config.imb_section import ImbAlgorithmConfig, imb_base_errors
 
 
@@ -159,9 +160,9 @@ class DataConfig(_Section):
     svhn_extra: bool = Field(False, description="SVHN only: append the 531k `extra` images to the training set.")
     image_size: int | None = Field(
         None, description="Side length images are resized to at load time; null = the dataset's default "
-        "(digits 16, CIFAR/SVHN 32, STL-10 96, mini-ImageNet 80, Tiny-ImageNet 64; imagefolder: the side of its "
-        "first train image, which must then be square); only digits, mini-ImageNet and imagefolder can be "
-        "resized.")
+        "(digits 16, CIFAR/SVHN 32, STL-10 96, mini-ImageNet 80, Tiny-ImageNet 64, EuroSAT 64, TissueMNIST 28; "
+        "imagefolder: the side of its first train image, which must then be square); only digits, mini-ImageNet, "
+        "EuroSAT, TissueMNIST and imagefolder can be resized.")
     # Left out of the config (and so of its hash) when null: every earlier run padded as its dataset does.
     crop_ratio: Annotated[float | None, AfterValidator(_crop_ratio)] = Field(
         None, exclude_if=lambda v: v is None, description="USB-CV's weak crop: pad int(image_size·(1 - crop_ratio)) "
@@ -249,34 +250,6 @@ class AlgorithmConfig(_Section):
         if errors:
             raise ValueError("\n".join(errors))
         return self
-
-
-class OptimConfig(_Section):
-    """SGD with Nesterov momentum and the FixMatch cosine schedule, or USB's AdamW fine-tuning recipe."""
-
-    # Left out of the config (and so of its hash) at their defaults, the optimiser every earlier run used.
-    name: Literal["sgd", "adamw"] = Field(
-        "sgd", exclude_if=lambda v: v == "sgd", description="`sgd` (the paper's); `adamw`: USB's fine-tuning "
-        "optimiser (torch's AdamW, default betas and eps) over USB's parameter groups: no weight decay for 1-D "
-        "parameters, biases, a ViT's pos_embed and cls_token; layer-wise decay by optim.layer_decay.")
-    layer_decay: Annotated[float, AfterValidator(within(0.0, 1.0, low_open=True))] = Field(
-        1.0, exclude_if=lambda v: v == 1.0, description="adamw only: layer-wise learning-rate decay d (USB's "
-        "layer_decay): layer i of L (a ViT: stem 0, block N at N + 1, its final norm with the last block, the "
-        "heads last) trains at lr·d^(L-1-i); 1 = every layer at lr. Needs a backbone that declares its layers "
-        "(the ViTs).")
-    warmup: _AtLeast0 = Field(0, exclude_if=lambda v: v == 0, description="[W] linear warm-up steps (USB's "
-                              "num_warmup_iter): the LR factor is t/W for t < W, then the schedule runs over the "
-                              "remaining T - W steps (USB's get_cosine_schedule_with_warmup); 0 = none.")
-    lr: Annotated[float, AfterValidator(within(0.0, 10.0, low_open=True))] = Field(
-        0.03, description="Base learning rate.")
-    momentum: _UnitOpen = Field(0.9, description="SGD momentum (sgd only).")
-    nesterov: bool = Field(True, description="Nesterov momentum (sgd only).")
-    weight_decay: _UnitOpen = Field(5e-4, description="Weight decay: coupled for sgd, where BatchNorm parameters "
-                                    "get none; decoupled for adamw, on USB's parameter groups.")
-    schedule: Literal["cosine", "constant"] = Field(
-        "cosine", description="`cosine`: LR factor cos(c·π·t/T) per step (T = train.iterations); `constant`: none.")
-    cosine_factor: Annotated[float, AfterValidator(within(0.0, 0.5))] = Field(
-        7 / 16, description="[c] in cos(c·π·t/T); FixMatch and MutexMatch use 7/16.")
 
 
 class TrainConfig(_Section):
@@ -380,7 +353,7 @@ class RunConfig(_Section):
         errors += _check_algorithm(self.algorithm, num_classes)
         errors += imb_base_errors(self.imb_algorithm, self.algorithm.name)
         errors += _check_backbone(self.model, image_size, num_classes, self.data.dataset)
-        errors += _check_optim(self.optim, self.train.iterations)
+        errors += check_optim(self.optim, self.train.iterations)
         if errors:
             raise ConfigError("\n".join(errors))
         return self
@@ -464,16 +437,6 @@ def _check_backbone(model: ModelConfig, image_size: int, num_classes: int, datas
     channels = DATASETS[dataset].info.channels if dataset in DATASETS else 3   # an image folder's are RGB
     return pretrained_errors(name, model.pretrained, model.pretrained_sha256, num_classes=num_classes,
                              in_channels=channels, image_size=image_size)
-
-
-def _check_optim(optim: OptimConfig, iterations: int) -> list[str]:
-    errors = []
-    if optim.layer_decay != 1.0 and optim.name != "adamw":
-        errors.append(f"optim.layer_decay={optim.layer_decay:g}: applies to optim.name adamw only (USB's "
-                      f"fine-tuning recipe); with {optim.name} leave it at 1")
-    if optim.warmup > iterations:
-        errors.append(f"optim.warmup={optim.warmup}: must be <= train.iterations ({iterations})")
-    return errors
 
 
 def _format_validation_error(err: ValidationError) -> str:

@@ -1,4 +1,5 @@
-"""The built-in datasets, one module each (CIFAR-10/100, SVHN, STL-10, mini-ImageNet, Tiny-ImageNet, digits).
+"""The built-in datasets, one module each (CIFAR-10/100, SVHN, STL-10, mini-ImageNet, Tiny-ImageNet, EuroSAT,
+TissueMNIST, digits).
 
 Importing this package imports every module in it (alphabetically; ``_``-prefixed ones hold shared code and are
 imported by the modules that use them), and each registers its dataset with ``@register_dataset``
