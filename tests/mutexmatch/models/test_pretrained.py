@@ -201,3 +201,16 @@ def test_a_file_that_does_not_fit_is_refused_when_the_config_is_loaded(tmp_path)
                             f"the file, [1, 1, 192] in model.backbone={TINY}: a file of another architecture or size")
     torch.save({"model": _random(TINY, size=64)}, tmp_path / "t.pth")   # the same ViT at another size: resized
     assert parse_config({**raw, "model": {"backbone": TINY, "pretrained": str(tmp_path / "t.pth")}})
+
+
+def test_torchvision_resnet50_file_loads_all_but_its_fc(tmp_path) -> None:
+    import torchvision
+
+    torch.manual_seed(3)
+    state = torchvision.models.resnet50(weights=None).state_dict()   # torchvision's names, a 1000-way fc
+    torch.save(state, tmp_path / "r50.pth")
+    model = build_backbone("resnet50", num_classes=10)
+    report = load_pretrained(model, tmp_path / "r50.pth", None, "resnet50")
+    loaded = model.state_dict()
+    assert all(torch.equal(loaded[k], v) for k, v in state.items() if not k.startswith("fc."))
+    assert report[1:] == ["model.pretrained: missing (kept at their initial values): fc.weight, fc.bias"]

@@ -1,7 +1,8 @@
 """Issue 42 item 1's acceptance: each of USB-CV's four ViTs equals semilearn 0.3.2's (``semilearn/nets/vit``, built
 with timm's layers) on shared random weights: the same parameter names, shapes and order (a strict load both ways),
 the same drop-path rate per block, and the same features and logits in fp32, eval mode and training mode (drop
-path drawn from the same seed), max |Δ| ≤ 1e-6. Skipped, with the command, where ``make usb-reference`` has not
+path drawn from the same seed), max |Δ| ≤ 1e-6; and timm's own ``VisionTransformer`` (unfused attention) loads into
+ours strictly and computes the same logits. Skipped, with the command, where ``make usb-reference`` has not
 installed the reference (semilearn and timm)."""
 from __future__ import annotations
 
@@ -69,3 +70,30 @@ def test_forward_equals_usb(usb_nets, name: str) -> None:
         ref_train = usb(x)["logits"]
     assert (train_logits - ref_train).abs().max() <= TOL
     assert (train_logits - logits).abs().max() > 1e-3   # drop path did drop something
+
+
+# timm's own VisionTransformer (the names USB's files and timm's share), with its unfused attention: timm's fused
+# kernel is F.scaled_dot_product_attention, 2.6e-6 from USB's order of operations in fp32
+TIMM_ARGS = {"vit_tiny_patch2_32": dict(patch_size=2, embed_dim=192, num_heads=3, drop_path_rate=0.1),
+             "vit_small_patch16_224": dict(patch_size=16, embed_dim=384, num_heads=6, drop_path_rate=0.2)}
+
+
+@pytest.mark.parametrize("name", sorted(TIMM_ARGS))
+def test_timm_vision_transformer_state_dict_loads_strictly_and_computes_the_same(usb_nets, name: str) -> None:
+    import timm.layers
+    from timm.models.vision_transformer import VisionTransformer as TimmViT
+
+    size = BACKBONES[name].typical_image_size
+    fused = timm.layers.use_fused_attn()
+    timm.layers.set_fused_attn(False)
+    try:
+        theirs = TimmViT(img_size=size, depth=12, num_classes=CLASSES, **TIMM_ARGS[name]).eval()
+    finally:
+        timm.layers.set_fused_attn(fused)
+    weights = _shared_weights(theirs, seed=5)
+    theirs.load_state_dict(weights, strict=True)
+    ours = build_backbone(name, num_classes=CLASSES).eval()
+    ours.load_state_dict(weights, strict=True)
+    x = torch.randn(2, 3, size, size, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        assert (ours(x) - theirs(x)).abs().max() <= TOL
