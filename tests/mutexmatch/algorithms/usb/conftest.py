@@ -30,6 +30,7 @@ for further assertions (a deliberate deviation from USB is asserted there). The 
   ``image_views``: views shaped (N, 1, 1, d_in) like images; ``labeled_strong``: a strong view ``x_lb_s`` of
   the labeled batch, drawn last);
 - optionally ``after_sgd(ours, usb)``: called after both SGD updates of a step (Mean Teacher's EMA updates);
+  ``before_usb_step(usb)``: before USB's step (its ``before_train_step`` hooks: DebiasPL's sets the loss's prior);
 - USB algorithms without a mask or pseudo-labels (Pi-Model, Mean Teacher, VAT): ours must return no mask, and our
   pseudo-labels (diagnostics) are not compared; set ``min_mixed = 0``;
 - for an extended step (extra heads, views, separate forwards): ``models(ours_tiny, usb_backbone)`` returning (our
@@ -217,7 +218,7 @@ def _light_base_init(self: Any, args: Namespace, net_builder: Any = None, tb_log
     from semilearn.core.criterions import CELoss, ConsistencyLoss
     from semilearn.core.utils import Bn_Controller
     self.args, self.num_classes, self.lambda_u = args, args.num_classes, args.ulb_loss_ratio
-    self.epochs, self.num_train_iter = args.epoch, args.num_train_iter
+    self.epochs, self.num_train_iter, self.ema_m = args.epoch, args.num_train_iter, args.ema_m
     self.num_iter_per_epoch = int(self.num_train_iter // self.epochs)
     self.use_cat, self.use_amp, self.amp_cm = True, False, contextlib.nullcontext
     self.gpu, self.rank, self.distributed, self.world_size = None, 0, False, 1
@@ -252,10 +253,11 @@ def build_usb(name: str, model: nn.Module, args: dict[str, Any], *, num_classes:
                     "ulb_imb_ratio": None}
     full = {"algorithm": name, "num_classes": num_classes, "ulb_loss_ratio": 1.0, "epoch": 1,
             "num_train_iter": total_steps, "ulb_dest_len": ulb_size, "lb_dest_len": lb_size, "use_wandb": False,
-            "use_aim": False, "gpu": None, "lb_targets": lb_targets, **defaults, **args}
+            "use_aim": False, "gpu": None, "lb_targets": lb_targets, "ema_m": 0.999, **defaults, **args}
     with mock.patch.object(core.AlgorithmBase, "__init__", _light_base_init), \
             mock.patch.object(Tensor, "cuda", lambda t, *a, **k: t):   # memory banks made with .cuda(gpu)
-        alg = cls(Namespace(**full), model)
+        # by keyword, as USB's get_imb_algorithm calls DummyClass (DebiasPL's __init__ takes args, **kwargs)
+        alg = cls(Namespace(**full), model) if imb is None else cls(args=Namespace(**full), net_builder=model)
     return alg
 
 
@@ -557,6 +559,8 @@ def run_lockstep(adapter: Any) -> list[Record]:
     data, records = Data(cfg, cfg.seed + 1), []
     for step in range(cfg.steps):
         v = data.next()
+        if hasattr(adapter, "before_usb_step"):   # USB's before_train_step hooks the algorithm's step reads
+            adapter.before_usb_step(usb)
         usb_loss, usb_log, hooks = _usb_step(usb, v, cfg.seed + 100 + step)
         usb_loss.backward()
         out = _our_step(adapter, ours, ours_net, v, cfg.first_step + step, cfg.seed + 100 + step)
