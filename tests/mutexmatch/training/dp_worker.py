@@ -178,10 +178,11 @@ def per_share_batchnorm(trainer) -> None:
                 m.__class__ = PerShareBatchNorm2d
 
 
-def sharded_accuracy(cfg, bundle) -> tuple[float, float]:
+def sharded_accuracy(cfg, bundle) -> tuple[float, float, float]:
     """The 2-rank evaluator's accuracy against labels its model gets right on exactly the first quarter of the
-    test images (and wrong elsewhere), and that quarter's share: every rank scores its share and the counts are
-    summed, so the two are equal; a rank's share alone, or a share scored twice, gives another number."""
+    test images (and wrong elsewhere), that quarter's share, and the same accuracy read off its confusion matrix
+    (the class-wise scores' counts): every rank scores its share and the counts are summed, so the three are equal;
+    a rank's share alone, or a share scored twice, gives another number."""
     from mutexmatch.training import Trainer
 
     trainer = Trainer(cfg, bundle=bundle)
@@ -190,8 +191,9 @@ def sharded_accuracy(cfg, bundle) -> tuple[float, float]:
     quarter = len(preds) // 4
     labels = torch.cat([preds[:quarter], (preds[quarter:] + 1) % trainer.num_classes])
     acc = ev.accuracy(trainer.model, test.x, labels)
+    conf = ev.confusion(trainer.model, test.x, labels)
     trainer.close()
-    return acc, quarter / len(preds)
+    return acc, quarter / len(preds), int(conf.trace()) / len(preds)
 
 
 def per_rank_alignment(trainer) -> None:
