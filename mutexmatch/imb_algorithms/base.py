@@ -244,7 +244,7 @@ def imb_algorithms_markdown() -> list[str]:
         needs = [n for n, on in (("epoch progress", cls.epoch_needs.progress),
                                  ("the pool's logits", cls.epoch_needs.pool_logits)) if on]
         lines.append(f"| `{name}` | {summary} | {', '.join(cls.bases)} | {params_markdown(cls.imb_params_model)} | "
-                     f"{', '.join(f'`{t}`' for t in cls.imb_terms)} | "
+                     f"{', '.join(f'`{t}`' for t in cls.imb_terms) or 'none'} | "
                      f"{'`heads.' + cls.evaluated_head + '`' if cls.evaluated_head else 'the TPC'} | "
                      f"{', '.join(needs) or 'none'} |")
     return lines

@@ -48,7 +48,7 @@ class DebiasPLParams(ImbParams):
 @register_imb_algorithm("debiaspl")
 class DebiasPL(ImbAlgorithm):
     """DebiasPL (Wang et al., 2022): pseudo-labels debiased by the running class prior, an adaptive margin on the
-    strong view; `form: usb|paper`."""
+    strong view; two forms, USB's and the paper's (`form`)."""
 
     imb_params_model = DebiasPLParams
     imb: DebiasPLParams
