@@ -12,6 +12,7 @@ No Ray and no MLflow here (``orchestration`` drives the trainer through :mod:`mu
   :mod:`~mutexmatch.dotted`, :mod:`~mutexmatch.atomic`, :mod:`~mutexmatch.checksum`, :mod:`~mutexmatch.yamlfile`,
   :mod:`~mutexmatch.cliwarnings`, :mod:`~mutexmatch.cli` (how every command line ends on an unforeseen error)
 - :mod:`mutexmatch.classifier`: a trained run's EMA weights as a classifier of new images
+- :mod:`mutexmatch.plugins`: algorithms, datasets and backbones from outside the package (``plugins:``, entry points)
 - the command lines, thin faces: ``python -m mutexmatch.train`` (:mod:`mutexmatch.train`), ``mutexmatch.datasets``,
   ``mutexmatch.fakedata``, ``mutexmatch.config``, ``mutexmatch.predict``
 """

@@ -16,7 +16,7 @@ __all__ = ["TAG", "PARENT_RUN_ID", "ROLE", "KIND", "CELL", "FOLD", "VARIANT", "C
            "overhead_tag", "parent_display_tags", "EXPERIMENT_KIND", "EXPERIMENT_KIND_ML", "SHARED_VIEW_TAG",
            "DATASET_CONTEXT", "RUN_COLOR", "SOURCE_NAME", "SOURCE_TYPE", "SOURCE_GIT_COMMIT",
            "source_tags", "GROUP", "group_label", "trial_tags", "reused_trial_tags", "results_run_id", "PLUGIN_CODE",
-           "plugin_code_tag"]
+           "plugin_code_value"]
 
 
 TAG = "mutexmatch."                 # prefix of every tag the sweep writes
@@ -30,7 +30,7 @@ GROUP = TAG + "group"               # the cell in words, for the MLflow UI's gro
 FOLD = TAG + "fold"
 VARIANT = TAG + "variant"           # algorithm name
 CONFIG_HASH = TAG + "config_hash"   # a relaunch skips a trial with a FINISHED run of the same hash
-PLUGIN_CODE = TAG + "plugin_code"   # module=digest of the plugins whose names it uses (plugin_code_tag)
+PLUGIN_CODE = TAG + "plugin_code"   # module=digest of the plugins whose names it uses (plugin_code_value)
 SPLIT_DIGEST = TAG + "split_digest"
 # ... where it comes from and how a restarted trial finds it ...
 GIT_COMMIT = TAG + "git_commit"
@@ -142,7 +142,7 @@ def trial_tags(*, parent_run_id: str, kind: str, cell_levels: Iterable[tuple[str
     return tags
 
 
-def plugin_code_tag(digests: dict[str, str]) -> str:
+def plugin_code_value(digests: dict[str, str]) -> str:
     """:data:`PLUGIN_CODE`'s value: ``module=digest`` of each plugin whose algorithm, dataset or backbone a trial
     uses (``mutexmatch.plugins.config_plugin_digests``), sorted, comma-separated; '' for built-ins only."""
     return ",".join(f"{m}={d}" for m, d in sorted(digests.items()))

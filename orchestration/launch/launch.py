@@ -284,7 +284,7 @@ def plugin_code_line(plan: SweepPlan, store: Store, grid_keys: Iterable[str]) ->
     from mutexmatch.plugins import config_plugin_digests
 
     keys = set(grid_keys)
-    now = {t.key: C.plugin_code_tag(config_plugin_digests(t.config)) for t in plan.grid if t.key in keys}
+    now = {t.key: C.plugin_code_value(config_plugin_digests(t.config)) for t in plan.grid if t.key in keys}
     changed: dict[tuple[str, str], set[str]] = {}
     for run in store.finished_trials(C.KIND_GRID) if any(now.values()) else ():
         tags = run.data.tags

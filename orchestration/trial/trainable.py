@@ -199,7 +199,7 @@ def _open_trial_run(ctx: TrialContext, trial_id: str, ident: dict[str, Any], cfg
                         launch_id=ctx.launch_id, source=ctx.source,
                         color=C.run_color(ident["cell"].levels, ctx.color_axis, ctx.color_levels))
     tags.update(ident["extra"])
-    if code := C.plugin_code_tag(config_plugin_digests(cfg.to_dict())):
+    if code := C.plugin_code_value(config_plugin_digests(cfg.to_dict())):
         tags[C.PLUGIN_CODE] = code
     C.quiet_store_file_errors()  # a full store is said in one line (_disk_full), not MLflow's logged traceback
     try:

@@ -86,7 +86,7 @@ def test_a_relaunch_says_which_trials_the_changed_plugin_code_trains_again(tmp_p
     old = plan_sweep(load_sweep(yaml, tmp_path), tmp_path)
     [trial] = old.grid
     assert plugin_code_line(old, store, [trial.key]) == ""   # nothing trained yet
-    old_code = C.plugin_code_tag({"my_methods": _digest(tmp_path)})
+    old_code = C.plugin_code_value({"my_methods": _digest(tmp_path)})
     run = client.create_run(store.experiment_id, tags={
         C.ROLE: C.ROLE_TRIAL, C.KIND: C.KIND_GRID, C.CELL: trial.cell.id, C.FOLD: "0",
         C.CONFIG_HASH: trial.config_hash, C.PLUGIN_CODE: old_code}, start_time=int(time.time() * 1000))
