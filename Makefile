@@ -39,7 +39,7 @@ docs: install
 comma := ,
 QUICKSTART_FORMATS = md,tex,png$(if $(shell command -v pdflatex >/dev/null 2>&1 && kpsewhich booktabs.sty 2>/dev/null),$(comma)pdf)
 quickstart: install
-	$(PY) -m orchestration.sweep experiments/quickstart.yaml
+	$(PY) -m orchestration.sweep experiments/quickstart.yaml --register-model mutexmatch-quickstart
 	$(PY) -m reports.build experiments/quickstart.yaml --out reports/out/quickstart --format $(QUICKSTART_FORMATS)
 
 # report.pdf and its tests: pdflatex and Latin Modern (vector T1 fonts) from Debian's TeX Live, poppler-utils for

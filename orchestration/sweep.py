@@ -2,7 +2,7 @@
 
 ``python -m orchestration.sweep experiments/X.yaml [--tracking-uri URI] [--storage PATH_OR_URI] [--resume]
 [--force] [--no-reuse] [--reuse any|same-commit] [--dry-run] [--smoke] [--n-trials N] [--max-concurrent N]
-[--gpu-policy error|drop]``
+[--gpu-policy error|drop] [--register-model NAME]``
 
 1. The YAML is validated completely (every trial's RunConfig) before anything starts.
 2. MLflow: the experiment (named by the YAML) is created in this process before trials start; a parent run is
@@ -94,6 +94,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="restarts of a failed trial from its last checkpoint (default %(default)s; -1: without "
                         "end), each after a back-off of 10 s doubling per attempt up to 10 min")
     p.add_argument("--experiment-name", help="MLflow experiment name (default: the YAML's name)")
+    p.add_argument("--register-model", metavar="NAME", help="register each cell's best model (its best fold's, a "
+                   "tuned row's too) as a version of MLflow's registered model NAME: models:/NAME/<version>")
     p.add_argument("--tune-verbose", type=int, choices=(0, 1, 2), default=0,
                    help="Tune's own console output (0: one line per trial event, the default)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -128,6 +130,7 @@ from orchestration.launch.launch import (Launch, SweepError, SweepOptions, Sweep
                                          record_without_launch, resolve_storage, resume_or_start,
                                          resumed_selection, save_launch_plan, select)
 from orchestration.launch.notify import Notifier, notify_ended  # noqa: E402
+from orchestration.launch.register import register_best_models  # noqa: E402
 from orchestration.spec.overrides import load_sweep, plan_sweep  # noqa: E402
 from orchestration.spec.tryouts import yaml_plan  # noqa: E402
 from orchestration.launch.phases import run_phases  # noqa: E402
@@ -364,6 +367,7 @@ def _choose(launch: Launch) -> _Selection | SweepOutcome:
         out.parent_run_id, out.launch_id = parent.run_id, parent.launch_id
     out.summary = grid_summary(store, plan)
     publish_counted(store, plan, launch.uri, launch.opts.overrides, out.summary)
+    _register(launch)
     print(f"[sweep] every trial of {launch.spec_path} already has a FINISHED run with the same config in "
           f"experiment {launch.exp_name!r} (or reused from another in the store); nothing to do (--force runs "
           f"them again).\n\n{out.summary}", flush=True)
@@ -434,6 +438,7 @@ def _finish(launch: Launch, chosen: _Selection, interrupted: bool, errors: int, 
     store.end_run(parent.run_id, {"interrupted": "KILLED", "failed": "FAILED"}.get(outcome.status, "FINISHED"))
     outcome.summary = grid_summary(store, plan)
     publish_counted(store, plan, launch.uri, launch.opts.overrides, outcome.summary)
+    _register(launch)
     print(f"\n[sweep] {outcome.status}: launch {parent.launch_id}, MLflow experiment {launch.exp_name!r} "
           f"(parent run {parent.run_id})\n{format_statuses(st)}\n\nTest accuracy per cell "
           f"(mean ± std over folds; final = last evaluation, best = max over evaluations):\n{outcome.summary}\n"
@@ -447,6 +452,13 @@ def _finish(launch: Launch, chosen: _Selection, interrupted: bool, errors: int, 
     return outcome
 
 
+def _register(launch: Launch) -> None:
+    """``--register-model NAME``: every complete cell's best model a version of NAME (launch/register.py)."""
+    if launch.opts.register_model is not None:
+        register_best_models(launch.store, launch.plan, launch.opts.register_model,
+                             lambda line: print(f"[sweep] {line}", flush=True))
+
+
 # ------------------------------------------------------------------------------------------------ CLI
 @entry_point("python -m orchestration.sweep")
 def main(argv: Sequence[str] | None = None) -> int:
@@ -457,7 +469,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         max_failures=args.max_failures, experiment_name=args.experiment_name,
                         verbose=args.tune_verbose, handle_signals=True, overrides=tuple(args.overrides),
                         per_trial=args.per_trial, gpus=args.gpus, no_reuse=args.no_reuse, reuse=args.reuse,
-                        notify=args.notify)
+                        notify=args.notify, register_model=args.register_model)
     t0 = time.perf_counter()
     try:
         handle_interrupts()

@@ -60,6 +60,7 @@ class SweepOptions:
     no_reuse: bool = False            # --no-reuse: train a config even if another sweep of the store finished it
     reuse: str = C.REUSE_ANY          # --reuse same-commit: reuse only runs of this code (contract.reuse)
     notify: str | None = None         # --notify URL: a Slack-compatible webhook (orchestration.launch.notify)
+    register_model: str | None = None  # --register-model NAME: each cell's best model (orchestration.launch.register)
 
 
 @dataclass
@@ -132,6 +133,13 @@ def check_options(opts: SweepOptions) -> None:
     if opts.experiment_name is not None and not is_name(opts.experiment_name):
         # it is also the folder of the launch under --storage: `../x` would write outside it
         raise ValueError(f"--experiment-name={opts.experiment_name!r}: {NAME_RULE}{name_fault(opts.experiment_name)}")
+    if opts.register_model is not None:
+        if opts.smoke:
+            raise ValueError(f"--register-model {opts.register_model!r} with --smoke: smoke trials log no model "
+                             "(grid and refit trials do); leave out one of the two")
+        from orchestration.launch.register import check_model_name
+
+        check_model_name(opts.register_model)
 
 
 # What Ray Tune's storage (pyarrow's file systems) takes besides a local folder.
@@ -182,6 +190,8 @@ def command_line(opts: SweepOptions, uri: str, storage: str, *, resume: bool | s
         parts.append("--no-reuse")
     if opts.reuse != C.REUSE_ANY:
         parts += ["--reuse", opts.reuse]
+    if opts.register_model is not None:  # the resume registers what this launch did not get to
+        parts += ["--register-model", opts.register_model]
     if resume:
         parts += ["--resume", "auto"] if resume == "auto" else ["--resume"]
     return " ".join(shlex.quote(p) for p in parts)

@@ -14,8 +14,8 @@ from orchestration.spec.plan import SweepPlan
 from orchestration.store import mlflow_ui
 from orchestration.store.store import Store
 
-__all__ = ["TrialStatus", "format_hours", "refit_expected", "grid_runs", "refit_runs", "grid_summary", "trial_statuses",
-           "format_statuses", "publish_counted"]
+__all__ = ["TrialStatus", "format_hours", "refit_expected", "grid_runs", "refit_runs", "runs_by_cell", "grid_summary",
+           "trial_statuses", "format_statuses", "publish_counted"]
 
 SUMMARY_METRICS = ((C.TEST_ACC, "final"), (C.TEST_BEST_ACC, "best"))
 
@@ -86,9 +86,10 @@ def _mean_std(values: list[float]) -> str:
     return f"{statistics.fmean(pct):.2f} ± {std:.2f}"
 
 
-def grid_summary(store: Store, plan: SweepPlan) -> str:
-    """Test accuracy (%) per cell: mean ± std over the finished folds, final (last evaluation) and best; a searched
-    cell's refit (``…,tuned=true``) is a row of its own."""
+def runs_by_cell(store: Store, plan: SweepPlan) -> tuple[dict[str, list[Any]], dict[str, int], list[str]]:
+    """Cell id → the FINISHED runs its folds count (:func:`grid_runs`, :func:`refit_runs`; in fold order), a
+    searched cell's refit (``…,tuned=true``) a cell of its own; the folds each cell plans; the labels of FINISHED runs
+    of other settings. What the summary's rows and ``--register-model`` (:mod:`.register`) read."""
     (grid, other), (refit, other_refit) = grid_runs(store, plan), refit_runs(store, plan)
     runs = {**grid, **refit}
     slots = [(t.cell.id, t.key) for t in plan.grid] + [(r.tuned_cell.id, r.key) for r in plan.refits]
@@ -97,7 +98,13 @@ def grid_summary(store: Store, plan: SweepPlan) -> str:
         cells.setdefault(cell, [])
         if key in runs:
             cells[cell].append(runs[key])
-    folds_per_cell = {c: sum(1 for cell, _ in slots if cell == c) for c in cells}
+    return cells, {c: sum(1 for cell, _ in slots if cell == c) for c in cells}, other + other_refit
+
+
+def grid_summary(store: Store, plan: SweepPlan) -> str:
+    """Test accuracy (%) per cell: mean ± std over the finished folds, final (last evaluation) and best; a searched
+    cell's refit (``…,tuned=true``) is a row of its own."""
+    cells, folds_per_cell, ignored_runs = runs_by_cell(store, plan)
     header = ("cell", "folds", *(f"{label} test acc %" for _, label in SUMMARY_METRICS))
     rows = [header]
     for cell, cell_runs in cells.items():
@@ -109,7 +116,7 @@ def grid_summary(store: Store, plan: SweepPlan) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    ignored = C.other_settings_line(other + other_refit)
+    ignored = C.other_settings_line(ignored_runs)
     return "\n".join(lines + ([ignored] if ignored else []))
 
 

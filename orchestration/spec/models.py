@@ -270,8 +270,8 @@ class TrackingSpec(_Strict):
                                  "memory, disk, network; GPU where `nvidia-ml-py` is installed), sampled by a thread "
                                  "of the trial's process; `false` turns them off.")
     system_metrics_interval: Annotated[float, AfterValidator(at_least(1))] = Field(
-        10.0, description="Seconds between two system-metrics samples (MLflow's sampling interval); a run shorter "
-        "than it still gets one sample, at its end.")
+        10.0, description="Seconds between two system-metrics samples (MLflow's sampling interval); besides, a "
+        "trial's attempt logs one sample when it starts and one when it stops.")
 
 
 class SweepSpec(_Strict):

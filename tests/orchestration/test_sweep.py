@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,8 @@ search:
   scheduler: {{type: asha, grace_period: 1, reduction_factor: 2}}
 """
 
+REGISTERED = "tiny-best"  # --register-model of the tiny sweep (issue 44 item 2)
+
 GRID_METRICS = {"test/acc", "test/acc_raw", "test/best_acc", "test/median_acc", "train/loss", "train/sup",
                 "train/sep", "train/p", "train/n", "train/mask_ratio", "train/pl_acc", "train/pl_acc_all", "train/cpa",
                 "train/tnc_cpa", "train/lr", "perf/img_per_s", "perf/data_s", "perf/compute_s"}
@@ -61,10 +64,11 @@ def tiny(tmp_path_factory, data_root, run_cli):
     """The tiny sweep, run once with the default tracking URI and storage (both under the project folder). The spec
     asks for no GPU, ``--set resources.gpu=0.5`` for half of one (applied before the resource check), and the sweep
     is told to drop it: this Ray has none. Resources do not change a trial's config, so a relaunch without the
-    override finds every trial done."""
+    override finds every trial done. Each cell's best model is registered as a version of :data:`REGISTERED`."""
     project = tmp_path_factory.mktemp("tiny")
     _write_spec(project, data_root, gpu=0)
-    result = run_cli(project, "tiny.yaml", "--gpu-policy", "drop", "--set", "resources.gpu=0.5")
+    result = run_cli(project, "tiny.yaml", "--gpu-policy", "drop", "--set", "resources.gpu=0.5",
+                     "--register-model", REGISTERED)
     client = MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
     return project, result, client, client.get_experiment_by_name("tiny")
 
@@ -210,9 +214,13 @@ def test_relaunch_skips_finished_trials_without_starting_ray(tiny, run_cli):
     project, result, client, exp = tiny
     assert result.returncode == 0, result.output
     before = len(_runs(client, exp))
-    again = run_cli(project, "tiny.yaml", "--gpu-policy", "drop", timeout=120)
+    versions = client.search_model_versions(f"name = '{REGISTERED}'")
+    again = run_cli(project, "tiny.yaml", "--gpu-policy", "drop", "--register-model", REGISTERED, timeout=120)
     assert again.returncode == 0, again.output
     assert "nothing to do (--force runs them again)" in again.output
+    # registering again adds no version: each cell's best run has its version already (issue 44 item 2)
+    assert again.output.count("(registered before)") == 3, again.output
+    assert len(client.search_model_versions(f"name = '{REGISTERED}'")) == len(versions) == 3
     assert "method=mutexmatch" in again.output  # the summary is still printed
     assert len(_runs(client, exp)) == before
     plan = run_cli(project, "tiny.yaml", "--dry-run", timeout=180)
@@ -323,12 +331,99 @@ def test_parent_run_shows_description_status_and_progress_metrics(tiny, tmp_path
     assert parent.data.metrics["trials/pending"] == 0 and parent.data.metrics["trials/failed"] == 0
 
 
+@pytest.mark.slow
+def test_every_trial_run_has_system_metrics(tiny):
+    """Issue 44 item 3: MLflow's system metrics on every trial's run (grid, search, refit), the tiny sweep's trials
+    being shorter than the default 10 s interval."""
+    project, result, client, exp = tiny
+    assert result.returncode == 0, result.output
+    trials = _runs(client, exp, "tags.`mutexmatch.role` = 'trial'")
+    assert {r.data.tags["mutexmatch.kind"] for r in trials} == {"grid", "search", "refit"}
+    for run in trials:
+        system = {k for k in run.data.metrics if k.startswith("system/")}
+        assert {"system/cpu_utilization_percentage", "system/system_memory_usage_megabytes",
+                "system/disk_usage_percentage", "system/network_receive_megabytes"} <= system, (run.info.run_name,
+                                                                                                system)
+
+
+def _best_by_cell(client, exp) -> dict:
+    """Cell → its FINISHED grid or refit run of the highest test/acc (the first fold of equals)."""
+    by_cell: dict = {}
+    for kind in ("grid", "refit"):
+        runs = sorted(_runs(client, exp, f"tags.`mutexmatch.kind` = '{kind}'"),
+                      key=lambda r: int(r.data.tags["mutexmatch.fold"]))
+        for run in runs:
+            by_cell.setdefault(run.data.tags["mutexmatch.cell"], []).append(run)
+    return {cell: max(runs, key=lambda r: r.data.metrics["test/acc"]) for cell, runs in by_cell.items()}
+
+
+@pytest.mark.slow
+def test_register_model_holds_each_cells_best_model_predicting_as_predict_does(tiny, tmp_path, write_image_folder,
+                                                                               capsys):
+    """Issue 44 item 2: after the sweep with --register-model, one version per cell (the tuned row is a cell of its
+    own), from the run of its best fold, tagged with the cell, fold, accuracy and config hash; each loads by name
+    with mlflow.pytorch.load_model and predicts the classes `python -m mutexmatch.predict` gives on the same
+    images."""
+    import mlflow.pytorch
+    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+
+    from mutexmatch.classifier import folder_images, load_classifier
+    from mutexmatch.data.builtin.digits import _decode_all
+    from mutexmatch.data.imagefolder import decode_images
+    from mutexmatch.predict import main as predict
+
+    project, result, client, exp = tiny
+    assert result.returncode == 0, result.output
+    best = _best_by_cell(client, exp)
+    assert sorted(best) == ["method=fixmatch", "method=mutexmatch", "method=mutexmatch,tuned=true"]
+    versions = client.search_model_versions(f"name = '{REGISTERED}'")
+    assert sorted(v.tags["mutexmatch.cell"] for v in versions) == sorted(best)
+    test = _decode_all(16)[1]
+    images = write_image_folder(test.x[:30], test.y[:30], tmp_path / "images")
+    paths, _ = folder_images(images)
+    for v in versions:
+        run = best[v.tags["mutexmatch.cell"]]
+        assert v.run_id == run.info.run_id and v.source.startswith("models:/m-")
+        assert (v.tags["mutexmatch.fold"], v.tags["mutexmatch.config_hash"], float(v.tags["test/acc"])) == (
+            run.data.tags["mutexmatch.fold"], run.data.tags["mutexmatch.config_hash"], run.data.metrics["test/acc"])
+        assert f"models:/{REGISTERED}/{v.version}" in result.output
+        with _use_tracking_uri(client.tracking_uri), torch.no_grad():
+            # the model takes the run's channels (its signature): digits' one, where predict's decoder gives RGB
+            gray = decode_images(paths, 16)[:, :1].float()
+            probs = mlflow.pytorch.load_model(f"models:/{REGISTERED}/{v.version}")(gray)
+        local = Path(client.download_artifacts(run.info.run_id, "", str(tmp_path / str(v.version))))
+        weights = local / "weights" / "final_model.pt"
+        out = tmp_path / f"pred{v.version}.csv"
+        assert predict(["--weights", str(weights), "--images", str(images), "--out", str(out)]) == 0, \
+            capsys.readouterr().err
+        classes = load_classifier(weights).classes
+        predicted = [line.split(",")[1] for line in out.read_text().splitlines()[1:]]
+        assert [classes[int(k)] for k in probs.argmax(1)] == predicted
+
+
+def test_a_bad_register_model_name_is_one_line_before_any_work(tmp_path, capsys):
+    from orchestration.sweep import main
+
+    spec = tmp_path / "missing.yaml"  # never read: the name is refused first
+    for args, expected in ((["--register-model", "a/b"], "error: --register-model 'a/b': not a registered model "
+                                                          "name MLflow accepts: Invalid model name 'a/b'. Names "
+                                                          "cannot contain '/' or ':'."),
+                           (["--register-model", "m", "--smoke"], "error: --register-model 'm' with --smoke: smoke "
+                                                                   "trials log no model")):
+        assert main([str(spec), *args]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(expected) and len(err.strip().splitlines()) == 1, err
+
+
 def test_set_overrides_enter_the_resume_command(tmp_path):
     from orchestration.launch.launch import SweepOptions, command_line
 
     opts = SweepOptions(spec_path=Path("x.yaml"), overrides=("base.data.root=/mnt/data sets", "resources.gpu=1"))
     cmd = command_line(opts, "sqlite:////a/mlflow.db", "/a/rr", resume=True)
     assert "--set 'base.data.root=/mnt/data sets' --set resources.gpu=1" in cmd and cmd.endswith("--resume")
+    # --register-model: the resume registers what the interrupted launch did not get to (issue 44 item 2)
+    cmd = command_line(replace(opts, register_model="my model"), "sqlite:////a/mlflow.db", "/a/rr", resume=True)
+    assert "--register-model 'my model' --resume" in cmd
 
 
 
