@@ -12,6 +12,7 @@ import yaml
 
 from mutexmatch.algorithms import ALGORITHMS, declared_terms
 from mutexmatch.config import load_config, parse_config
+from mutexmatch.data.builtin import DATASETS
 from orchestration.spec.plan import build_plan
 from orchestration.spec.sweepfile import Cell, expand_cells, load_spec, trial_config
 from orchestration.contract.layout import (CurvesFigure, HeatmapFigure, SensitivityFigure, parse_published,
@@ -26,7 +27,7 @@ RUNS = sorted((EXPERIMENTS / "runs").glob("*.yaml"))
 CPU_SCALE = {"quickstart.yaml", "cifar10_cpu.yaml", "zoo_digits.yaml"} | {p.name for p in SPECS
                                                                        if p.name.startswith("digits_")}
 # Benchmarks of other papers, on their own schedule (each has its own test below).
-OTHER_BENCHMARKS = {"usb_classic_cv.yaml", "shrinkmatch_published.yaml", "usb_classic_cv_imb.yaml"}
+OTHER_BENCHMARKS = {"usb_classic_cv.yaml", "shrinkmatch_published.yaml", "usb_classic_cv_imb.yaml", "usb_cv.yaml"}
 PAPER_SCALE = [p for p in SPECS if p.name not in CPU_SCALE | OTHER_BENCHMARKS]
 
 
@@ -213,6 +214,41 @@ def test_usb_classic_cv_uses_usbs_settings(project: Path) -> None:
     rows = {r for (_, r, _) in published}
     cells = {(c.as_dict()["method"], c.as_dict()["setting"]) for c in expand_cells(spec)}
     assert rows == set(spec.axes["method"]) and {(r, col) for (_, r, col) in published} == cells
+
+
+# USB's config/usb_cv/<algorithm>/<algorithm>_<dataset>_<labels>_0.yaml at 1ef4cbe, per dataset: (net, img_size,
+# crop_ratio, lr, layer_decay) and the label counts
+USB_CV = {"cifar100": ("vit_small_patch2_32", 32, 0.875, 5e-4, 0.5, (200, 400)),
+          "stl10": ("vit_base_patch16_96", 96, 0.875, 1e-4, 0.65, (40, 100)),
+          "eurosat": ("vit_small_patch2_32", 32, 0.875, 5e-5, 1.0, (20, 40)),
+          "tissuemnist": ("vit_tiny_patch2_32", 32, 0.95, 5e-5, 0.95, (80, 400))}
+
+
+def test_usb_cv_uses_usbs_settings(project: Path) -> None:
+    """USB's config/usb_cv/*.yaml (issue 42 item 4): AdamW, weight decay 5e-4, warm-up 5120 then cosine 7/16 over
+    204,800 steps evaluated every 2048, B=8, mu=1, no EMA (ema_m 0), each dataset's ViT, image size, crop ratio,
+    learning rate and layer decay; three folds, every cell quoted."""
+    path = EXPERIMENTS / "usb_cv.yaml"
+    spec = load_spec(path, project)
+    assert spec.folds == [0, 1, 2]
+    settings = set()
+    for cell in expand_cells(spec):
+        cfg = parse_config(trial_config(spec, cell, 0, project_dir=project))
+        where, d = f"{path.name} {cell.id}", cfg.data
+        net, size, crop, lr, decay, _ = USB_CV[d.dataset]
+        settings.add((d.dataset, d.num_labels))
+        assert (cfg.model.backbone, d.image_size or DATASETS[d.dataset].info.image_size, d.crop_ratio) == (
+            net, size, crop), where
+        o = cfg.optim
+        assert (o.name, o.lr, o.layer_decay, o.weight_decay, o.warmup, o.schedule, o.cosine_factor) == (
+            "adamw", lr, decay, 5e-4, 5120, "cosine", 7 / 16), where
+        assert (cfg.train.iterations, cfg.train.eval_interval, cfg.train.ema, cfg.train.batch_size, cfg.train.mu) == (
+            204800, 2048, 0.0, 8, 1), where
+    assert settings == {(d, n) for d, v in USB_CV.items() for n in v[-1]}
+    report = validate_report(_raw(path))
+    (table,) = report.tables
+    cells = {(c.as_dict()["method"], c.as_dict()["setting"]) for c in expand_cells(spec)}
+    assert {(r, col) for (_, r, col) in table.published_values(report.axes)} == cells
 
 
 @pytest.mark.parametrize("path", PAPER_SCALE, ids=_ids(PAPER_SCALE))
