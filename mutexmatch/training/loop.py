@@ -101,7 +101,7 @@ class Trainer:
         self.num_classes = self.bundle.info.num_classes
         self.split = self._make_split()
         check_batch_memory(cfg, tuple(self.bundle.train.x.shape[1:]), self.device)
-        self._build(alg_cls)
+        self._build(alg_cls, from_file=resume_state is None)   # resumed: the checkpoint holds the weights
         self.step = 0
         self.history: list[float] = []   # EMA test accuracy at every evaluation
         self.best_acc = -1.0
@@ -113,14 +113,14 @@ class Trainer:
         self._reset_accumulators()
         self._open_run_folder(resume_state, fresh_overwrites=overwrite or resume == "auto")
 
-    def _build(self, alg_cls: type[Algorithm]) -> None:
+    def _build(self, alg_cls: type[Algorithm], from_file: bool = True) -> None:
         """The network, the algorithm, optimiser, schedule, the evaluator and the batch pipeline, on the device."""
         cfg, x = self.cfg, self.bundle.train.x
         self.autocast = autocast_factory(self.device, cfg.train.precision)
         self.evaluator = Evaluator(cfg, self.bundle, self.split, self.device, self.autocast, self.dp)
         # draws the weights (the model's, then its extra heads'); the algorithm draws nothing
         net = build_network(cfg, alg_cls, self.num_classes, self.bundle.info.channels, x.shape[-1], self.device,
-                            self.autocast, self.dp)
+                            self.autocast, self.dp, from_file=from_file)
         self.model, self.ema, self.forward, self.features, self.teacher = (
             net.model, net.ema, net.forward, net.features, net.teacher)
         self.algorithm = alg_cls(alg_cls.params_from(cfg.algorithm), self._context(alg_cls.uses_unlabeled))

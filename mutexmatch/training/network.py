@@ -49,15 +49,16 @@ def start_from_file(backbone: nn.Module, cfg: RunConfig) -> None:
 
 def build_network(cfg: RunConfig, alg_cls: type[Algorithm], num_classes: int, in_channels: int, image_size: int,
                   device: torch.device, autocast: Callable[[], AbstractContextManager],
-                  dp: DataParallel | None = None) -> Network:
+                  dp: DataParallel | None = None, from_file: bool = True) -> Network:
     """The network (with the algorithm's extra heads, after its :meth:`~Algorithm.setup_model`) on ``device``,
-    its EMA and the (optionally compiled) forward. Data parallel (``dp`` active): the backbone's BatchNorm synced
-    (``train.sync_bn``) and the features and teacher forwards run on this rank's rows, gathered
-    (:mod:`.distributed`)."""
+    its EMA and the (optionally compiled) forward; the backbone starts from ``model.pretrained`` where
+    ``from_file`` (a resumed run's checkpoint holds its weights: its file is not needed). Data parallel (``dp``
+    active): the backbone's BatchNorm synced (``train.sync_bn``) and the features and teacher forwards run on this
+    rank's rows, gathered (:mod:`.distributed`)."""
     dp = dp or DataParallel()
     model = build_model(cfg.model.backbone, num_classes=num_classes, in_channels=in_channels, image_size=image_size,
                         with_tnc=alg_cls.uses_tnc)
-    if cfg.model.pretrained is not None:   # after the backbone's draws, before its heads': their init is unchanged
+    if from_file and cfg.model.pretrained is not None:   # after the backbone's draws, before the heads' (unchanged)
         start_from_file(model.backbone, cfg)
     params = alg_cls.Params.parse(alg_cls.params_from(cfg.algorithm), alg_cls.name, num_classes)
     model.add_heads(alg_cls.heads(params, model.feat_dim, num_classes))

@@ -78,3 +78,15 @@ def test_a_file_replaced_after_the_config_was_checked_stops_the_trainer(tmp_path
         Trainer(cfg)
     assert str(e.value).startswith(f"model.pretrained={path}: its sha256 is ") and "\n" not in str(e.value)
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_a_run_resumes_from_its_checkpoint_without_the_file(tmp_path) -> None:
+    # the checkpoint holds the weights: a file moved or deleted since the start must not stop a resume
+    path, _ = _file(tmp_path)
+    raw = {**_raw(tmp_path, pretrained=str(path)), "train": {**_raw(tmp_path)["train"], "iterations": 4}}
+    Trainer(parse_config(raw)).fit(stop_at=2)
+    stored = parse_config(raw).to_dict()
+    path.unlink()
+    resumed = Trainer(parse_config(stored), resume=True)
+    assert resumed.step == 2
+    assert resumed.fit().step == 4
