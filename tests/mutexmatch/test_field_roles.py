@@ -15,8 +15,9 @@ from mutexmatch.training.runfolder import RUN_MARKER
 # The hand-written lists these roles replaced (commit 0dd7fd9); the derived ones must name the same fields.
 HASH_EXCLUDED = {"output_dir", "data.root", "data.download", "train.progress", "train.keep_freed_memory",
                  "train.deterministic", "train.num_threads", "train.device", "train.cuda_graphs"}
+HASH_EXCLUDED |= {"plugins"}   # issue 44: where a plugin is (its code's digest is hashed where it is used)
 OWNED = ["output_dir", "data.fold", "train.device"]
-RESUMABLE = {"train.device", "train.progress", "train.num_threads", "train.cuda_graphs"}
+RESUMABLE = {"train.device", "train.progress", "train.num_threads", "train.cuda_graphs", "plugins"}
 
 
 def test_derived_lists_name_the_fields_the_hand_written_lists_named():
@@ -61,8 +62,8 @@ def run_dir(tmp_path):
 def test_resume_accepts_only_resumable_overrides(run_dir):
     cfg = _load_run_dir(run_dir, ["train.device=cpu", "train.progress=false", "train.num_threads=2"])
     assert (cfg.train.device, cfg.train.progress, cfg.train.num_threads) == ("cpu", False, 2)
-    with pytest.raises(SystemExit, match=r"--set 'train.seed=1': only train.device, train.cuda_graphs, train.num_threads, "
-                                         r"train.progress can change on --resume"):
+    with pytest.raises(SystemExit, match=r"--set 'train.seed=1': only plugins, train.device, train.cuda_graphs, "
+                                         r"train.num_threads, train.progress can change on --resume"):
         _load_run_dir(run_dir, ["train.seed=1"])
 
 
