@@ -12,6 +12,10 @@ base algorithm's loss, L = L_base + lambda_abc (L_abc^lb + L_abc^ulb), with per-
 
 The masks are drawn from torch's global generator, labeled first, in float64 as USB draws them. Evaluation and
 prediction use the auxiliary head (USB's ``evaluate(out_key='logits_aux')``).
+
+Bases: USB's FixMatch and ReMixMatch, and MutexMatch (issue 41 item 4; no USB reference): ABC reads only the backbone
+features of the base's views, so L = L_MutexMatch + lambda_abc (L_abc^lb + L_abc^ulb) is defined as with FixMatch
+(tests/mutexmatch/imb_algorithms/test_mutexmatch_base.py, docs/longtail.md "MutexMatch as a base").
 """
 from __future__ import annotations
 
@@ -47,7 +51,7 @@ class ABC(ImbAlgorithm):
     imb_params_model = ABCParams
     imb: ABCParams
     imb_terms = ("abc",)
-    bases = ("fixmatch", "remixmatch")
+    bases = ("fixmatch", "remixmatch", "mutexmatch")   # USB's two, and MutexMatch (module doc)
     evaluated_head = "abc"
     epoch_needs = EpochNeeds(progress=True)
 

@@ -198,7 +198,7 @@ def base_errors(imb_name: str, base_name: str) -> list[str]:
     if base_name in allowed:
         return []
     return [f"algorithm.name={shown(base_name)}: imbalance algorithm {imb_name!r} composes with "
-            f"{' or '.join(allowed)} only (USB's rule); choose one of them or leave {SECTION} out"]
+            f"{' or '.join(allowed)} only (docs/longtail.md); choose one of them or leave {SECTION} out"]
 
 
 _COMPOSED: dict[tuple[str, str, str], type[Algorithm]] = {}
