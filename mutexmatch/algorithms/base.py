@@ -179,6 +179,10 @@ class TrainContext:
     # test split); ``reference_split`` names which. One host sync per call: for a one-off measurement (Dash's rho).
     reference_loss: Callable[[nn.Module], float] | None = None
     reference_split: str = "none"
+    # A model's logits on the whole unlabeled pool, in the pool's order (``unlabeled``): its evaluated head in eval mode
+    # on the un-augmented images. Imbalance algorithms read it at USB's epoch boundaries (Adsh, SAW: USB's
+    # evaluate('eval_ulb')); one forward over the pool per call. None where there is no trainer.
+    pool_logits: Callable[[nn.Module], Tensor] | None = None
 
     @property
     def num_unlabeled(self) -> int:

@@ -142,6 +142,22 @@ class ImbAlgorithm:
     def term_weights(self) -> dict[str, float]:
         return {**super().term_weights(), **self.imb_term_weights()}        # type: ignore[misc]
 
+    def after_step(self, step: int) -> None:
+        """After ``step``'s optimiser and EMA updates: at the end of each of USB's epochs (``epoch_steps`` steps,
+        0 = one pass over the pool) an algorithm with ``epoch_needs.pool_logits`` gets the EMA model's logits on the
+        unlabeled pool (``TrainContext.pool_logits``) in :meth:`on_epoch_end`, as USB's ``after_train_epoch`` hooks
+        read ``evaluate('eval_ulb')``; without a trainer (no ``pool_logits``, no EMA) nothing is called."""
+        super().after_step(step)                                            # type: ignore[misc]
+        if not self.epoch_needs.pool_logits or self.ctx.pool_logits is None or self.ctx.ema_model is None:
+            return
+        if (step + 1) % (getattr(self.imb, "epoch_steps", 0) or self.ctx.steps_per_epoch) == 0:
+            self.on_epoch_end(self.ctx.pool_logits(self.ctx.ema_model))
+
+    def on_epoch_end(self, pool_logits: Tensor) -> None:
+        """USB's ``after_train_epoch`` of an algorithm with ``epoch_needs.pool_logits``: ``pool_logits`` (N_u, C), the
+        pool in ``TrainContext.unlabeled``'s order."""
+        raise NotImplementedError
+
     def imb_term_weights(self) -> dict[str, float]:
         """lambda of each of ``imb_terms``."""
         raise NotImplementedError
@@ -166,6 +182,16 @@ class ImbAlgorithm:
         out.terms = {**out.terms, **terms}
         out.extra = {**(out.extra or {}), **diagnostics}
         return out
+
+
+def state_tensor(owner: str, state: Mapping[str, Any], key: str, like: Tensor) -> Tensor:
+    """``state[key]`` of a checkpoint, checked against ``like`` (one line naming the entry), on ``like``'s device in
+    its own dtype."""
+    theirs = state[key]
+    if not isinstance(theirs, Tensor) or theirs.shape != like.shape:
+        raise ValueError(f"{SECTION} state {owner}.{key}: shape {tuple(getattr(theirs, 'shape', ()))} does not match "
+                         f"{tuple(like.shape)} (a different unlabeled pool or number of classes?)")
+    return theirs.to(like.device).clone()
 
 
 I = TypeVar("I", bound=type[ImbAlgorithm])

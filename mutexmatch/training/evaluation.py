@@ -106,6 +106,23 @@ class Evaluator:
             total += F.cross_entropy(logits.float(), yb, reduction="sum")
         return total.item() / max(1, len(y))
 
+    @torch.no_grad()
+    def pool_logits(self, model: nn.Module) -> torch.Tensor:
+        """``model``'s logits (fp32, its evaluated head, eval mode) on every image of the unlabeled pool, in the pool's
+        order (``split.unlabeled``, extra unlabeled images included), un-augmented: what USB's
+        ``evaluate('eval_ulb')`` gives Adsh and SAW at an epoch boundary (USB passes the images through its weak
+        augmentation). Every rank computes all of them (the EMA weights are the same on every rank)."""
+        idx = torch.from_numpy(self.split.unlabeled)
+        train, extra = self.bundle.train, self.bundle.extra_unlabeled
+        n = len(train.y)
+        x = torch.empty((len(idx), *train.x.shape[1:]), dtype=train.x.dtype)
+        own = idx < n
+        x[own] = train.x[idx[own]]
+        if extra is not None:
+            x[~own] = extra.x[idx[~own] - n]
+        dummy = torch.zeros(len(idx), dtype=torch.long)
+        return torch.cat([logits.float() for logits, _ in self.logits(model, x, dummy)])
+
     def reference_data(self) -> tuple[torch.Tensor, torch.Tensor]:
         val = self.val_data()
         if val is not None:

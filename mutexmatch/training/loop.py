@@ -161,7 +161,8 @@ class Trainer:
             total_steps=t.iterations,
             steps_per_epoch=-(-len(split.unlabeled if uses_unlabeled else split.labeled) // per_step),
             device=self.device, ema_model=self.ema.module, reference_loss=self.evaluator.reference_loss,
-            reference_split="validation" if self.evaluator.val_data() is not None else "labeled")
+            reference_split="validation" if self.evaluator.val_data() is not None else "labeled",
+            pool_logits=self.evaluator.pool_logits)
 
     def _make_split(self) -> Split:
         d = self.cfg.data

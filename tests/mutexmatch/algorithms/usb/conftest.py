@@ -204,6 +204,22 @@ class UsbNet(nn.Module):
         return self.net(x)
 
 
+def attach_aux_head(adapter: Any, ours_net: nn.Module, usb: Any, names: dict[str, str], head: str) -> dict[str, str]:
+    """For an adapter's ``wrap``: our imbalance algorithm's heads attached to ``ours_net`` (as the trainer attaches
+    them) and USB's model as its ``__init__`` wrapped it (ABCNet, TRASNet: ``backbone`` + ``aux_classifier``), whose
+    ``model.module`` is itself (what USB's train_step reads: DDP's); returns the names, ours ``heads.<head>.*`` ->
+    ``aux_classifier.*`` and the rest under ``backbone.``."""
+    from mutexmatch.imb_algorithms import compose
+    cls = compose(adapter.imb_name, adapter.name, adapter.imb_params)
+    if not hasattr(ours_net, "heads"):
+        ours_net.heads = nn.ModuleDict()
+    ours_net.heads.update(cls.imb_heads(cls.imb_params, usb.model.num_features, usb.num_classes))
+    object.__setattr__(usb.model, "module", usb.model)
+    names = {n: f"backbone.{u}" for n, u in names.items() if not n.startswith(f"heads.{head}.")}
+    names.update({f"heads.{head}.{w}": f"aux_classifier.{w}" for w in ("weight", "bias")})
+    return names
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # Building both sides.
 # ----------------------------------------------------------------------------------------------------------------------
@@ -229,7 +245,8 @@ def _light_base_init(self: Any, args: Namespace, net_builder: Any = None, tb_log
     # ReMixMatch's alignment target, ABC's class weights: the labeled pool's classes, as Data draws them
     # (arange(lb_size) % C, or lb_counts' classes)
     targets = getattr(args, "lb_targets", None) or [i % args.num_classes for i in range(args.lb_dest_len)]
-    self.dataset_dict = {"train_lb": Namespace(targets=targets)}
+    self.dataset_dict = {"train_lb": Namespace(targets=targets),
+                         "train_ulb": range(args.ulb_dest_len)}   # its length: DARP, SAW read it
     self._hooks, self.hooks_dict = [], OrderedDict()
     self.set_hooks()
 
@@ -362,17 +379,6 @@ class Data:
         return v
 
 
-def _train_step_parameters(cls: type) -> Any:
-    """The arguments of the first ``train_step`` in ``cls``'s MRO that names them: an imbalance algorithm's
-    ``train_step(*args, **kwargs)`` passes them on to its base's (USB's ``process_batch`` reads the base's too)."""
-    variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
-    for klass in cls.__mro__:
-        fn = klass.__dict__.get("train_step")
-        if fn is not None and not any(p.kind in variadic for p in inspect.signature(fn).parameters.values()):
-            return inspect.signature(fn).parameters
-    raise AssertionError(f"{cls.__name__}: no train_step names its arguments")
-
-
 def _usb_step(alg: Any, v: Views, seed: int) -> tuple[Tensor, dict[str, float], dict[str, Any]]:
     """USB's train_step on ``v`` (its own argument subset), recording what its named hooks return."""
     hooks: dict[str, Any] = {}
@@ -385,8 +391,8 @@ def _usb_step(alg: Any, v: Views, seed: int) -> tuple[Tensor, dict[str, float], 
             hooks.setdefault(f"{fn_name}.calls", []).append(result)
         return result
 
-    wanted = _train_step_parameters(type(alg))
-    given = {k: t for k, t in v.usb_args().items() if k in wanted}
+    with mock.patch.object(Tensor, "cuda", lambda t, *a, **k: t):   # USB's own choice of arguments (DARP: idx_ulb)
+        given = alg.process_batch(**{k: t for k, t in v.usb_args().items() if t is not None})
     torch.manual_seed(seed)
     np.random.seed(seed)     # MixUp's lambda (numpy), like its permutation (torch), drawn the same on both sides
     with mock.patch.object(type(alg), "call_hook", recording), mock.patch.object(Tensor, "cuda", lambda t, *a, **k: t):

@@ -9,8 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from mutexmatch.imb_algorithms import compose
-
+from .conftest import attach_aux_head
 from .test_fixmatch_lockstep import FixMatchLockstep
 from .test_mixmatch_lockstep import ReMixMatchLockstep
 
@@ -29,13 +28,7 @@ class _ABC:
     def wrap(self, ours_net: nn.Module, usb, names: dict[str, str]):
         """Our ABC head (attached as the trainer attaches it) and USB's ABCNet around the model it was given, whose
         auxiliary head takes our weights; ``model.module`` is what USB's train_step reads (DDP's)."""
-        cls = compose(self.imb_name, self.name, self.imb_params)
-        if not hasattr(ours_net, "heads"):
-            ours_net.heads = nn.ModuleDict()
-        ours_net.heads.update(cls.imb_heads(cls.imb_params, usb.model.num_features, usb.num_classes))
-        object.__setattr__(usb.model, "module", usb.model)
-        names = {n: f"backbone.{u}" for n, u in names.items() if not n.startswith("heads.abc.")}
-        names.update({f"heads.abc.{w}": f"aux_classifier.{w}" for w in ("weight", "bias")})
+        names = attach_aux_head(self, ours_net, usb, names, "abc")
         for what in self.usb_calls:    # record USB's masks and ABC's head probabilities, in call order
             setattr(usb, what, self._recording(what, getattr(usb, what)))
         return usb.model, names
