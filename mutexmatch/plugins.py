@@ -32,8 +32,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Iterable, Mapping
 
-__all__ = ["ENTRY_POINT_GROUP", "PLUGINS_ENV", "Plugin", "with_resolved_plugins", "PluginError", "load_plugins", "load_entry_points", "resolved_entries",
-           "provider", "config_plugin_digests", "loaded_plugins", "is_path_entry", "source_digest"]
+__all__ = ["ENTRY_POINT_GROUP", "PLUGINS_ENV", "Plugin", "PluginError", "load_plugins", "load_entry_points",
+           "resolved_entries", "with_resolved_plugins", "checked_entries", "listed", "provider",
+           "config_plugin_digests", "loaded_plugins", "is_path_entry", "source_digest"]
 
 ENTRY_POINT_GROUP = "mutexmatch.plugins"
 # The modules of the plugins a sweep's driver loaded, comma-separated: set in the trials' Ray runtime environment
@@ -221,10 +222,20 @@ def load_plugins(entries: Iterable[str], how: str = "plugins:", error: type[Exce
         raise (e if error is PluginError else error(str(e))) from None
 
 
+def checked_entries(v: Any) -> Any:
+    """A ``plugins:`` value as the schemas take it: a list of non-empty strings, else one line saying what is."""
+    if isinstance(v, list) and all(isinstance(e, str) and e.strip() for e in v):
+        return v
+    raise ValueError("must be a list of plugins: module names, or paths of .py files and package folders (e.g. "
+                     "[./my_methods])")
+
+
 def listed(raw: Mapping[str, Any]) -> list[str]:
-    """A raw config's ``plugins:`` list ([] where it is missing or not a list of strings: the schema names that)."""
-    entries = raw.get("plugins")
-    return entries if isinstance(entries, list) and all(isinstance(e, str) for e in entries) else []
+    """A raw config's ``plugins:`` list ([] where it is missing or not a list of names: the schema names that)."""
+    try:
+        return checked_entries(raw.get("plugins", []))
+    except ValueError:
+        return []
 
 
 def with_resolved_plugins(raw: dict[str, Any], path: str | Path) -> dict[str, Any]:

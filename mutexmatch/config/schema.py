@@ -7,10 +7,10 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Mapping, Sequence, get_args
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator,
-                      model_validator)
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError,
+                      field_validator, model_validator)
 
-from mutexmatch import plugins
+from mutexmatch import plugins as plugin_loading   # not `plugins`: RunConfig has a field of that name
 from mutexmatch.checks import at_least, shown, validation_error_lines, within
 from mutexmatch.config.optim_section import OptimConfig, check_optim
 from mutexmatch.config.imb_section import ImbAlgorithmConfig, imb_base_errors
@@ -328,7 +328,7 @@ class RunConfig(_Section):
                             "Relative paths are resolved against the current directory when the config is loaded.",
                             json_schema_extra=roles(NO_RESULT, owned="set per trial by orchestration (under the "
                                                     "Ray storage)"))
-    plugins: list[str] = Field(
+    plugins: Annotated[list[str], BeforeValidator(plugin_loading.checked_entries)] = Field(
         default_factory=list, exclude_if=lambda v: not v, json_schema_extra=roles(NO_RESULT, RESUMABLE),
         description="Plugins whose registered algorithms, datasets and backbones join the built-ins: module names, "
         "or `.py` files and package folders relative to the YAML; entry points `mutexmatch.plugins` always load "
@@ -471,7 +471,7 @@ def parse_config(raw: dict[str, Any] | None) -> RunConfig:
     raw = {} if raw is None else raw
     if not isinstance(raw, dict):
         raise ConfigError(f"config: must be a mapping of sections, got {type(raw).__name__}")
-    plugins.load_plugins(plugins.listed(raw), error=ConfigError)   # the names they register are checked below
+    plugin_loading.load_plugins(plugin_loading.listed(raw), error=ConfigError)   # before their names are checked
     try:
         return RunConfig.model_validate(raw)
     except ValidationError as err:

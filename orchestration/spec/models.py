@@ -13,6 +13,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from mutexmatch.algorithms import ALGORITHMS
 from mutexmatch.checks import at_least
 from mutexmatch.config import ConfigError, RunConfig, owned_fields, search_value, unsearchable_fields
+from mutexmatch.plugins import checked_entries
 
 from orchestration.contract import VALIDATION_METRICS
 from orchestration.contract.tracking_uri import journal_file
@@ -290,9 +291,10 @@ class SweepSpec(_Strict):
                                       "field set by two axes is refused.")
     exclude: list[dict[str, str]] = Field(default_factory=list, description="Partial cells to drop.")
     resources: Resources = Field(default_factory=Resources)
-    plugins: list[str] = Field(default_factory=list, exclude_if=lambda v: not v, description="Plugins every "
-                               "trial imports (a run config's `plugins:`: module names, or `.py` files and package "
-                               "folders relative to the YAML), shipped to every trial by Ray (docs/plugins.md).")
+    plugins: Annotated[list[str], BeforeValidator(checked_entries)] = Field(
+        default_factory=list, exclude_if=lambda v: not v, description="Plugins every trial imports (a run config's "
+        "`plugins:`: module names, or `.py` files and package folders relative to the YAML), shipped to every trial "
+        "by Ray (docs/plugins.md).")
     tracking: TrackingSpec = Field(default_factory=TrackingSpec, description="What trial runs record besides "
                                    "their training curves (system metrics).")
     smoke: dict[str, Any] | None = Field(None, description=f"Overrides for --smoke (default {SMOKE_DEFAULT}).")

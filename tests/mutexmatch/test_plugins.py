@@ -131,6 +131,14 @@ def test_a_plugin_that_is_not_there_is_one_line(tmp_path, plugin_sandbox, entry,
     assert len(str(e.value).splitlines()) == 1 and said in str(e.value), str(e.value)
 
 
+@pytest.mark.parametrize("value", ["./my_methods", [["./a"], 2], [""], {"zz": 1}])
+def test_a_plugins_value_that_is_not_a_list_of_names_is_one_line(plugin_sandbox, value):
+    with pytest.raises(ConfigError) as e:
+        parse_config({**BUILTIN, "plugins": value})
+    assert str(e.value) == f"plugins={value!r}: must be a list of plugins: module names, or paths of .py files and " \
+                           "package folders (e.g. [./my_methods])"
+
+
 def test_two_plugins_of_one_name_with_other_code_are_refused(tmp_path, plugin_sandbox):
     example, _ = plugin_sandbox
     first, second = _research(tmp_path / "a", example), _research(tmp_path / "b", example)

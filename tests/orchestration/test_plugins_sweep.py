@@ -128,7 +128,8 @@ def test_a_plugin_sweep_through_local_ray(tmp_path, sweep_env, data_root):  # it
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     [run] = client.search_runs([client.get_experiment_by_name("my-methods").experiment_id],
                                f"tags.`{C.ROLE}` = '{C.ROLE_TRIAL}'")
-    assert run.data.tags[C.VARIANT] == "myfixmatch" and run.data.tags[C.PLUGIN_CODE] == f"my_methods={_digest(tmp_path)}"
+    assert run.data.tags[C.VARIANT] == "myfixmatch"
+    assert run.data.tags[C.PLUGIN_CODE] == f"my_methods={_digest(tmp_path)}"
 
     assert "nothing to do" in _cli(tmp_path, sweep_env, str(yaml))   # the same code: nothing trained again
     with (tmp_path / "my_methods" / "methods.py").open("a") as f:
