@@ -61,3 +61,20 @@ def test_layer_decay_on_a_backbone_without_layers_is_refused(tmp_path):
     model = build_model("small_cnn", num_classes=10, image_size=16)
     with pytest.raises(LayerDecayError, match=r"optim.layer_decay=0.65: backbone SmallCNN declares no layers"):
         usb_param_groups(model, 1e-3, 0.05, 0.65)
+
+
+def test_an_adamw_run_stopped_in_its_warmup_resumes_bit_identically(tmp_path):
+    """AdamW's moments and the warm-up's step are checkpointed: a run stopped at step 2 of a 4-step warm-up and
+    resumed ends where the uninterrupted run does, tensor for tensor (CPU)."""
+    full = Trainer(_cfg(tmp_path / "full", warmup=4))
+    full.fit()
+    half = Trainer(_cfg(tmp_path / "half", warmup=4))
+    half.fit(stop_at=2)
+    resumed = Trainer(_cfg(tmp_path / "half", warmup=4), resume=True)
+    assert resumed.step == 2 and resumed.scheduler.get_last_lr() == [2.5e-4, 2.5e-4]   # 2/4 of lr
+    resumed.fit()
+    for (name, p), q in zip(full.model.named_parameters(), resumed.model.parameters()):
+        assert torch.equal(p, q), name
+    moments = [(s["exp_avg"], r["exp_avg"]) for s, r in zip(full.optimizer.state.values(),
+                                                            resumed.optimizer.state.values())]
+    assert moments and all(torch.equal(a, b) for a, b in moments)
