@@ -25,7 +25,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 from pydantic import Field
-from torch import nn
+from torch import Tensor, nn
 
 from mutexmatch.algorithms.base import Algorithm, StepInputs, StepOutput, StepSpec, register_algorithm
 from mutexmatch.algorithms.mixmatch import draw_mixup, mixed_logits, mixup, sharpen
@@ -87,9 +87,9 @@ class ReMixMatch(Algorithm):
         inputs = torch.cat([x_lb, x_s0, x_s1, x_w])
         mixed_x, mixed_y = mixup(inputs, targets, *draw_mixup(len(inputs), p.mixup_alpha))
         logits = mixed_logits(model, inp, mixed_x)
-        sup = soft_cross_entropy(mixed_y[:b], logits[0]).mean()
-        unsup = soft_cross_entropy(mixed_y[b:], torch.cat(logits[1:])).mean()
-        kl = soft_cross_entropy(guess, logits_s0).mean()
+        sup = self.soft_loss("sup", mixed_y[:b], logits[0])
+        unsup = self.soft_loss("p", mixed_y[b:], torch.cat(logits[1:]))
+        kl = self.soft_loss("kl", guess, logits_s0)
         rot = (F.cross_entropy(model.heads["rot"](inp.forward(x_rot, update_bn=False)), inp.rot_label)
                if p.lambda_rot > 0 else torch.zeros_like(sup))
         w = rampup_weight(inp.step, self.ctx.total_steps, p.unsup_warm_up)
@@ -100,6 +100,11 @@ class ReMixMatch(Algorithm):
                       if self.wants_view_feats else None)
         return StepOutput(loss=loss, terms={"sup": sup, "p": unsup, "kl": kl, "rot": rot}, conf=conf,
                           pseudo_label=pseudo_label, soft_target=guess, view_feats=view_feats)
+
+    def soft_loss(self, term: str, targets: Tensor, logits: Tensor) -> Tensor:
+        """Term ``term`` (``sup``, ``p``, ``kl``): the mean soft cross-entropy H(targets, softmax(logits)) over the
+        rows; the seam an imbalance algorithm weighs per row (SAW, as USB's SAW losses replace ce/consistency)."""
+        return soft_cross_entropy(targets, logits).mean()
 
     def term_weights(self) -> dict[str, float]:
         p = self.params

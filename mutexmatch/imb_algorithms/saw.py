@@ -25,6 +25,7 @@ from torch import Tensor
 from mutexmatch.algorithms.base import Views
 from mutexmatch.imb_algorithms.base import (EPOCH_STEPS_DOC, EpochNeeds, ImbAlgorithm, ImbParams,
                                             register_imb_algorithm, state_tensor)
+from mutexmatch.losses import soft_cross_entropy
 from mutexmatch.params import USB_EPOCH_STEPS, Steps
 
 
@@ -51,7 +52,7 @@ class SAW(ImbAlgorithm):
     imb_params_model = SawParams
     imb: SawParams
     imb_terms = ()
-    bases = ("fixmatch",)
+    bases = ("fixmatch", "remixmatch")
     epoch_needs = EpochNeeds(pool_logits=True)
 
     def imb_init(self) -> None:
@@ -70,6 +71,16 @@ class SAW(ImbAlgorithm):
         pseudo = out["pseudo_label"]
         p = (F.cross_entropy(v.logits_s, pseudo, reduction="none") * (v.mask * ulb_w[pseudo])).mean()
         return {**out, "sup": sup, "p": p, "loss": sup + self.params.lambda_p * p}
+
+    def soft_loss(self, term: str, targets: Tensor, logits: Tensor) -> Tensor:
+        """ReMixMatch's soft terms as USB's SAW losses make them: ``sup`` (SAWCELoss) the soft cross-entropy weighted
+        by the labeled weight of each target's argmax; ``p`` and ``kl`` (SAWConsistencyLoss, which replaces a soft
+        target by its argmax before the loss) the hard cross-entropy on the argmax, weighted by its unlabeled
+        weight."""
+        hard = targets.argmax(dim=-1)
+        if term == "sup":
+            return (soft_cross_entropy(targets, logits) * self.saw_lb.to(logits.device)[hard]).mean()
+        return (F.cross_entropy(logits, hard, reduction="none") * self.saw_ulb.to(logits.device)[hard]).mean()
 
     @torch.no_grad()
     def on_epoch_end(self, pool_logits: Tensor) -> None:
