@@ -12,40 +12,35 @@ t_g going linearly from 1 in the first generation to ``dist_align_t`` in the las
 ``ProgressiveDistAlignEMAHook``: an EMA of p~(y), USB's (p(y) + 1e-6) / (p~(y) + 1e-6); it replaces ReMixMatch's own
 alignment and keeps its estimate across generations, as USB's hook is built once).
 
-Not yet: the trainer's generation boundary (re-initialising the model, its EMA, optimiser and schedule and growing
-the labeled set with :func:`crest_selection`'s picks). Until it lands ``num_gens`` is refused above 1, so a run is
-CReST's first generation (CReST: the base unchanged; CReST+: alignment with t = 1).
+A run's ``train.iterations`` T are ``num_gens`` generations of T // num_gens steps each, the last one also
+running the remainder (USB runs num_train_iter steps per generation: ours is num_gens times that); the base sees
+the step within its generation and a generation's length as its run (USB resets ``it`` each generation:
+ReMixMatch's ramp-up restarts). The trainer's boundary (re-initialisation, the grown labeled set) is
+:mod:`mutexmatch.training.generations`.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from pydantic import AfterValidator, Field
-from torch import Tensor
+from pydantic import Field
+from torch import Tensor, nn
 
 from mutexmatch.algorithms.alignment import DistributionAlignment
+from mutexmatch.algorithms.base import StepInputs, StepOutput
 from mutexmatch.imb_algorithms.base import ImbAlgorithm, ImbParams, register_imb_algorithm
-from mutexmatch.params import Fraction, Positive, _allows
-
-
-@_allows("1; more once the trainer runs generations")
-def _one_generation(v: int) -> int:
-    if v != 1:
-        raise ValueError("must be 1: the trainer does not run CReST's generations yet (re-initialisation and the "
-                         "grown labeled set, issue 41 item 3); USB's default is 6")
-    return v
+from mutexmatch.params import Fraction, Positive, PositiveSteps
 
 
 class CReSTParams(ImbParams):
     """CReST: the number of generations and the sampling exponent (USB's get_argument defaults)."""
 
-    num_gens: Annotated[int, AfterValidator(_one_generation)] = Field(
-        1, description="CReST: number of generations (USB's crest_num_gens, 6 by default there); only 1 runs until "
-        "the trainer re-initialises and grows the labeled set at generation ends (docs/longtail.md).")
+    num_gens: PositiveSteps = Field(6, description="CReST: number of generations (USB's crest_num_gens); each runs "
+                                    "train.iterations // num_gens steps (the last one the remainder too).")
     alpha: Positive = Field(3.0, description="[α] CReST: exponent of the sampling rate (mu^(C-1-c))^(1/α) of the "
                             "pseudo-labeled images of class c (USB's crest_alpha).")
 
@@ -108,16 +103,23 @@ class ProgressiveAlignment(DistributionAlignment):
 
 @register_imb_algorithm("crest")
 class CReST(ImbAlgorithm):
-    """CReST (Wei et al., 2021): generations that grow the labeled set with the pool's most confident
-    pseudo-labels, more of them for the tail classes (the trainer's generation boundary is not implemented yet:
-    one generation)."""
+    """CReST (Wei et al., 2021): generations, each from re-initialised weights on the labeled set grown by the
+    pool's most confident pseudo-labels, more of them for the tail classes."""
 
     imb_params_model: ClassVar[type[ImbParams]] = CReSTParams
     imb: CReSTParams
     progressive: ClassVar[bool] = False
 
     def imb_init(self) -> None:
-        self.gen = 0
+        gens, total = self.imb.num_gens, self.ctx.total_steps
+        if total < gens:
+            raise ValueError(f"imb_algorithm.num_gens={gens}: more generations than train.iterations={total}; "
+                             "each generation runs train.iterations // num_gens steps")
+        # The trainer's boundary (mutexmatch.training.generations) reads these; the base sees one generation's run.
+        self.num_generations = gens
+        self.generation_steps = total // gens if gens > 1 else None
+        self.ctx = dataclasses.replace(self.ctx, total_steps=total // gens)
+        self.gen, self.picks = 0, None
         if self.progressive:    # USB registers its hook as "DistAlignHook", replacing ReMixMatch's
             self.dist_align = ProgressiveAlignment(self.num_classes, self.ctx.labeled_counts,
                                                    self.params.da_momentum)
@@ -137,15 +139,24 @@ class CReST(ImbAlgorithm):
         if self.progressive:
             self.dist_align.t = self.align_temperature(gen)           # type: ignore[union-attr]
 
-    def select(self, pool_logits: Tensor) -> CReSTSelection:
-        """The pool images (positions) and pseudo-labels that join the labeled set at this generation's end."""
-        return crest_selection(pool_logits, self.ctx.labeled_counts, self.imb.alpha)
+    def end_generation(self, pool_logits: Tensor) -> None:
+        """USB's generation end: the pool images (positions) and pseudo-labels that join the original labeled set
+        for the next generation (replacing the last generation's picks, as USB rebuilds its dataset), which starts."""
+        picked = crest_selection(pool_logits, self.ctx.labeled_counts, self.imb.alpha)
+        self.picks = (picked.positions, picked.labels)
+        self.start_generation(self.gen + 1)
+
+    def compute(self, model: nn.Module, inp: StepInputs) -> StepOutput:
+        """The base's step at the step within this generation (USB's ``it``, reset every generation)."""
+        steps = self.generation_steps or 0
+        return super().compute(model, dataclasses.replace(inp, step=inp.step - self.gen * steps))  # type: ignore[misc]
 
     def imb_state_dict(self) -> dict[str, Any]:
-        return {"gen": self.gen}
+        return {"gen": self.gen, "picks": self.picks}
 
     def imb_load_state_dict(self, state: Any) -> None:
         super().imb_load_state_dict(state)
+        self.picks = None if state["picks"] is None else tuple(t.long() for t in state["picks"])
         self.start_generation(int(state["gen"]))
 
 

@@ -38,7 +38,7 @@ class BatchSource:
     :class:`Prefetcher` that hands out its batches (``prefetcher.next()``)."""
 
     def __init__(self, cfg: RunConfig, bundle: DatasetBundle, split: Split, step: StepSpec, uses_unlabeled: bool,
-                 device: torch.device):
+                 device: torch.device, grown: tuple[torch.Tensor, torch.Tensor] | None = None):
         self.cfg, self.info, self.step_spec, self.device = cfg, bundle.info, step, device
         extra = bundle.extra_unlabeled
         self.train_x = bundle.train.x.to(device)
@@ -46,7 +46,13 @@ class BatchSource:
         self.ulb_x = torch.cat([self.train_x, extra.x.to(device)]) if extra is not None else self.train_x
         self.ulb_y = torch.cat([self.train_y, extra.y.to(device)]) if extra is not None else self.train_y
         t = cfg.train
-        self.sampler = SSLSampler(torch.from_numpy(split.labeled), torch.from_numpy(split.unlabeled),
+        labeled, self.lb_x, self.lb_y = torch.from_numpy(split.labeled), self.train_x, self.train_y
+        if grown is not None:   # pool images (positions) labeled with pseudo-labels (CReST's generations)
+            picked = torch.from_numpy(split.unlabeled)[grown[0].cpu()].to(device)
+            self.lb_x, self.lb_y = torch.cat([self.train_x, self.ulb_x[picked]]), torch.cat([self.train_y,
+                                                                                               grown[1].to(device)])
+            labeled = torch.cat([labeled, len(self.train_x) + torch.arange(len(picked))])
+        self.sampler = SSLSampler(labeled, torch.from_numpy(split.unlabeled),
                                   batch_size=t.batch_size, mu=t.mu, seed=t.seed, with_unlabeled=uses_unlabeled)
         self.aug_generator = torch.Generator(device=device).manual_seed(t.seed + 1)
         # RandAugment's op choices are drawn on the host (mutexmatch.data.augment): from aug_generator itself on the
@@ -79,8 +85,8 @@ class BatchSource:
         aug = {"flip": info.flip, "pad": pad, "pad_mode": pad_mode, "generator": self.aug_generator}
         lb = to_device(idx.lb, device)
         ulb = to_device(idx.ulb, device)
-        views, rot = make_views(self.step_spec, self.train_x[lb], self.ulb_x[ulb] if ulb.numel() else None,
+        views, rot = make_views(self.step_spec, self.lb_x[lb], self.ulb_x[ulb] if ulb.numel() else None,
                                 aug, self.op_generator, self.fused_augment)
         x = normalize(torch.cat(views), info.mean, info.std, channels_last=self.cfg.model.channels_last)
-        return Batch(x, self.train_y[lb], ulb, to_device(idx.ulb_pos, device), len(ulb), rot,
+        return Batch(x, self.lb_y[lb], ulb, to_device(idx.ulb_pos, device), len(ulb), rot,
                      to_device(idx.lb_pos, device))

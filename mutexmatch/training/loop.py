@@ -38,6 +38,7 @@ from mutexmatch.training.diagnostics import StepAccumulator, divergence_message
 from mutexmatch.training.distributed import DataParallel, join_process_group
 from mutexmatch.training.evaluation import Evaluator
 from mutexmatch.training.extended_step import step_inputs
+from mutexmatch.training.generations import restore_generation, schedule_config, start_due_generation
 from mutexmatch.training.memory import check_batch_memory, check_memory, step_memory_error
 from mutexmatch.training.network import build_network
 from mutexmatch.training.optim import grad_scaler, lr_schedule, optimizer
@@ -125,7 +126,7 @@ class Trainer:
             net.model, net.ema, net.forward, net.features, net.teacher)
         self.algorithm = alg_cls(alg_cls.params_from(cfg.algorithm), self._context(alg_cls.uses_unlabeled))
         self.optimizer = optimizer(self.model, cfg, self.device)
-        self.scheduler = lr_schedule(self.optimizer, cfg)
+        self.scheduler = lr_schedule(self.optimizer, schedule_config(cfg, self.algorithm))   # CReST: a generation
         self.scaler = grad_scaler(cfg, self.device)
         self.batches = BatchSource(cfg, self.bundle, self.split, alg_cls.step, alg_cls.uses_unlabeled, self.device)
         self.prefetcher = self.batches.prefetcher
@@ -223,6 +224,7 @@ class Trainer:
         """One step: batch (made ahead on CUDA, :class:`Prefetcher`), backbone forward under ``train.precision``'s
         autocast, then the heads, softmax thresholds and losses on the features cast to fp32, backward, SGD, EMA.
         BatchNorm keeps fp32 weights and running statistics under autocast (its buffers are never cast)."""
+        start_due_generation(self)   # CReST's re-initialisation at a generation's first step (generations.py)
         t0 = time.perf_counter()
         x, y_lb, ulb, ulb_pos, num_ulb, rot, lb_pos = self.prefetcher.next()
         t1 = time.perf_counter()
@@ -429,8 +431,9 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
-        self.batches.set_state(state)
         self.algorithm.load_state_dict(state["algorithm"])
+        restore_generation(self)   # CReST: the batches of the checkpoint's generation
+        self.batches.set_state(state)
         set_rng_state(state["rng"])
         self.step = int(state["step"])
         self.history = list(state["history"])

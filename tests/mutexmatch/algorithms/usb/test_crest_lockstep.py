@@ -1,11 +1,12 @@
 """CReST and CReST+ composed with FixMatch and ReMixMatch equal USB's ``class (CReST, Base)`` step for step (loss,
 every term, every gradient, BatchNorm statistics, the mask and pseudo-labels, the alignment's p~(y) and tempered
-target), over steps that cross a generation boundary: both sides start in generation 2 of 6 and move to generation
-3 mid-run, USB's alignment temperature set as its ``CReST.train`` loop sets it (``cur_dist_align_t``), ours by
-``start_generation``; the alignment estimate carries over the boundary on both sides (USB's hook is built once).
-The model's re-initialisation and the grown labeled set are the trainer's and not implemented (crest.py says so):
-the selection of pool images and pseudo-labels is checked against USB's own code on the same logits instead
-(``CReST.train``'s pseudo_label_list, then ``get_split``). USB calls ``np.math``, gone in NumPy 2: the reference
+target), over steps that cross a generation boundary: both sides start 5 steps into generation 2 of 6 (USB's ``it`` 5 of its
+8 per generation, ours step 21 of 48) and move to generation 3 mid-run, USB's ``it`` reset to 0 and its alignment
+temperature set as its ``CReST.train`` loop sets them, ours by ``start_generation`` (ReMixMatch's ramp-up restarts
+on both sides); the alignment estimate carries over the boundary on both sides (USB's hook is built once). The
+model's re-initialisation and the grown labeled set need the trainer's data pipeline
+(tests/mutexmatch/training/test_generations.py); the selection of pool images and pseudo-labels is checked against
+USB's own code on the same logits (``CReST.train``'s pseudo_label_list, then ``get_split``). USB calls ``np.math``, gone in NumPy 2: the reference
 side runs with ``np.math`` patched to the ``math`` module; ours does not use it."""
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from mutexmatch.imb_algorithms.crest import crest_selection
 from .test_fixmatch_lockstep import FixMatchLockstep
 from .test_mixmatch_lockstep import ReMixMatchLockstep
 
-GENS, T_MIN, ALPHA = 6, 0.3, 2.0
+GENS, PER_GEN, T_MIN, ALPHA = 6, 8, 0.3, 2.0
 
 
 class _CReST:
@@ -31,14 +32,14 @@ class _CReST:
     lb_counts = (8, 4, 2, 1)
     batchnorm = True
     steps, switch, first_gen = 6, 3, 2      # generation first_gen for `switch` steps, then the next one
+    total_steps, first_step = GENS * PER_GEN, 2 * PER_GEN + PER_GEN - 3
 
     def prepare(self, ours, usb, g) -> None:
         super_prepare = getattr(super(), "prepare", None)
         if super_prepare is not None:
             super_prepare(ours, usb, g)
-        # Ours refuses num_gens > 1 in a config until the trainer runs generations; the step's schedule is tested
-        # here at USB's 6 generations.
-        ours.imb = ours.imb.model_copy(update={"num_gens": GENS})
+        assert ours.generation_steps == PER_GEN and ours.ctx.total_steps == PER_GEN    # 48 steps in 6 generations
+        usb.num_train_iter, usb.it = PER_GEN, self.first_step - self.first_gen * PER_GEN    # USB's, per generation
         self.ours, self.calls = ours, 0
         if "DistAlignHook" in usb.hooks_dict:   # float64 from numpy promotes USB's step; the same values in float32
             da = usb.hooks_dict["DistAlignHook"]
@@ -56,6 +57,8 @@ class _CReST:
 
     def before_usb_step(self, usb) -> None:
         if self.calls == self.switch:
+            assert usb.it == PER_GEN
+            usb.it = 0                           # CReST.train at a generation's end
             self._generation(usb, self.first_gen + 1)
         self.calls += 1
 
