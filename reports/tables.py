@@ -4,7 +4,8 @@ like the paper.
 A table has a short caption above (the YAML's ``caption``, else what the metric is) and one note line below it
 with the method notes (what a cell is, the protocol, the split rule, the marks); internal ids stay out of the text.
 A cell is mean ± std over folds of the table's metric ×100 with two decimals (std = sample std, ddof=1; no ± for a
-single fold), followed by ``(n=k)`` when fewer than :data:`PAPER_FOLDS` folds finished and "—" when none did. Per
+single fold), followed by ``(n=k)`` when fewer than the sweep's folds finished (:data:`PAPER_FOLDS` when it names
+none) and "—" when none did. Per
 column (and per row group) the best mean is bold and the second best is marked — italic in Markdown, underlined in
 LaTeX (the paper shades it; underlining needs no extra package). Ranking uses the displayed (rounded) means, so equal
 printed numbers get the same mark. With published numbers, each column gets "paper" and "Δ" (ours − paper, from the
@@ -35,6 +36,7 @@ from reports.stats import CellStats, FoldValue, PairedResult, cell_stats, paired
 
 __all__ = [
     "PAPER_FOLDS",
+    "expected_folds",
     "PROTOCOL_TEXT",
     "TableData",
     "caption",
@@ -207,8 +209,13 @@ def format_p(p: float | None) -> str:
     return f"{p:.4f}" if p >= 1e-4 else f"{p:.2e}"
 
 
-def _n_suffix(stats: CellStats) -> str:
-    return f" (n={stats.n})" if 0 < stats.n < PAPER_FOLDS else ""
+def expected_folds(data: TableData) -> int:
+    """How many folds a complete cell has: the sweep's (its ``folds``), else the paper's five."""
+    return len(data.folds) or PAPER_FOLDS
+
+
+def _n_suffix(data: TableData, stats: CellStats) -> str:
+    return f" (n={stats.n})" if 0 < stats.n < expected_folds(data) else ""
 
 
 def _row_header(data: TableData) -> str:
@@ -248,7 +255,7 @@ def _note(data: TableData, markdown: bool) -> str:
     parts = [f"Mean ± std (sample, ddof=1) over folds of {metric} ×100; protocol: {PROTOCOL_TEXT[data.protocol]}; "
              f"split rule: {rules}.",
              f"{bold}: best, {second}: second best per column" + _ranked_rows(data)
-             + f"; (n=k): k of {PAPER_FOLDS} folds finished; —: none."]
+             + f"; (n=k): k of {expected_folds(data)} folds finished; —: none."]
     sub = data.subcolumns
     shown = (["Paper: the published number"] if "paper" in sub else []) + (["Δ = ours − paper"] if "delta" in sub
                                                                            else [])
@@ -320,7 +327,7 @@ def _md_cell(data: TableData, key: Key) -> str:
         text = f"**{text}**"
     elif mark == "second":
         text = f"*{text}*"
-    return text + _n_suffix(stats)
+    return text + _n_suffix(data, stats)
 
 
 _MD_SUB = {"paper": "paper", "delta": "Δ"}   # "pair": _pair_title

@@ -7,9 +7,9 @@ import unicodedata
 
 from orchestration.contract.layout import TUNED_ROW, PairedSpec, QuotedRow
 from reports.stats import PairedResult
-from reports.tables import (_TEX_SUB, PAPER_FOLDS, Key, TableData, _fold_value, _folds_note, _footnotes, _note,
+from reports.tables import (_TEX_SUB, Key, TableData, _fold_value, _folds_note, _footnotes, _note,
                             _paired_note, _published_text, _quoted_text, _row_header, _signed, caption, pair_baseline,
-                            folds_caption, format_mean_std, format_p)
+                            expected_folds, folds_caption, format_mean_std, format_p)
 
 __all__ = ["render_latex", "render_folds_latex", "latex_escape", "MAX_TEX_COLUMNS"]
 
@@ -69,7 +69,7 @@ def _tex_cell(data: TableData, key: Key) -> str:
         text = rf"\textbf{{{text}}}"
     elif mark == "second":
         text = rf"\underline{{{text}}}"
-    if 0 < stats.n < PAPER_FOLDS:
+    if 0 < stats.n < expected_folds(data):
         text += rf"\,{{\scriptsize (n={stats.n})}}"
     return text
 

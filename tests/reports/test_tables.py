@@ -323,3 +323,14 @@ def test_a_run_row_carries_the_papers_mark_from_row_marks():
         quoted_table(row_marks={"nope": "*"})
     with pytest.raises(Exception, match=r"row_marks\.fm.*has no footnote"):
         quoted_table(row_marks={"fm": "‡"})
+
+
+def test_the_fold_count_is_the_sweeps_own():
+    """A sweep of 2 folds: a cell with both folds finished is complete (no "(n=2)"), and the note says "k of 2"."""
+    report = validate_report({**SPEC, "folds": [0, 1]})
+    two = build_table_data(report.tables[0], report.axes, report.folds,
+                           runs().query("fold < 2"), "final")
+    md = render_markdown(two)
+    assert "| FixMatch | **91.00±1.41** | — | — |" in md and "(n=k): k of 2 folds finished" in md, md
+    assert "95.00 (n=1)" in md
+    assert r"\textbf{91.00$\pm$1.41} &" in render_latex(two)
