@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -119,6 +120,11 @@ class CReST(ImbAlgorithm):
         self.num_generations = gens
         self.generation_steps = total // gens if gens > 1 else None
         self.ctx = dataclasses.replace(self.ctx, total_steps=total // gens)
+        if gens > 1 and bool(torch.isin(self.ctx.labeled, self.ctx.unlabeled).any()):
+            warnings.warn(f"imb_algorithm.name={self.imb_name!r}: the unlabeled pool holds the labeled images "
+                          "(data.unlabeled_includes_labeled: true), so a generation may add them again with "
+                          "pseudo-labels; USB's CReST draws its pool without them: set "
+                          "data.unlabeled_includes_labeled: false to run as USB", UserWarning, stacklevel=2)
         self.gen, self.picks = 0, None
         if self.progressive:    # USB registers its hook as "DistAlignHook", replacing ReMixMatch's
             self.dist_align = ProgressiveAlignment(self.num_classes, self.ctx.labeled_counts,

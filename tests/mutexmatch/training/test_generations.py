@@ -18,7 +18,7 @@ from mutexmatch.training.optim import lr_factor
 
 
 def _raw(tmp_path, name: str = "run", iterations: int = 6, imb: dict | None = None) -> dict:
-    return {"data": {"dataset": "digits", "num_labels": 78, "fold": 1,
+    return {"data": {"dataset": "digits", "num_labels": 78, "fold": 1, "unlabeled_includes_labeled": False,
                      "imbalance": {"labeled_head": 20, "labeled_ratio": 10}},
             "model": {"backbone": "small_cnn"}, "algorithm": {"name": "fixmatch"},
             "imb_algorithm": imb or {"name": "crest+", "num_gens": 3},
@@ -82,3 +82,10 @@ def test_a_run_stopped_at_a_boundary_resumes_bit_identical(tmp_path):
 def test_more_generations_than_steps_is_one_line(tmp_path):
     with pytest.raises(ValueError, match=r"imb_algorithm.num_gens=8: more generations than train.iterations=6"):
         Trainer(parse_config(_raw(tmp_path, imb={"name": "crest", "num_gens": 8})))
+
+
+def test_a_pool_holding_the_labeled_images_is_said(tmp_path):
+    raw = _raw(tmp_path)
+    raw["data"]["unlabeled_includes_labeled"] = True
+    with pytest.warns(UserWarning, match="USB's CReST draws its pool without them"):
+        Trainer(parse_config(raw))
