@@ -5,8 +5,10 @@ The run's final EMA weights (its best ones when it stopped before the end) becom
 :class:`mutexmatch.classifier.Classifier` (pixel values 0..255, NCHW float32 → class probabilities: the run's
 normalisation and TPC head inside), logged with MLflow's pytorch flavour under ``model`` with its signature and an
 input example (two blank images of the run's channels and size: a batch of one would make ``torch.export`` fix the
-batch size to 1). MLflow 3 saves it in the ``pt2`` format (``torch.export``, no pickle), so loading it needs only
-torch, not this project.
+batch size to 1), in the ``pt2`` format (``torch.export``, no pickle), so loading it needs only torch, not this
+project nor the plugin that defined the run's backbone (issue 44). The format is pinned: MLflow's default is a
+pickle where the store is Databricks', which names the model's classes (``mutexmatch.classifier.Classifier``, a
+plugin's network) for the loader to import.
 
 MLflow 3 keeps a logged model in an experiment: ``Model.log`` puts it in the *active* one, which for a client-only
 process is MLflow's Default (issue 40: 20 of 20 models there, ``runs:/<run>/model`` failing, since that URI looks
@@ -56,6 +58,6 @@ def log_classifier(client: "MlflowClient", run_id: str, weights: Path) -> str:
     with _use_tracking_uri(client.tracking_uri):  # Model.log reads the global store; the trial's is this client's
         info = Model.log(artifact_path=None, name=C.MODEL_ARTIFACT, flavor=mlflow.pytorch, run_id=run_id,
                          model_id=logged.model_id, pytorch_model=model, signature=signature, input_example=example,
-                         pip_requirements=[f"torch=={torch.__version__.split('+')[0]}"])
+                         serialization_format="pt2", pip_requirements=[f"torch=={torch.__version__.split('+')[0]}"])
     client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)  # Model.log leaves it to its creator
     return info.model_uri

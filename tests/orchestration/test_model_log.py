@@ -109,3 +109,69 @@ def test_the_logged_model_loads_and_predicts_on_an_image_folder(tmp_path, train_
         assert np.allclose(probs.sum(1).numpy(), 1.0, atol=1e-5)
     finally:
         shutil.rmtree(store, ignore_errors=True)
+
+
+PLUGIN_NET = '''"""A backbone class of the plugin's own: a pickled model would name my_net.MyNet."""
+from mutexmatch.models.registry import register_backbone
+from mutexmatch.models.small_cnn import SmallCNN
+
+
+class MyNet(SmallCNN):
+    pass
+
+
+@register_backbone("my_net", feat_dim=128, param_count=94_762, typical_image_size=16, min_image_size=4,
+                   activation_bytes_per_pixel=None, description="the small CNN as a class of a plugin's own")
+def my_net(num_classes: int, in_channels: int) -> MyNet:
+    return MyNet(num_classes, in_channels)
+'''
+
+LOAD_ELSEWHERE = '''import json, sys, mlflow.pytorch, torch
+try:
+    import my_net
+    sys.exit("my_net is importable here: the test proves nothing")
+except ImportError:
+    pass
+print(json.dumps(mlflow.pytorch.load_model(sys.argv[1])(torch.zeros(2, 1, 16, 16)).sum(1).tolist()))
+'''
+
+
+def test_a_plugin_runs_model_loads_where_the_plugin_is_not(tmp_path, store_dir, plugin_sandbox, monkeypatch):
+    """Issue 44: the logged model of a run whose backbone class a plugin defines loads in a fresh process where
+    neither the plugin nor its folder is (a user with the registry and torch only). MLflow's own default format is
+    a pickle (the class by reference: ``my_net.MyNet``) where the store is Databricks', the pt2 graph elsewhere:
+    the store is made to look like Databricks' here, so the format must be pinned, not left to that default."""
+    import os
+    import subprocess
+    import sys
+
+    import mlflow.pytorch
+    from mlflow import MlflowClient
+
+    from mutexmatch.config import parse_config
+    from mutexmatch.training import Trainer
+    from orchestration.trial.model_log import log_classifier
+
+    (tmp_path / "plugin").mkdir()
+    (tmp_path / "plugin" / "my_net.py").write_text(PLUGIN_NET)
+    cfg = parse_config({"data": {"dataset": "digits", "num_labels": 20, "fold": 0}, "model": {"backbone": "my_net"},
+                        "algorithm": {"name": "fixmatch"}, "plugins": [str(tmp_path / "plugin" / "my_net.py")],
+                        "train": {"iterations": 2, "eval_interval": 2, "batch_size": 4, "mu": 2, "num_threads": 1,
+                                  "progress": False}, "output_dir": str(tmp_path / "run")})
+    summary = Trainer(cfg).fit()
+    client = MlflowClient(f"sqlite:///{store_dir / 'mlflow.db'}")
+    exp = client.create_experiment("e", artifact_location=(store_dir / "mlruns").as_uri())
+    run_id = client.create_run(exp).info.run_id
+    monkeypatch.setattr(mlflow.pytorch, "is_databricks_uri", lambda uri: True)
+    uri = log_classifier(client, run_id, summary.final_weights)
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "load.py").write_text(LOAD_ELSEWHERE)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    # pickles allowed: a pickled model would then fail for its class alone (no module named my_net)
+    env.update(MLFLOW_TRACKING_URI=client.tracking_uri, MLFLOW_ALLOW_PICKLE_DESERIALIZATION="true")
+    done = subprocess.run([sys.executable, "load.py", uri], cwd=elsewhere, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert np.allclose(json.loads(done.stdout.strip().splitlines()[-1]), [1.0, 1.0], atol=1e-5)  # probabilities
