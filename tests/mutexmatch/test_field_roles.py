@@ -16,6 +16,7 @@ from mutexmatch.training.runfolder import RUN_MARKER
 HASH_EXCLUDED = {"output_dir", "data.root", "data.download", "train.progress", "train.keep_freed_memory",
                  "train.deterministic", "train.num_threads", "train.device", "train.cuda_graphs"}
 HASH_EXCLUDED |= {"plugins"}   # issue 44: where a plugin is (its code's digest is hashed where it is used)
+HASH_EXCLUDED |= {"model.pretrained"}   # issue 42: where the weight file is (model.pretrained_sha256 is hashed)
 OWNED = ["output_dir", "data.fold", "train.device"]
 RESUMABLE = {"train.device", "train.progress", "train.num_threads", "train.cuda_graphs", "plugins"}
 
