@@ -144,8 +144,7 @@ def build_table_data(layout: TableLayout, axes: Axes, folds: list[int], runs: pd
     used_cells = set(ids.values())
     rules: list[str] = []
     if "param.data.split_rule" in runs.columns and not runs.empty:
-        in_table = runs[runs["cell"].isin(used_cells) & runs["value"].notna()]
-        rules = sorted(set(in_table["param.data.split_rule"].dropna().tolist()))
+        rules = split_rules(runs[runs["cell"].isin(used_cells) & runs["value"].notna()])
     data = TableData(layout=layout, protocol=protocol, folds=list(folds), split_rules=rules, groups=groups,
                      rows=rows, columns=columns, cells=cells, cell_ids=ids,
                      published=layout.published_values(axes),
@@ -243,6 +242,32 @@ def folds_caption(data: TableData) -> str:
     """The per-fold table's caption: what its values are, not the summary table's "mean ± std over k folds"."""
     name = metric_name(data.layout.metric)
     return f"{name[:1].upper()}{name[1:]} (%) of each fold: the values behind the table's mean ± std"
+
+
+IMBALANCE_FIELDS = ("labeled_head", "labeled_ratio", "unlabeled_head", "unlabeled_ratio", "rule")
+
+
+def split_rules(runs: pd.DataFrame) -> list[str]:
+    """How the runs' labeled splits were drawn, for the note: ``data.split_rule`` of the balanced runs, and for the
+    long-tailed ones (``data.imbalance`` set; they read no ``split_rule``: USB's rule draws them) one entry naming
+    the imbalance, each field's values over the runs joined by "/" (a table's columns may differ in gamma_u)."""
+    present = [f"param.data.imbalance.{f}" for f in IMBALANCE_FIELDS if f"param.data.imbalance.{f}" in runs.columns]
+    long_tailed = runs[present[0]].map(lambda v: v not in (None, "None", "") and v == v) if present else \
+        pd.Series(False, index=runs.index)
+    rules = sorted(set(runs.loc[~long_tailed, "param.data.split_rule"].dropna().tolist()))
+    if long_tailed.any():
+        fields = ", ".join(f"{col.rsplit('.', 1)[1]} {_values(runs.loc[long_tailed, col])}" for col in present)
+        rules.append(f"long-tailed (data.imbalance: {fields})")
+    return rules
+
+
+def _values(column: pd.Series) -> str:
+    """A logged field's distinct values, numbers as printed in a YAML (10, not 10.0) and from high to low."""
+    found = {str(v) for v in column.dropna()}
+    try:
+        return "/".join(f"{x:g}" for x in sorted({float(v) for v in found}, reverse=True))
+    except ValueError:
+        return "/".join(sorted(found))
 
 
 def _note(data: TableData, markdown: bool) -> str:

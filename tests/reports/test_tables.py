@@ -334,3 +334,26 @@ def test_the_fold_count_is_the_sweeps_own():
     assert "| FixMatch | **91.00±1.41** | — | — |" in md and "(n=k): k of 2 folds finished" in md, md
     assert "95.00 (n=1)" in md
     assert r"\textbf{91.00$\pm$1.41} &" in render_latex(two)
+
+
+def test_a_long_tailed_split_is_named_in_the_note_not_the_split_rule_it_does_not_read():
+    """A long-tailed run (data.imbalance logged) draws its split by USB's rule and reads no data.split_rule (logged
+    at its default 'official'): the note names the imbalance, each field's values over the table's runs (the
+    columns differ in gamma_u), numbers as in a YAML; a balanced run beside it keeps its split rule."""
+    frame = runs()
+    ratio = {"c10-40": "10.0", "c10-250": "-10.0", "c100-400": "1.0"}
+    lt = frame["cell"].str.contains("backbone=cnn13")
+    frame["param.data.split_rule"] = "official"
+    frame["param.data.imbalance"] = None
+    for field, value in (("labeled_head", "20"), ("labeled_ratio", "10.0"), ("unlabeled_head", "100"),
+                         ("rule", "int")):
+        frame[f"param.data.imbalance.{field}"] = frame["cell"].where(~lt, value).where(lt, None)
+    frame["param.data.imbalance.unlabeled_ratio"] = [ratio[c.split(",")[1].split("=")[1]] if t else None
+                                                     for c, t in zip(frame["cell"], lt)]
+    report = validate_report(SPEC)
+    md = render_markdown(build_table_data(report.tables[0], report.axes, report.folds, frame, "final"))
+    assert ("split rule: official, long-tailed (data.imbalance: labeled_head 20, labeled_ratio 10, "
+            "unlabeled_head 100, unlabeled_ratio 10/-10, rule int).") in md, md
+    only_lt = build_table_data(report.tables[0], report.axes, report.folds, frame[lt], "final")
+    assert "split rule: long-tailed (data.imbalance: labeled_head 20" in render_markdown(only_lt)
+    assert "official" not in render_latex(only_lt)
