@@ -55,6 +55,10 @@ Issue 43 item 4 added ShrinkMatch's row to cifar10_cpu (5 trials; the digests be
 Issue 41 item 5 added DARP's, SAW's, Adsh's, TRAS's, CReST's and CReST+'s rows to imbalanced_digits (54 trials; the
 digests before them: 338eef88511a27d6 legacy, 1c04633419344207 current, 54 trials), checked the same way: the 54
 earlier lines alone give those digests.
+
+Issue 41 item 5 ran usb_classic_cv_imb's base + imbalance algorithm rows (11 levels, 363 trials; the digests before
+them: b09ae46b557ebb29 legacy, a031572e4cc05423 current, 99 trials), checked the same way: the 99 earlier lines
+alone give those digests, and every earlier trial keeps all its hashes.
 """
 
 from __future__ import annotations
@@ -91,7 +95,7 @@ PINNED = {  # YAML: (first grid trial's config hash, digest of every planned tri
     "table2_stl_mini_tiny.yaml": ("56c1b3e3e3a009d2", "f5c3d26cbe8d7a08", 120),
     "table_cnn13_wrn.yaml": ("fe82e43f836b8f29", "82372673f8dc31e4", 80),
     "usb_classic_cv.yaml": ("c33d122bd89d0ded", "a25ccd81df29df95", 459),   # issue 43; before: b74adc21980b1465, 432
-    "usb_classic_cv_imb.yaml": ("a9ffd3458f05d49c", "b09ae46b557ebb29", 99),  # issue 41 item 5 (new)
+    "usb_classic_cv_imb.yaml": ("a9ffd3458f05d49c", "3da782005556f755", 462),  # issue 41; before: b09ae46b557ebb29, 99
     "usb_cv.yaml": ("e746c8f05a1a663a", "13b1ab62cc05a674", 168),     # issue 42 item 4 (new)
     "zoo_digits.yaml": ("3d0eb9b96566484e", "f2bfb8f66f456535", 150),       # issue 41 (RDA); before: 26313e7d711ab1f7
 }
@@ -117,7 +121,7 @@ PINNED_CURRENT = {  # YAML: (first grid trial's config hash, digest of every pla
     "table2_stl_mini_tiny.yaml": ("4ff257bcab18b186", "7fa039d04613ad7b"),  # issue 32; before: b5e6878bd6a86292
     "table_cnn13_wrn.yaml": ("86df2d10f09c66d0", "7b7f0d0500bd223c"),       # issue 32; before: f3e9a10c630e7e04
     "usb_classic_cv.yaml": ("5da89869e8a2ecbc", "161322b9c89bcb94"),        # issue 43; before: 28af9a94d2ea2c6d
-    "usb_classic_cv_imb.yaml": ("7c63e6991db39eaa", "a031572e4cc05423"),    # issue 41 item 5 (new)
+    "usb_classic_cv_imb.yaml": ("7c63e6991db39eaa", "4abbec8a7638f10f"),    # issue 41; before: a031572e4cc05423
     "usb_cv.yaml": ("b30c4800de151853", "f74db8c338dd0c8b"),           # issue 42 item 4 (new)
     "zoo_digits.yaml": ("0a9d6cefa8473a1e", "91ab3385315f62ec"),            # issue 41 (RDA); before: a53b62a01aa38259
 }

@@ -13,7 +13,8 @@ stored run of the old behaviour is not this trial's), every other trial keeps it
 its hashes now (its current-rule hash may be new: CoMatch's section gained ``epoch_steps``), and the two YAMLs it
 edited (``EDITED_32``: rows added or asking for the old behaviour) have a new spec hash and settings digest and
 may have new trials only in the levels it added. Issue 43 added five algorithms' rows to the zoo and CRMatch's,
-with USB's published numbers, to usb_classic_cv (``ADDED_43``): new trials only.
+with USB's published numbers, to usb_classic_cv (``ADDED_43``): new trials only. Issue 41 added RDA's row to the
+zoo and ran usb_classic_cv_imb's base + imbalance algorithm rows (``ADDED_41``): new trials only.
 
     PYTHONPATH=<tree> python tests/experiments/test_sweep_identity.py --write   # what wrote the file, at 460dc25
 """
@@ -82,7 +83,11 @@ EDITED_32 = {"usb_classic_cv.yaml": {"mixmatch", "mixmatch_cifar100", "remixmatc
 # the rows issue 43 added (new algorithms: new trials, every earlier trial keeps its hashes)
 ADDED_43 = {"zoo_digits.yaml": {"defixmatch", "crmatch", "shrinkmatch", "refixmatch", "sequencematch"},
             "usb_classic_cv.yaml": {"crmatch"}, "cifar10_cpu.yaml": {"shrinkmatch"}}
-ADDED_41 = {"zoo_digits.yaml": {"rda"}}   # issue 41 item 4: RDA's row (new trials)
+ADDED_41 = {"zoo_digits.yaml": {"rda"},   # issue 41 item 4: RDA's row (new trials)
+            # issue 41 item 5: the base + imbalance algorithm rows USB publishes, run (new trials)
+            "usb_classic_cv_imb.yaml": {"fixmatch_crest", "fixmatch_crest_plus", "fixmatch_darp", "fixmatch_abc",
+                                        "fixmatch_saw", "fixmatch_adsh", "fixmatch_debiaspl", "remixmatch_crest",
+                                        "remixmatch_crest_plus", "remixmatch_abc", "remixmatch_saw"}}
 
 # issue 41 item 5: imbalanced_digits gained the imbalance algorithms that landed after it (new trials)
 ADDED_41["imbalanced_digits.yaml"] = {"fixmatch_darp", "fixmatch_saw", "fixmatch_adsh", "fixmatch_tras",

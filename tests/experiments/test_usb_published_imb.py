@@ -9,7 +9,9 @@
 It holds accuracies, mean±std over 3 seeds, under three header rows (dataset; ``n_lb=lb<N_1>, n_ulb=ulb<M_1>``;
 ``r_lb=<γ_l>, r_ulb=<γ_u>``). Each YAML setting is matched to its CSV column by what the setting trains (its
 dataset and ``data.imbalance``), not by its name; every cell the YAML prints is its CSV cell with two decimals, and
-every CSV row with a number is printed: the bases the sweep runs as published numbers, the others as quoted rows."""
+every CSV row with a number is printed: each row the sweep runs (a base, or a base + imbalance algorithm level that
+runs that composition) as the published cells of its level, the others (a composition this code cannot run) as
+quoted rows. A published cell and a quoted cell are checked alike."""
 
 from __future__ import annotations
 
@@ -28,7 +30,19 @@ HERE = Path(__file__).resolve().parent
 CSV = HERE / "usb_classic_cv_imb_4499503.csv"
 YAML = HERE.parents[1] / "experiments" / "usb_classic_cv_imb.yaml"
 SHA256 = "0fa6065ec96b8b639a389fce6b043674764223760c8f527305e52612ec131be0"
-RUN = ("supervised", "fixmatch", "remixmatch")   # USB's bases: the run rows
+# USB's config/classic_cv_imb/<base>_<alg>/ keys at 4499503 (the wheel's get_argument defaults where its configs set
+# none: adsh_tau_1, debiaspl_tau/_ema_p), in our names; epoch_steps = num_train_iter // epoch = 262144 // 256.
+USB_IMB = {"abc": {"tau": 0.95, "lambda_abc": 1.0, "epoch_steps": 1024},
+           "darp": {"warmup_epochs": 200, "alpha": 2.0, "num_refine_iter": 10, "iter_t": 10, "epoch_steps": 1024},
+           "saw": {"epoch_steps": 1024}, "adsh": {"tau_1": 0.95, "epoch_steps": 1024},
+           "debiaspl": {"form": "usb", "tau": 0.4, "ema_p": 0.999, "usb_ema_m": 0.999},
+           "crest": {"num_gens": 6, "alpha": 3.0}, "crest+": {"num_gens": 6, "alpha": 3.0, "dist_align_t": 0.5}}
+CREST_GENERATION = 65536   # CReST's configs: num_train_iter 65536 (epoch 128) per generation, as USB runs it
+
+
+def _csv_row(level: str) -> str:
+    """The CSV row a method level or quoted row is named by (``crest+`` spelled ``crest_plus`` in a level)."""
+    return level.replace("_plus", "+")
 
 
 def _columns_and_rows() -> tuple[list[tuple], dict[str, list[str]]]:
@@ -71,16 +85,33 @@ def test_every_printed_usb_cell_is_its_csv_cell_and_every_csv_number_is_printed(
     column_of = {name: _setting_column(level, columns) for name, level in settings.items()}
     assert sorted(column_of.values()) == list(range(len(columns))) == list(range(11))   # USB's 11 settings, once
     table = raw["tables"][0]
-    printed = {**table["published"], **{q["level"]: q["values"] for q in table["quoted_rows"]}}
-    wrong = [(row, setting, value, _printed(usb[row.replace("_plus", "+")][column_of[setting]]))
+    quoted = {q["level"]: q["values"] for q in table["quoted_rows"]}
+    assert not set(quoted) & set(table["published"])   # each number printed once
+    printed = {**table["published"], **quoted}
+    wrong = [(row, setting, value, _printed(usb[_csv_row(row)][column_of[setting]]))
              for row, cells in printed.items() for setting, value in cells.items()
-             if value != _printed(usb[row.replace("_plus", "+")][column_of[setting]])]
+             if value != _printed(usb[_csv_row(row)][column_of[setting]])]
     assert not wrong, f"(row, setting, printed, USB's CSV cell): {wrong}"
     assert all(set(cells) == set(settings) for cells in printed.values())   # every column, "-" where USB has none
     with_a_number = {name for name, cells in usb.items() if any(c != "None" for c in cells)}
-    assert {row.replace("_plus", "+") for row in printed} == with_a_number
-    assert set(table["published"]) == set(RUN) == set(raw["axes"]["method"])
+    assert {_csv_row(row) for row in printed} == with_a_number
+    assert set(table["published"]) == set(raw["axes"]["method"])   # every run row has USB's numbers, as published
     assert "remixmatch_adsh" not in with_a_number and "fixmatch_crest+" in with_a_number
+
+
+def test_each_run_row_runs_the_csv_row_its_numbers_come_from(tmp_path: Path) -> None:
+    """A method level trains the composition of the CSV row its published cells come from (base, or base + imbalance
+    algorithm, both named by the level), in every setting."""
+    (tmp_path / "data").mkdir()
+    spec = load_spec(YAML, tmp_path)
+    ran = {}
+    for cell in expand_cells(spec):
+        cfg = parse_config(trial_config(spec, cell, 0, project_dir=tmp_path))
+        imb = cfg.imb_algorithm
+        ran.setdefault(cell.as_dict()["method"], set()).add(
+            cfg.algorithm.name + ("" if imb is None else f"_{imb.name}"))
+    assert {level: {_csv_row(level)} for level in ran} == ran
+    assert len(ran) == 3 + 11   # the bases and the 11 compositions USB publishes that compose here (issue 41 item 5)
 
 
 def test_the_runs_use_usbs_classic_cv_imb_settings(tmp_path: Path) -> None:
@@ -91,13 +122,18 @@ def test_the_runs_use_usbs_classic_cv_imb_settings(tmp_path: Path) -> None:
     spec = load_spec(YAML, tmp_path)
     assert spec.folds == [0, 1, 2]
     cells = expand_cells(spec)
-    assert len(cells) == 3 * 11
+    assert len(cells) == 14 * 11
     for cell in cells:
         cfg = parse_config(trial_config(spec, cell, 0, project_dir=tmp_path))
         where = cell.id
         assert cfg.model.backbone == "wrn28_2", where
+        imb = None if cfg.imb_algorithm is None else cfg.imb_algorithm.model_dump()
+        generations = imb["num_gens"] if imb and imb["name"] in ("crest", "crest+") else None
+        iterations = 256 * 1024 if generations is None else generations * CREST_GENERATION   # all generations
         assert (cfg.train.iterations, cfg.train.eval_interval, cfg.train.ema, cfg.train.batch_size) == (
-            256 * 1024, 1024, 0.999, 64), where
+            iterations, 1024, 0.999, 64), where
+        if imb is not None:
+            assert {k: imb[k] for k in USB_IMB[imb["name"]]} == USB_IMB[imb["name"]], where
         assert cfg.train.mu == {"fixmatch": 2, "remixmatch": 1}.get(cfg.algorithm.name, cfg.train.mu), where
         assert (cfg.optim.lr, cfg.optim.momentum, cfg.optim.nesterov, cfg.optim.schedule, cfg.optim.cosine_factor,
                 cfg.optim.weight_decay) == (0.03, 0.9, True, "cosine", 7 / 16, 5e-4), where
