@@ -1,5 +1,7 @@
 """DASO, Distribution-Aware Semantics-Oriented pseudo-labels (Oh et al., CVPR 2022), as USB 0.3.2 runs it
-(``semilearn/imb_algorithms/daso``; the lockstep test is its reference). FixMatch as the base.
+(``semilearn/imb_algorithms/daso``; the lockstep test is its reference). With FixMatch or ReMixMatch (USB's rule);
+USB's ReMixMatch never calls the pseudo-labelling hook DASO replaces, so with it DASO is the queue and the alignment
+term only (no blend), as USB's.
 
 Every step, before the base's forward, the labeled batch goes through the model with the EMA weights (USB's
 ``ema.apply_shadow()``: train mode, so BatchNorm normalises with the batch's statistics and its running statistics,
@@ -71,12 +73,14 @@ class DASO(ImbAlgorithm):
     imb_params_model = DasoParams
     imb: DasoParams
     imb_terms = ("daso",)
-    bases = ("fixmatch",)
+    bases = ("fixmatch", "remixmatch")
+    daso_concat = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        # The composed class runs the base's forward itself (after the EMA forward of the labeled batch, as USB's
-        # order of BatchNorm updates): the base's views, forward 'separate' (compute re-concatenates them).
+        # A concat base's forward runs in compute (after the EMA forward of the labeled batch, USB's order of
+        # BatchNorm updates): the base's views, forward 'separate', compute concatenates them again.
         super().__init_subclass__(**kwargs)
+        cls.daso_concat = cls.step.forward == "concat"                     # type: ignore[attr-defined]
         cls.step = dataclasses.replace(cls.step, forward="separate")        # type: ignore[attr-defined]
 
     def imb_init(self) -> None:
@@ -118,13 +122,14 @@ class DASO(ImbAlgorithm):
         with torch.no_grad():
             feats_lb = functional_call(model, dict(ema.named_parameters()), (inp.view("lb"),))
         self.enqueue(feats_lb.float(), inp.targets_lb)
-        x = torch.cat(list(inp.images.values()))                           # type: ignore[union-attr]
-        concat = dataclasses.replace(inp, feats=inp.forward(x), images=None, forward=None)   # type: ignore[misc]
+        if self.daso_concat:
+            x = torch.cat(list(inp.images.values()))                       # type: ignore[union-attr]
+            inp = dataclasses.replace(inp, feats=inp.forward(x), images=None, forward=None)   # type: ignore[misc]
         self._sim_now = None
-        out = super().compute(model, concat)                                # type: ignore[misc]
+        out = super().compute(model, inp)                                   # type: ignore[misc]
         if inp.step + 1 < self.imb.num_pretrain_iter:
             return self.add_terms(out, {"daso": torch.zeros((), device=out.loss.device)}, {})
-        feats = self.view_features(concat, out)
+        feats = self.view_features(inp, out)
         protos = self.daso_prototypes
         prob_sim = self._sim_now if self._sim_now is not None else self._semantic(feats["weak"], protos)
         sim_s = F.cosine_similarity(feats["strong"][:, None], protos[None], dim=2) / self.imb.t_proto
@@ -143,6 +148,8 @@ class DASO(ImbAlgorithm):
         """The base's views with p^w replaced, from ``num_pretrain_iter`` on, by the blend p~ its pseudo-label is
         the argmax of (the mask stays the base's); the pseudo-labels counted for the distribution."""
         v = super().views(model, inp)                                       # type: ignore[misc]
+        if not self.daso_concat:       # ReMixMatch: USB's never calls the pseudo-labelling hook DASO replaces
+            return v
         if inp.step >= self.imb.num_pretrain_iter:
             if self.imb.form == "fixed":
                 self._sim_now = sim = self._semantic(v.feats_w, self.daso_prototypes)

@@ -1,12 +1,13 @@
-"""FixMatch + DASO equals USB's (``class (DASO, FixMatch)``) step for step: loss, every term (DASO's
-``train/assign_loss``), every gradient, BatchNorm's running statistics (updated by the EMA-weights forward of the
+"""FixMatch + DASO and ReMixMatch + DASO equal USB's (``class (DASO, FixMatch)``, ``class (DASO, ReMixMatch)``) step
+for step: loss, every term (DASO's ``train/assign_loss``), every gradient, BatchNorm's running statistics (updated by the EMA-weights forward of the
 labeled batch before the base's forward, as USB's), FixMatch's mask, DASO's blended pseudo-labels, and its state (the
 prototypes of the class-wise queue, the pseudo-label distribution and the pending pseudo-labels, the semantic labels
 kept for the next step), on a long-tailed labeled pool (8, 4, 2, 1 a class) and a queue of 2 a class (it wraps, and a
 batch may hold more of a class than it keeps), over DASO's start: ``num_pretrain_iter`` 23, both sides started at
 iteration 20 (20-21 FixMatch's pseudo-labels, 22 the alignment term, 23-26 the blend), the distribution refreshed
 every 2 steps; the EMA model (momentum 0.5, started apart from the model) is the trainer's ``TrainContext.ema_model``
-on our side and USB's ``EMA`` on its side.
+on our side and USB's ``EMA`` on its side. USB's ReMixMatch never calls the pseudo-labelling hook that blends, so
+with it DASO is the queue and the alignment term (from iteration 22) on both sides.
 
 The fixed form (the batch's own semantic labels) is checked against USB with that defect repaired in place: its
 pseudo-labelling hook reads ``probs_sim`` of the current batch's weak features and the current prototypes."""
@@ -21,19 +22,19 @@ from torch import nn
 from mutexmatch.training.ema import ModelEMA
 
 from .test_fixmatch_lockstep import FixMatchLockstep
+from .test_mixmatch_lockstep import ReMixMatchLockstep
 
 PRETRAIN = 23
+DASO_ARGS = {"daso_queue_len": 2, "daso_T_proto": 0.5, "daso_T_dist": 1.5, "daso_interp_alpha": 0.5,
+             "daso_with_dist_aware": True, "daso_assign_loss_ratio": 0.7, "daso_num_pl_dist_iter": 2,
+             "daso_num_pretrain_iter": PRETRAIN}
 
 
-class DASOFixMatchLockstep(FixMatchLockstep):
+class _DASO:
     imb_name = usb_imb_name = "daso"
     imb_params = {"form": "usb", "queue_len": 2, "t_proto": 0.5, "t_dist": 1.5, "interp_alpha": 0.5,
                   "with_dist_aware": True, "assign_loss_ratio": 0.7, "num_pl_dist_iter": 2,
                   "num_pretrain_iter": PRETRAIN}
-    usb_args = {**FixMatchLockstep.usb_args, "daso_queue_len": 2, "daso_T_proto": 0.5, "daso_T_dist": 1.5,
-                "daso_interp_alpha": 0.5, "daso_with_dist_aware": True, "daso_assign_loss_ratio": 0.7,
-                "daso_num_pl_dist_iter": 2, "daso_num_pretrain_iter": PRETRAIN}
-    terms = {**FixMatchLockstep.terms, "daso": "train/assign_loss"}
     lb_counts = (8, 4, 2, 1)
     total_steps, first_step, steps = 64, 20, 7
     batchnorm = True
@@ -62,6 +63,8 @@ class DASOFixMatchLockstep(FixMatchLockstep):
         return usb.model, names
 
     def prepare(self, ours, usb, generator) -> None:
+        if hasattr(super(), "prepare"):
+            super().prepare(ours, usb, generator)
         ours.ctx = dataclasses.replace(ours.ctx, ema_model=self.ours_ema.module)
 
     def after_sgd(self, ours, usb) -> None:
@@ -77,12 +80,23 @@ class DASOFixMatchLockstep(FixMatchLockstep):
     def state(self, ours, usb) -> dict:
         hook = usb.hooks_dict["PseudoLabelingHook"]
         pending = torch.cat(hook.pseudo_label_list) if hook.pseudo_label_list else torch.zeros(0, dtype=torch.long)
-        state = {"prototypes": (ours.daso_prototypes, usb.queue.prototypes),
+        state = {**super().state(ours, usb), "prototypes": (ours.daso_prototypes, usb.queue.prototypes),
                  "distribution": (ours.daso_dist, hook.get_pl_dist(normalize=False)),
                  "pending": (ours.daso_pending, torch.bincount(pending, minlength=4))}
         if hasattr(usb, "probs_sim") and ours.imb.form == "usb":
             state["previous semantic labels"] = (ours.daso_sim, usb.probs_sim)
         return state
+
+
+class DASOFixMatchLockstep(_DASO, FixMatchLockstep):
+    usb_args = {**FixMatchLockstep.usb_args, **DASO_ARGS}
+    terms = {**FixMatchLockstep.terms, "daso": "train/assign_loss"}
+
+
+class DASOReMixMatchLockstep(_DASO, ReMixMatchLockstep):
+    usb_args = {**ReMixMatchLockstep.usb_args, **DASO_ARGS}
+    terms = {"sup": "train/sup_loss", "p": "train/unsup_loss", "daso": "train/assign_loss"}
+    min_mixed = 0    # ReMixMatch has no confidence mask
 
 
 class DASOFixedFixMatchLockstep(DASOFixMatchLockstep):
@@ -122,6 +136,11 @@ def _check_switches(records) -> None:
 
 def test_fixmatch_daso_equals_usb_step_for_step(usb_lockstep):
     _check_switches(usb_lockstep(DASOFixMatchLockstep()))
+
+
+def test_remixmatch_daso_equals_usb_step_for_step(usb_lockstep):
+    records = usb_lockstep(DASOReMixMatchLockstep())
+    assert all(r.ours.terms["daso"] == 0 for r in records[:2]) and all(r.ours.terms["daso"] > 0 for r in records[2:])
 
 
 def test_fixed_form_equals_usb_with_the_batchs_own_semantic_labels(usb_lockstep):
