@@ -151,9 +151,7 @@ class DASO(ImbAlgorithm):
         if not self.daso_concat:       # ReMixMatch: USB's never calls the pseudo-labelling hook DASO replaces
             return v
         if inp.step >= self.imb.num_pretrain_iter:
-            if self.imb.form == "fixed":
-                self._sim_now = sim = self._semantic(v.feats_w, self.daso_prototypes)
-            elif self.daso_sim is None:       # no previous batch (USB has no probs_sim then): the batch's own
+            if self.imb.form == "fixed" or self.daso_sim is None:   # usb form, no previous batch: the batch's own
                 self._sim_now = sim = self._semantic(v.feats_w, self.daso_prototypes)
             else:
                 sim = self.daso_sim
