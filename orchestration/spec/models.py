@@ -297,6 +297,10 @@ class SweepSpec(_Strict):
         "by Ray (docs/plugins.md).")
     tracking: TrackingSpec = Field(default_factory=TrackingSpec, description="What trial runs record besides "
                                    "their training curves (system metrics).")
+    made_by: dict[str, str] = Field(
+        default_factory=dict, exclude_if=lambda v: not v, description="Files the trials read that a command of this "
+        "project makes (a weight file trained here): path relative to the project → that command. A missing one is "
+        "refused before any work, naming the command; a relative `model.pretrained` is read from the project.")
     smoke: dict[str, Any] | None = Field(None, description=f"Overrides for --smoke (default {SMOKE_DEFAULT}).")
     search: SearchSpec | None = None
     tables: list[Any] = Field(default_factory=list, description="Report tables (validated by reports).")

@@ -38,6 +38,7 @@ from mutexmatch.checks import validation_error_lines
 from mutexmatch.dotted import deep_merge, flatten_dotted, set_dotted  # noqa: F401  (deep_merge, set_dotted re-exported)
 
 from orchestration.contract import cell_id
+from orchestration.spec.madeby import missing_made_files, with_project_pretrained
 from orchestration.spec.models import (_OWNED, _UNSEARCHABLE, SMOKE_DEFAULT, CategoricalParam, FloatParam, IntParam,
                                        Resources, SearchSpec, SpecError, SweepSpec, _searchable_paths,
                                        inner_int_values)
@@ -144,7 +145,7 @@ def trial_config(spec: SweepSpec, cell: Cell, fold: int, *, project_dir: Path, s
     if not root.is_absolute():
         root = (project_dir / root).resolve()
     raw["data"]["root"] = str(root)
-    return raw
+    return with_project_pretrained(raw, project_dir)
 
 
 def _owned_errors(where: str, raw: Any) -> list[str]:
@@ -271,6 +272,7 @@ def validate_spec(spec: SweepSpec, project_dir: Path) -> None:
         errors += _owned_errors("search.base", spec.search.base)
         errors += _owned_errors("search.refit.base", spec.search.refit.base)
         errors += _partial_cell_errors("search.cells", spec.search.cells, spec, cells)
+    errors += missing_made_files(spec.made_by, project_dir)   # each trial's config would say only "no such file"
     if errors:  # configs built from a broken structure would only repeat these problems
         raise SpecError("\n".join(errors))
     errors = _seed_errors(spec, cells, project_dir)

@@ -13,6 +13,7 @@ import yaml
 from mutexmatch.algorithms import ALGORITHMS, declared_terms
 from mutexmatch.config import load_config, parse_config
 from mutexmatch.data.builtin import DATASETS
+from mutexmatch.data.fake import write_fake_imagefolder
 from orchestration.spec.plan import build_plan
 from orchestration.spec.sweepfile import Cell, expand_cells, load_spec, trial_config
 from orchestration.contract.layout import (CurvesFigure, HeatmapFigure, SensitivityFigure, parse_published,
@@ -24,7 +25,8 @@ EXPERIMENTS = REPO / "experiments"
 SPECS = sorted(EXPERIMENTS.glob("*.yaml"))
 RUNS = sorted((EXPERIMENTS / "runs").glob("*.yaml"))
 # Sweeps that are not paper-scale benchmarks: the quickstart and the CPU-sized digits variants.
-CPU_SCALE = {"quickstart.yaml", "cifar10_cpu.yaml", "zoo_digits.yaml", "imbalanced_digits.yaml"} | {
+CPU_SCALE = {"quickstart.yaml", "cifar10_cpu.yaml", "zoo_digits.yaml", "imbalanced_digits.yaml",
+             "transfer_cpu.yaml"} | {
     p.name for p in SPECS if p.name.startswith("digits_")}
 # Benchmarks of other papers, on their own schedule (each has its own test below).
 OTHER_BENCHMARKS = {"usb_classic_cv.yaml", "shrinkmatch_published.yaml", "usb_classic_cv_imb.yaml", "usb_cv.yaml"}
@@ -304,5 +306,9 @@ def test_table1_k_and_distribution_alignment(project: Path) -> None:
 def test_single_run_configs_load(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # relative paths resolve against the current directory
     (tmp_path / "data").mkdir()
-    cfg = load_config(path)
+    data, overrides = _raw(path).get("data") or {}, []
+    if data.get("dataset") == "imagefolder":   # its layout is checked: a small generated folder where it expects one
+        write_fake_imagefolder(tmp_path / data["root"], num_classes=5, train_per_class=2, test_per_class=1, side=8)
+        overrides = ["data.num_labels=5"]   # every image of the real folder labeled (transfer_cpu_pretrain.yaml)
+    cfg = load_config(path, overrides)
     assert cfg.algorithm.name in ALGORITHMS
