@@ -18,7 +18,10 @@ and run top to bottom; `-x` stops at the first failure):
    trial from its checkpoint once the container is back, and every evaluation is logged once;
 6. issue 31: one trial's process sent SIGTERM in its container checkpoints its step within seconds and continues
    from it; the head killed and the same job command (``--resume auto``) resubmitted finishes the launch with no
-   duplicate runs and no checkpointed trial restarted from 0; the command once more trains nothing.
+   duplicate runs and no checkpointed trial restarted from 0; the command once more trains nothing;
+7. issue 44: a plugin the image never had (docs/plugin_example's my_methods, copied to a folder outside the
+   checkout) is uploaded as the job's working directory, shipped to the workers by the sweep, and its algorithm
+   trained there; the report built on the host names it.
 Teardown removes the containers, the network and the volume, and fails if any is left.
 """
 
@@ -72,14 +75,15 @@ def stack():
         assert not left, left
 
 
-def submit(stack: Stack, *args: str, wait: bool = True, timeout: float = 1200) -> subprocess.CompletedProcess:
-    """`ray job submit --address <head> --working-dir . -- python -m orchestration.sweep <args>` from the host venv,
-    the command docker/README.md and docker/kuberay/rayjob.yaml give."""
+def submit(stack: Stack, *args: str, wait: bool = True, timeout: float = 1200, cwd: Path = REPO
+           ) -> subprocess.CompletedProcess:
+    """`ray job submit --address <head> --working-dir . -- python -m orchestration.sweep <args>` from the host venv
+    in ``cwd`` (the folder uploaded), the command docker/README.md and docker/kuberay/rayjob.yaml give."""
     cmd = submit_command(stack.ray_address, list(args), wait=wait)
     cmd[0] = str(BIN / "ray")
     say("$ " + " ".join(cmd[1:]))
     env = {**os.environ, **CLOSED_NETWORK_ENV, **stack.client_env}
-    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def client(stack: Stack):
@@ -88,12 +92,12 @@ def client(stack: Stack):
     return MlflowClient(tracking_uri=stack.mlflow_url)
 
 
-def launch_runs(stack: Stack, overrides: list[str]) -> tuple[list, list]:
-    """(parent runs, trial runs) of the quickstart launches with these --set items."""
+def launch_runs(stack: Stack, overrides: list[str], experiment: str = "quickstart") -> tuple[list, list]:
+    """(parent runs, trial runs) of the launches of ``experiment`` (the quickstart's) with these --set items."""
     from orchestration import contract as C
 
     mlc = client(stack)
-    exp = mlc.get_experiment_by_name("quickstart")
+    exp = mlc.get_experiment_by_name(experiment)
     if exp is None:
         return [], []
     runs = mlc.search_runs([exp.experiment_id], max_results=1000)
@@ -419,3 +423,62 @@ def test_6_sigterm_to_a_trial_then_the_head_killed_and_the_same_command_resubmit
     output = job.stdout + job.stderr
     assert job.returncode == 0 and "nothing of it is trained again" in output, output[-4000:]
     assert len(launch_runs(stack, AUTO_SET[1::2])[1]) == planned
+
+
+# Issue 44: the worked example of docs/plugins.md (its sweep: fixmatch and the plugin's myfixmatch on the plugin's
+# mydigits with its tiny_cnn), one fold of short trials. The image holds mutexmatch, orchestration, reports and
+# experiments only (.dockerignore), so no container has my_methods until the sweep ships it.
+PLUGIN_EXAMPLE = REPO / "docs" / "plugin_example"
+PLUGIN_SET = ["--set", "folds=[0]", "--set", "base.train.iterations=20", "--set", "base.train.eval_interval=10"]
+SHIPPED = "/tmp/ray/session_*/runtime_resources/py_modules_files/*/my_methods/methods.py"   # Ray's copy on a node
+
+
+def _plugin_on(stack: Stack, service: str) -> tuple[bool, list[str]]:
+    """(whether ``import my_methods`` finds it, Ray's copies of it) in one container."""
+    code = ("import glob, importlib.util, json, sys; "
+            "print(json.dumps([importlib.util.find_spec('my_methods') is not None, glob.glob(sys.argv[1])]))")
+    importable, copies = json.loads(docker("exec", stack.container(service), "python", "-c", code, SHIPPED))
+    return importable, copies
+
+
+def test_7_a_plugin_the_workers_never_had_is_shipped_and_trained(stack, tmp_path):
+    """Issue 44 acceptance: the user's research folder (the plugin package and its sweep YAML, outside the
+    checkout) is the job's working directory; the driver on the head ships ``./my_methods`` to the trials, which
+    train ``myfixmatch`` on the worker containers, and the report built on the host has its row."""
+    import shutil
+
+    from orchestration import contract as C
+
+    research = tmp_path / "research"
+    shutil.copytree(PLUGIN_EXAMPLE, research, ignore=shutil.ignore_patterns("__pycache__", "outputs", "data"))
+    for service in ("ray-head", *WORKERS):
+        assert _plugin_on(stack, service) == (False, []), service   # not in the image, not shipped before
+
+    job = submit(stack, "sweep.yaml", *PLUGIN_SET, *CLUSTER_ARGS, cwd=research)
+    output = job.stdout + job.stderr
+    say(f"plugin sweep: exit {job.returncode}")
+    assert job.returncode == 0 and "succeeded" in output, output[-6000:] + stack.logs("ray-head")
+
+    parents, trials = launch_runs(stack, PLUGIN_SET[1::2], experiment="my-methods")
+    for run in sorted(trials, key=lambda r: r.info.run_name):
+        say(f"  {run.info.run_name}: {run.info.status}, ran on {attempts(run)}, "
+            f"{C.PLUGIN_CODE}={run.data.tags.get(C.PLUGIN_CODE)}")
+    assert len(parents) == 1 and len(trials) == 2 and {r.info.status for r in trials} == {"FINISHED"}
+    hosts = {a[0] for r in trials for a in attempts(r)}
+    assert hosts and hosts <= set(WORKERS), hosts
+    mine = [r for r in trials if r.data.params.get("algorithm.name") == "myfixmatch"]
+    assert len(mine) == 1 and mine[0].data.tags.get(C.PLUGIN_CODE, "").startswith("my_methods="), \
+        [(r.info.run_name, r.data.params.get("algorithm.name")) for r in trials]
+    shipped = {w: _plugin_on(stack, w)[1] for w in hosts}
+    say(f"Ray's copies of the plugin on the workers that trained: {shipped}")
+    assert all(shipped.values()), shipped   # it came through the runtime environment
+
+    out = tmp_path / "report"
+    build = [str(BIN / "python"), "-m", "reports.build", "sweep.yaml", *PLUGIN_SET, "--tracking-uri",
+             stack.mlflow_url, "--out", str(out)]
+    report = subprocess.run(build, cwd=research, capture_output=True, text=True,
+                            env={**os.environ, **CLOSED_NETWORK_ENV}, timeout=600)
+    assert report.returncode == 0, report.stdout[-3000:] + report.stderr[-3000:]
+    table = (out / "main.md").read_text()
+    say(f"report:\n{table}")
+    assert "| myfixmatch | " in table and "| fixmatch | " in table, table
