@@ -85,6 +85,7 @@ PINNED = {  # YAML: (first grid trial's config hash, digest of every planned tri
     "ablation_tnc_consistency.yaml": ("85863cff2c6bda13", "bf9fc6487095dca6", 25),
     "ablation_tnc_schemes.yaml": ("554c45e44f01d09b", "80f8d2440dfb436b", 35),
     "cifar10_cpu.yaml": ("3461dd09085c22bc", "e8f59705e64d96e3", 20),        # issue 43; before: 85e866e06a8a90eb, 15
+    "cifar10_lt_cpu.yaml": ("34fc935c2d008238", "fcdf4aa7bd111797", 4),   # issue 41 item 5 (new)
     "imbalanced_digits.yaml": ("020a21b5f0bf2924", "852c1fbce126ef05", 108),  # issue 41; before: 338eef88511a27d6, 54
     "digits_lambda_sg.yaml": ("1a490717146046fb", "5514482f8a80c9cc", 45),
     "digits_shrinkmatch.yaml": ("8fc7a0fbc37bdd88", "b83f6e352e5c6112", 15),      # issue 43 item 4 (new)
@@ -112,6 +113,7 @@ PINNED_CURRENT = {  # YAML: (first grid trial's config hash, digest of every pla
     "ablation_tnc_consistency.yaml": ("e68f058b305bbb25", "4fdc3388e1fb29db"),
     "ablation_tnc_schemes.yaml": ("a758e5cfefadc5db", "bd0fafc2e70e1cb8"),
     "cifar10_cpu.yaml": ("5e169afbfac87ec8", "e3da2e110451dabe"),            # issue 43; before: 3a978a62552e6842
+    "cifar10_lt_cpu.yaml": ("856928dba3fbb261", "0d92c876b40b2b80"),      # issue 41 item 5 (new)
     "imbalanced_digits.yaml": ("1edad8972420de24", "bd38653a6b57e9bd"),      # issue 41; before: 1c04633419344207
     "digits_lambda_sg.yaml": ("0962cc01db2d2219", "0646b1c2c9f666cb"),
     "digits_shrinkmatch.yaml": ("572858df260ea442", "0d53c22cd4f83af4"),         # issue 43 item 4 (new)

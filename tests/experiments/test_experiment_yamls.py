@@ -25,8 +25,8 @@ EXPERIMENTS = REPO / "experiments"
 SPECS = sorted(EXPERIMENTS.glob("*.yaml"))
 RUNS = sorted((EXPERIMENTS / "runs").glob("*.yaml"))
 # Sweeps that are not paper-scale benchmarks: the quickstart and the CPU-sized digits variants.
-CPU_SCALE = {"quickstart.yaml", "cifar10_cpu.yaml", "zoo_digits.yaml", "imbalanced_digits.yaml",
-             "transfer_cpu.yaml"} | {
+CPU_SCALE = {"quickstart.yaml", "cifar10_cpu.yaml", "cifar10_lt_cpu.yaml", "zoo_digits.yaml",
+             "imbalanced_digits.yaml", "transfer_cpu.yaml"} | {
     p.name for p in SPECS if p.name.startswith("digits_")}
 # Benchmarks of other papers, on their own schedule (each has its own test below).
 OTHER_BENCHMARKS = {"usb_classic_cv.yaml", "shrinkmatch_published.yaml", "usb_classic_cv_imb.yaml", "usb_cv.yaml"}
