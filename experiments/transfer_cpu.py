@@ -1,6 +1,6 @@
 """The CPU-sized transfer check's two helpers (issue 42 item 5; experiments/transfer_cpu.yaml, docs/pretrained.md):
 
-    python -m experiments.transfer_cpu folders --archive ../shared/data/cifar10-jpeg.tar.gz --to data
+    python -m experiments.transfer_cpu folders --archive cifar10-jpeg.tar.gz --to data
         the CIFAR-10 JPEG archive (train/<class>/, test/<class>/) as two image folders of disjoint classes:
         data/cifar10-c0-4 (airplane .. deer: the pretraining task) and data/cifar10-c5-9 (dog .. truck: the
         semi-supervised task), each with every train image of its classes and the first --test-per-class test images
@@ -110,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m experiments.transfer_cpu", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     f = sub.add_parser("folders", help="the two class-subset image folders from the CIFAR-10 JPEG archive")
-    f.add_argument("--archive", type=Path, required=True, help="cifar10-jpeg.tar.gz (../shared/data/README.md)")
+    f.add_argument("--archive", type=Path, required=True,
+                   help="the CIFAR-10 JPEG archive, train/<class>/ and test/<class>/ (cifar10-jpeg.tar.gz)")
     f.add_argument("--to", type=Path, default=Path("data"), help="where the folders go (default: data)")
     f.add_argument("--test-per-class", type=int, default=200, help="test images kept per class (default 200)")
     f.add_argument("--overwrite", action="store_true")

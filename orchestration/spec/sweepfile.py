@@ -493,7 +493,7 @@ def load_spec(path: str | Path, project_dir: str | Path = ".") -> SweepSpec:
 
 def spec_hash(spec: SweepSpec) -> str:
     """Short sha256 over what changes the trials (description and report layouts excluded)."""
-    d = spec.model_dump(mode="json", exclude={"description", "tables", "figures", "axis_wins", "tracking"})
+    d = spec.model_dump(mode="json", exclude={"description", "tables", "figures", "axis_wins", "tracking", "made_by"})
     if d["resources"]["workers"] == Resources.DEFAULT_WORKERS:
         del d["resources"]["workers"]  # added by issue 30: a one-process sweep keeps the hash it had before
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]

@@ -18,7 +18,7 @@ from mutexmatch.models import build_model
 from mutexmatch.models.pretrained import load_pretrained
 from mutexmatch.models.registry import build_backbone
 from orchestration.spec.models import SpecError
-from orchestration.spec.sweepfile import expand_cells, load_spec, trial_config
+from orchestration.spec.sweepfile import expand_cells, load_spec, parse_spec, read_spec_file, spec_hash, trial_config
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 SPEC = EXPERIMENTS / "transfer_cpu.yaml"
@@ -99,7 +99,14 @@ def test_without_the_weight_file_the_sweep_names_the_command_that_makes_it(proje
         load_spec(SPEC, project)
     assert str(e.value).splitlines() == [
         f"made_by.{WEIGHTS}: no such file ({project / WEIGHTS}); make it first with: "
-        "python -m experiments.transfer_cpu folders --archive ../shared/data/cifar10-jpeg.tar.gz --to data && "
+        "python -m experiments.transfer_cpu folders --archive cifar10-jpeg.tar.gz --to data && "
         "python -m mutexmatch.train --config experiments/runs/transfer_cpu_pretrain.yaml && "
         "python -m experiments.transfer_cpu convert "
         f"outputs/transfer_cpu_pretrain/final_model.pt {WEIGHTS}"]
+
+
+def test_the_commands_of_made_by_change_no_identity(project: Path) -> None:
+    """made_by's text changes no trial: a relaunch after rewording it reuses every run (spec hash unchanged)."""
+    raw = read_spec_file(SPEC)
+    reworded = {**raw, "made_by": {WEIGHTS: "another command"}}
+    assert spec_hash(parse_spec(reworded, project)) == spec_hash(parse_spec(raw, project))
