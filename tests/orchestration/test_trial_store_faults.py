@@ -89,7 +89,9 @@ def test_a_retry_on_a_still_full_store_says_the_same_line(store, monkeypatch, ca
                           tracking_uri=store.client.tracking_uri, experiment_id=store.experiment_id)
     ident = {"kind": C.KIND_GRID, "cell": SimpleNamespace(levels=(("method", "fixmatch"),), id="method=fixmatch"),
              "fold": 0, "extra": {}, "name": "method=fixmatch/fold0"}
-    cfg = SimpleNamespace(algorithm=SimpleNamespace(name="fixmatch"))
+    cfg = SimpleNamespace(algorithm=SimpleNamespace(name="fixmatch"),   # the RunConfig surface the opening reads
+                          to_dict=lambda: {"algorithm": {"name": "fixmatch"}, "model": {"backbone": "small_cnn"},
+                                           "data": {"dataset": "digits"}})
     monkeypatch.setattr(trainable, "config_hash", lambda cfg: "h")
     with pytest.raises(trainable.DiskFull, match="^no space left on the disk of .*mlflow.db; what was written"):
         trainable._open_trial_run(ctx, "t8", ident, cfg)
