@@ -87,7 +87,10 @@ ADDED_41 = {"zoo_digits.yaml": {"rda"},   # issue 41 item 4: RDA's row (new tria
             # issue 41 item 5: the base + imbalance algorithm rows USB publishes, run (new trials)
             "usb_classic_cv_imb.yaml": {"fixmatch_crest", "fixmatch_crest_plus", "fixmatch_darp", "fixmatch_abc",
                                         "fixmatch_saw", "fixmatch_adsh", "fixmatch_debiaspl", "remixmatch_crest",
-                                        "remixmatch_crest_plus", "remixmatch_abc", "remixmatch_saw"}}
+                                        "remixmatch_crest_plus", "remixmatch_abc", "remixmatch_saw",
+                                        # then DASO, two levels per base (USB's T_dist per dataset)
+                                        "fixmatch_daso", "fixmatch_daso_tdist0.3", "remixmatch_daso",
+                                        "remixmatch_daso_tdist0.3"}}
 
 # issue 41 item 5: imbalanced_digits gained the imbalance algorithms that landed after it (new trials)
 ADDED_41["imbalanced_digits.yaml"] = {"fixmatch_darp", "fixmatch_saw", "fixmatch_adsh", "fixmatch_tras",

@@ -10,8 +10,9 @@ It holds accuracies, mean±std over 3 seeds, under three header rows (dataset; `
 ``r_lb=<γ_l>, r_ulb=<γ_u>``). Each YAML setting is matched to its CSV column by what the setting trains (its
 dataset and ``data.imbalance``), not by its name; every cell the YAML prints is its CSV cell with two decimals, and
 every CSV row with a number is printed: each row the sweep runs (a base, or a base + imbalance algorithm level that
-runs that composition) as the published cells of its level, the others (a composition this code cannot run) as
-quoted rows. A published cell and a quoted cell are checked alike."""
+runs that composition) as the published cells of its level (of its two levels for DASO, whose T_dist USB sets per
+dataset: each level the cells it runs), the others (a composition this code cannot run) as quoted rows. A published
+cell and a quoted cell are checked alike."""
 
 from __future__ import annotations
 
@@ -36,13 +37,18 @@ USB_IMB = {"abc": {"tau": 0.95, "lambda_abc": 1.0, "epoch_steps": 1024},
            "darp": {"warmup_epochs": 200, "alpha": 2.0, "num_refine_iter": 10, "iter_t": 10, "epoch_steps": 1024},
            "saw": {"epoch_steps": 1024}, "adsh": {"tau_1": 0.95, "epoch_steps": 1024},
            "debiaspl": {"form": "usb", "tau": 0.4, "ema_p": 0.999, "usb_ema_m": 0.999},
-           "crest": {"num_gens": 6, "alpha": 3.0}, "crest+": {"num_gens": 6, "alpha": 3.0, "dist_align_t": 0.5}}
+           "crest": {"num_gens": 6, "alpha": 3.0}, "crest+": {"num_gens": 6, "alpha": 3.0, "dist_align_t": 0.5},
+           "daso": {"form": "usb", "queue_len": 256, "t_proto": 0.05, "interp_alpha": 0.5, "with_dist_aware": True,
+                    "assign_loss_ratio": 1.0, "num_pl_dist_iter": 100, "num_pretrain_iter": 5120}}
+# ... and the key that differs by dataset: daso_T_dist 1.5 on CIFAR-10, 0.3 on CIFAR-100 and STL-10
+USB_IMB_PER_DATASET = {"daso": {"cifar10": {"t_dist": 1.5}, "cifar100": {"t_dist": 0.3}, "stl10": {"t_dist": 0.3}}}
 CREST_GENERATION = 65536   # CReST's configs: num_train_iter 65536 (epoch 128) per generation, as USB runs it
 
 
 def _csv_row(level: str) -> str:
-    """The CSV row a method level or quoted row is named by (``crest+`` spelled ``crest_plus`` in a level)."""
-    return level.replace("_plus", "+")
+    """The CSV row a method level or quoted row is named by (``crest+`` spelled ``crest_plus`` in a level; a DASO
+    level run on CIFAR-100 and STL-10 with their T_dist is its base's DASO row)."""
+    return level.replace("_plus", "+").removesuffix("_tdist0.3")
 
 
 def _columns_and_rows() -> tuple[list[tuple], dict[str, list[str]]]:
@@ -78,7 +84,7 @@ def test_the_csv_copy_is_usbs_file_byte_for_byte() -> None:
     assert hashlib.sha256(CSV.read_bytes()).hexdigest() == SHA256
 
 
-def test_every_printed_usb_cell_is_its_csv_cell_and_every_csv_number_is_printed() -> None:
+def test_every_printed_usb_cell_is_its_csv_cell_and_every_csv_number_is_printed(tmp_path: Path) -> None:
     raw = yaml.safe_load(YAML.read_text())
     columns, usb = _columns_and_rows()
     settings = raw["axes"]["setting"]
@@ -92,10 +98,19 @@ def test_every_printed_usb_cell_is_its_csv_cell_and_every_csv_number_is_printed(
              for row, cells in printed.items() for setting, value in cells.items()
              if value != _printed(usb[_csv_row(row)][column_of[setting]])]
     assert not wrong, f"(row, setting, printed, USB's CSV cell): {wrong}"
-    assert all(set(cells) == set(settings) for cells in printed.values())   # every column, "-" where USB has none
+    (tmp_path / "data").mkdir()
+    runs: dict[str, set[str]] = {}
+    for cell in expand_cells(load_spec(YAML, tmp_path)):
+        runs.setdefault(cell.as_dict()["method"], set()).add(cell.as_dict()["setting"])
+    assert {row: set(cells) for row, cells in table["published"].items()} == runs   # a run row: the cells it runs
+    assert all(set(cells) == set(settings) for cells in quoted.values())   # every column, "-" where USB has none
+    by_csv_row: dict[str, list[str]] = {}
+    for row, cells in printed.items():
+        by_csv_row.setdefault(_csv_row(row), []).extend(cells)
+    # each CSV row's cells printed once, over its levels (DASO: one level per T_dist) or its quoted row
+    assert all(sorted(cells) == sorted(settings) for cells in by_csv_row.values()), by_csv_row
     with_a_number = {name for name, cells in usb.items() if any(c != "None" for c in cells)}
-    assert {_csv_row(row) for row in printed} == with_a_number
-    assert set(table["published"]) == set(raw["axes"]["method"])   # every run row has USB's numbers, as published
+    assert set(by_csv_row) == with_a_number
     assert "remixmatch_adsh" not in with_a_number and "fixmatch_crest+" in with_a_number
 
 
@@ -111,7 +126,8 @@ def test_each_run_row_runs_the_csv_row_its_numbers_come_from(tmp_path: Path) -> 
         ran.setdefault(cell.as_dict()["method"], set()).add(
             cfg.algorithm.name + ("" if imb is None else f"_{imb.name}"))
     assert {level: {_csv_row(level)} for level in ran} == ran
-    assert len(ran) == 3 + 11   # the bases and the 11 compositions USB publishes that compose here (issue 41 item 5)
+    # the bases and the 13 compositions USB publishes that compose here (issue 41 item 5), DASO's two levels each
+    assert len(ran) == 3 + 13 + 2 and len({_csv_row(level) for level in ran}) == 3 + 13
 
 
 def test_the_runs_use_usbs_classic_cv_imb_settings(tmp_path: Path) -> None:
@@ -122,7 +138,7 @@ def test_the_runs_use_usbs_classic_cv_imb_settings(tmp_path: Path) -> None:
     spec = load_spec(YAML, tmp_path)
     assert spec.folds == [0, 1, 2]
     cells = expand_cells(spec)
-    assert len(cells) == 14 * 11
+    assert len(cells) == 14 * 11 + 2 * 11   # DASO: two levels per base, each on its own datasets
     for cell in cells:
         cfg = parse_config(trial_config(spec, cell, 0, project_dir=tmp_path))
         where = cell.id
@@ -133,7 +149,8 @@ def test_the_runs_use_usbs_classic_cv_imb_settings(tmp_path: Path) -> None:
         assert (cfg.train.iterations, cfg.train.eval_interval, cfg.train.ema, cfg.train.batch_size) == (
             iterations, 1024, 0.999, 64), where
         if imb is not None:
-            assert {k: imb[k] for k in USB_IMB[imb["name"]]} == USB_IMB[imb["name"]], where
+            usb = {**USB_IMB[imb["name"]], **USB_IMB_PER_DATASET.get(imb["name"], {}).get(cfg.data.dataset, {})}
+            assert {k: imb[k] for k in usb} == usb, where
         assert cfg.train.mu == {"fixmatch": 2, "remixmatch": 1}.get(cfg.algorithm.name, cfg.train.mu), where
         assert (cfg.optim.lr, cfg.optim.momentum, cfg.optim.nesterov, cfg.optim.schedule, cfg.optim.cosine_factor,
                 cfg.optim.weight_decay) == (0.03, 0.9, True, "cosine", 7 / 16, 5e-4), where
