@@ -8,7 +8,8 @@ No Ray and no MLflow here (``orchestration`` drives the trainer through :mod:`mu
 - :mod:`mutexmatch.algorithms`: one module per algorithm (``@register_algorithm``) and its parameter model
 - :mod:`mutexmatch.training`: the loop and its helpers, one job per module; its ``__init__`` is the public surface
 - leaf modules the rest builds on: :mod:`~mutexmatch.losses` (Algorithm 1's losses), :mod:`~mutexmatch.selection`,
-  :mod:`~mutexmatch.params`, :mod:`~mutexmatch.metrics` (metric names), :mod:`~mutexmatch.checks`,
+  :mod:`~mutexmatch.params`, :mod:`~mutexmatch.registry` (how a config-named class joins its registry),
+  :mod:`~mutexmatch.metrics` (metric names), :mod:`~mutexmatch.checks`,
   :mod:`~mutexmatch.dotted`, :mod:`~mutexmatch.atomic`, :mod:`~mutexmatch.checksum`, :mod:`~mutexmatch.yamlfile`,
   :mod:`~mutexmatch.cliwarnings`, :mod:`~mutexmatch.cli` (how every command line ends on an unforeseen error)
 - :mod:`mutexmatch.classifier`: a trained run's EMA weights as a classifier of new images

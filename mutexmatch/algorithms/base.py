@@ -65,6 +65,7 @@ from mutexmatch.checks import check_int
 from mutexmatch.metrics import term_name_errors
 from mutexmatch.params import AlgorithmParams
 from mutexmatch.params import markdown as params_markdown
+from mutexmatch.registry import register_class
 
 
 LABELED_VIEWS = ("lb", "lb_strong")                                     # of the labeled batch
@@ -367,21 +368,20 @@ ALGORITHMS: dict[str, type[Algorithm]] = {}
 def register_algorithm(name: str) -> Callable[[A], A]:
     """Class decorator: register under ``name`` (the ``algorithm.name`` config value)."""
     def register(cls: A) -> A:
-        if name in ALGORITHMS:
-            raise ValueError(f"algorithm.name={name!r}: already registered by {ALGORITHMS[name].__qualname__}")
-        if not (isinstance(cls.Params, type) and issubclass(cls.Params, AlgorithmParams)):
-            raise ValueError(f"{cls.__qualname__}.Params: must be a mutexmatch.params.AlgorithmParams model")
-        errors = term_name_errors(cls.__qualname__, cls.terms) + (
-            cls.step.errors(cls.__qualname__) if isinstance(cls.step, StepSpec) else
-            [f"{cls.__qualname__}.step: must be a StepSpec, got {type(cls.step).__name__}"])
-        if errors:
-            raise ValueError("\n".join(errors))
+        register_class(ALGORITHMS, name, cls, field="algorithm.name", name_attr="name", params_attr="Params",
+                       params_base=AlgorithmParams, params_rule="a mutexmatch.params.AlgorithmParams model",
+                       declaration_errors=_declaration_errors)
         if "Params" in cls.__dict__ and cls.Params.pinned:  # made by Params.without: picklable as <algorithm>.Params
             cls.Params.__module__, cls.Params.__qualname__ = cls.__module__, f"{cls.__qualname__}.Params"
-        cls.name = name
-        ALGORITHMS[name] = cls
         return cls
     return register
+
+
+def _declaration_errors(cls: type[Algorithm]) -> list[str]:
+    """The problems of an algorithm's loss terms and its step, one line each."""
+    return term_name_errors(cls.__qualname__, cls.terms) + (
+        cls.step.errors(cls.__qualname__) if isinstance(cls.step, StepSpec) else
+        [f"{cls.__qualname__}.step: must be a StepSpec, got {type(cls.step).__name__}"])
 
 
 def declared_terms() -> frozenset[str]:

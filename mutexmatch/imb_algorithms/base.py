@@ -35,6 +35,7 @@ from mutexmatch.checks import shown, validation_error_lines
 from mutexmatch.metrics import term_name_errors
 from mutexmatch.params import USB_EPOCH_STEPS, AlgorithmParams
 from mutexmatch.params import markdown as params_markdown
+from mutexmatch.registry import register_class
 
 SECTION = "imb_algorithm"
 
@@ -201,19 +202,17 @@ IMB_ALGORITHMS: dict[str, type[ImbAlgorithm]] = {}
 def register_imb_algorithm(name: str) -> Callable[[I], I]:
     """Class decorator: register under ``name`` (the ``imb_algorithm.name`` config value)."""
     def register(cls: I) -> I:
-        if name in IMB_ALGORITHMS:
-            raise ValueError(f"{SECTION}.name={name!r}: already registered by {IMB_ALGORITHMS[name].__qualname__}")
-        if not (isinstance(cls.imb_params_model, type) and issubclass(cls.imb_params_model, ImbParams)):
-            raise ValueError(f"{cls.__qualname__}.imb_params_model: must be an ImbParams model")
-        errors = term_name_errors(cls.__qualname__, cls.imb_terms) if cls.imb_terms != () else []   # may add none
-        errors += [f"{cls.__qualname__}.bases: {b!r} is not a registered algorithm" for b in cls.bases
-                   if b not in ALGORITHMS]
-        if errors:
-            raise ValueError("\n".join(errors))
-        cls.imb_name = name
-        IMB_ALGORITHMS[name] = cls
-        return cls
+        return register_class(IMB_ALGORITHMS, name, cls, field=f"{SECTION}.name", name_attr="imb_name",
+                              params_attr="imb_params_model", params_base=ImbParams,
+                              params_rule="an ImbParams model", declaration_errors=_declaration_errors)
     return register
+
+
+def _declaration_errors(cls: type[ImbAlgorithm]) -> list[str]:
+    """The problems of an imbalance algorithm's loss terms (it may add none) and its bases, one line each."""
+    errors = term_name_errors(cls.__qualname__, cls.imb_terms) if cls.imb_terms != () else []
+    return errors + [f"{cls.__qualname__}.bases: {b!r} is not a registered algorithm" for b in cls.bases
+                     if b not in ALGORITHMS]
 
 
 def base_errors(imb_name: str, base_name: str) -> list[str]:

@@ -136,3 +136,17 @@ def test_run_logs_its_terms_evaluates_its_head_and_resumes_bit_identical(tmp_pat
     x = torch.rand(3, 1, 16, 16)
     head = ema.tpc if cls.evaluated_head is None else ema.heads[cls.evaluated_head]
     assert torch.equal(ema.forward_tpc(x), head(ema(x)))
+
+
+def test_register_refuses_a_taken_name_a_wrong_parameter_model_and_unknown_bases():
+    from mutexmatch.imb_algorithms import ImbAlgorithm, register_imb_algorithm
+
+    with pytest.raises(ValueError, match=r"^imb_algorithm\.name='abc': already registered by ABC$"):
+        register_imb_algorithm("abc")(type("X", (ImbAlgorithm,), {}))
+    with pytest.raises(ValueError, match=r"^Y\.imb_params_model: must be an ImbParams model$"):
+        register_imb_algorithm("y_imb")(type("Y", (ImbAlgorithm,), {"imb_params_model": dict}))
+    with pytest.raises(ValueError, match=r"^Z\.terms: 'Bad' is not a term name.*\n"
+                                         r"Z\.bases: 'nope' is not a registered algorithm$"):
+        register_imb_algorithm("z_imb")(type("Z", (ImbAlgorithm,), {"imb_terms": ("Bad",),
+                                                                      "bases": ("fixmatch", "nope")}))
+    assert not {"y_imb", "z_imb"} & set(IMB_ALGORITHMS)
