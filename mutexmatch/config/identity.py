@@ -122,20 +122,33 @@ def _legacy_hash(d: dict[str, Any]) -> str | None:
 
 
 def earlier_config_hashes(cfg: RunConfig) -> tuple[str, ...]:
-    """The hashes (current rule, then legacy) the code before issue 32 gave this config, where its algorithm's
-    parameters added since (``earlier``) all ask for what that code computed (``AlgorithmParams.stored_before``);
+    """The hashes (current rule, then legacy) the code before issue 32 gave this config, where its algorithm's (and
+    its imbalance algorithm's) parameters added since (``earlier``) all ask for what that code computed (``AlgorithmParams.stored_before``);
     () where one asks for the new behaviour: a run stored under the old default is found by a config that asks for
     the old behaviour, never by one that takes the new default."""
     from mutexmatch.algorithms import ALGORITHMS
 
     params = ALGORITHMS[cfg.algorithm.name].Params.model_validate(dict(cfg.algorithm.__pydantic_extra__))
-    added = params.stored_before()
-    if not added:
+    added, imb_added = params.stored_before(), _imb_stored_before(cfg)
+    if added is None or imb_added is None or not (added or imb_added):
         return ()
     d = _revised(cfg.to_dict())
     d["algorithm"] = {f: v for f, v in d["algorithm"].items() if f not in added}
+    if imb_added:
+        d["imb_algorithm"] = {f: v for f, v in d["imb_algorithm"].items() if f not in imb_added}
     legacy = _legacy_hash(json.loads(json.dumps(d)))
     return (_hash(d),) if legacy is None else (_hash(d), legacy)
+
+
+def _imb_stored_before(cfg: RunConfig) -> tuple[str, ...] | None:
+    """:meth:`AlgorithmParams.stored_before` of the imbalance algorithm's parameters (``earlier`` works there as in
+    the algorithm section: TRAS's ``form``); () without an imb_algorithm section."""
+    if cfg.imb_algorithm is None:
+        return ()
+    from mutexmatch.imb_algorithms import IMB_ALGORITHMS
+
+    model = IMB_ALGORITHMS[cfg.imb_algorithm.name].imb_params_model
+    return model.model_validate(dict(cfg.imb_algorithm.__pydantic_extra__)).stored_before()
 
 
 def config_hashes(cfg: RunConfig) -> tuple[str, ...]:

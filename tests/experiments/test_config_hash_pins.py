@@ -56,6 +56,10 @@ Issue 41 item 5 added DARP's, SAW's, Adsh's, TRAS's, CReST's and CReST+'s rows t
 digests before them: 338eef88511a27d6 legacy, 1c04633419344207 current, 54 trials), checked the same way: the 54
 earlier lines alone give those digests.
 
+TRAS gained ``form`` (usb, the default, as before; official), declared with ``earlier("usb")``: imbalanced_digits'
+9 TRAS trials carry the hash without it as their oldest (``earlier_config_hashes`` reads the imb_algorithm section
+too), so the legacy digest above did not move and the current one did (before: bd38653a6b57e9bd).
+
 Issue 41 item 5 ran usb_classic_cv_imb's base + imbalance algorithm rows (11 levels, 363 trials; the digests before
 them: b09ae46b557ebb29 legacy, a031572e4cc05423 current, 99 trials), checked the same way: the 99 earlier lines
 alone give those digests, and every earlier trial keeps all its hashes.
@@ -118,7 +122,7 @@ PINNED_CURRENT = {  # YAML: (first grid trial's config hash, digest of every pla
     "ablation_tnc_schemes.yaml": ("a758e5cfefadc5db", "bd0fafc2e70e1cb8"),
     "cifar10_cpu.yaml": ("5e169afbfac87ec8", "e3da2e110451dabe"),            # issue 43; before: 3a978a62552e6842
     "cifar10_lt_cpu.yaml": ("856928dba3fbb261", "0d92c876b40b2b80"),      # issue 41 item 5 (new)
-    "imbalanced_digits.yaml": ("1edad8972420de24", "bd38653a6b57e9bd"),      # issue 41; before: 1c04633419344207
+    "imbalanced_digits.yaml": ("1edad8972420de24", "90a732f48d27e1a1"),      # TRAS form; before: bd38653a6b57e9bd
     "digits_lambda_sg.yaml": ("0962cc01db2d2219", "0646b1c2c9f666cb"),
     "digits_shrinkmatch.yaml": ("572858df260ea442", "0d53c22cd4f83af4"),         # issue 43 item 4 (new)
     "pseudo_label_accuracy.yaml": ("c5043f96e3fd581c", "e5085fc1c3ebd45c"),

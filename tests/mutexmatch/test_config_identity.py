@@ -47,3 +47,23 @@ def test_pseudolabel_runs_of_the_old_step_are_never_found() -> None:
 @pytest.mark.parametrize("name", ["fixmatch", "mutexmatch"])
 def test_algorithms_issue_32_left_alone_keep_exactly_their_hashes(name) -> None:
     assert _hashes(name) == BEFORE_32[name]
+
+
+# FixMatch + TRAS on a long-tailed digits split: config_hashes at 58b7a67, before TRAS gained `form` (an imbalance
+# algorithm's parameter declared with `earlier`, as issue 32's are in the algorithm section)
+TRAS_RAW = {"algorithm": {"name": "fixmatch"}, "imb_algorithm": {"name": "tras"},
+            "data": {"num_labels": 78, "imbalance": {"labeled_head": 20, "labeled_ratio": 10, "unlabeled_head": 100,
+                                                     "unlabeled_ratio": 10}}}
+TRAS_BEFORE_FORM = ("43702dc20f8f1ad3", "dd61ccf676dffa1d")
+
+
+@pytest.mark.parametrize("form", [None, "usb"])
+def test_tras_usb_form_finds_the_runs_stored_before_it_had_a_form(form) -> None:
+    raw = {**TRAS_RAW, "imb_algorithm": {"name": "tras", **({"form": form} if form else {})}}
+    hashes = config_hashes(parse_config(raw))
+    assert hashes[-2:] == TRAS_BEFORE_FORM and hashes[0] not in TRAS_BEFORE_FORM
+
+
+def test_tras_official_form_never_finds_the_usb_forms_runs() -> None:
+    raw = {**TRAS_RAW, "imb_algorithm": {"name": "tras", "form": "official"}}
+    assert set(config_hashes(parse_config(raw))).isdisjoint(TRAS_BEFORE_FORM)
