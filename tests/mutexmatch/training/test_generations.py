@@ -89,3 +89,19 @@ def test_a_pool_holding_the_labeled_images_is_said(tmp_path):
     raw["data"]["unlabeled_includes_labeled"] = True
     with pytest.warns(UserWarning, match="USB's CReST draws its pool without them"):
         Trainer(parse_config(raw))
+
+
+def test_one_generation_of_crest_is_fixmatch_bit_for_bit(tmp_path):
+    """CReST without a generation boundary adds nothing to FixMatch's step: the weights, the EMA and the metrics are
+    FixMatch's exactly (what rules out the step itself when short generations land at chance, docs/longtail.md)."""
+    crest = Trainer(parse_config(_raw(tmp_path, "crest", imb={"name": "crest", "num_gens": 1})))
+    crest.fit()
+    raw = _raw(tmp_path, "fixmatch")
+    del raw["imb_algorithm"]
+    fixmatch = Trainer(parse_config(raw))
+    fixmatch.fit()
+    a = {**crest.model.state_dict(), **{f"ema.{k}": v for k, v in crest.ema.state_dict().items()}}
+    b = {**fixmatch.model.state_dict(), **{f"ema.{k}": v for k, v in fixmatch.ema.state_dict().items()}}
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    last = [(tmp_path / n / "metrics.jsonl").read_text().splitlines()[-1] for n in ("crest", "fixmatch")]
+    assert '"test/acc"' in last[0] and last[0].split('"test/acc"')[1][:12] == last[1].split('"test/acc"')[1][:12]
