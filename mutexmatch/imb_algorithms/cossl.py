@@ -46,7 +46,8 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
 from mutexmatch.algorithms.base import StepInputs, StepOutput
-from mutexmatch.imb_algorithms.base import EPOCH_STEPS_DOC, ImbAlgorithm, ImbParams, usb_epoch
+from mutexmatch.imb_algorithms.base import (EPOCH_STEPS_DOC, ImbAlgorithm, ImbParams, register_imb_algorithm,
+                                            usb_epoch)
 from mutexmatch.params import USB_EPOCH_STEPS, Fraction, Positive, PositiveSteps, Probability, Steps, Weight
 
 HEAD = "teacher"
@@ -196,15 +197,18 @@ def mixup_probabilities(counts: Sequence[int]) -> list[float]:
     return [(most - n) / most for n in counts]
 
 
-def teacher_optimizer(head: nn.Module, params: CoSSLParams, momentum: float, nesterov: bool = True
-                      ) -> torch.optim.SGD:
-    """USB's ``tfe_optimizer`` (``get_optimizer(teacher_classifier, SGD, tfe_warm_lr, momentum, tfe_warm_wd)``):
-    weight decay on the weight, none on the bias (its ``param_groups_weight_decay``: 1-d parameters)."""
+def teacher_optimizer(head: nn.Module, params: CoSSLParams, optim_name: str, momentum: float, nesterov: bool
+                      ) -> torch.optim.Optimizer:
+    """USB's ``tfe_optimizer`` (``get_optimizer(teacher_classifier, args.optim, tfe_warm_lr, momentum,
+    tfe_warm_wd)``): SGD (``optim.name`` sgd) or AdamW (adamw), weight decay on the weight, none on the bias (its
+    ``param_groups_weight_decay``: 1-d parameters)."""
     decay = [p for p in head.parameters() if p.ndim > 1]
     rest = [p for p in head.parameters() if p.ndim <= 1]
-    return torch.optim.SGD([{"params": decay, "weight_decay": params.tfe_warm_wd},
-                            {"params": rest, "weight_decay": 0.0}], lr=params.tfe_warm_lr, momentum=momentum,
-                           weight_decay=params.tfe_warm_wd, nesterov=nesterov)
+    groups = [{"params": decay, "weight_decay": params.tfe_warm_wd}, {"params": rest, "weight_decay": 0.0}]
+    if optim_name == "adamw":
+        return torch.optim.AdamW(groups, lr=params.tfe_warm_lr, weight_decay=params.tfe_warm_wd)
+    return torch.optim.SGD(groups, lr=params.tfe_warm_lr, momentum=momentum, weight_decay=params.tfe_warm_wd,
+                           nesterov=nesterov)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -221,6 +225,7 @@ class TeacherBatch:
     u: Tensor
 
 
+@register_imb_algorithm("cossl")
 class CoSSL(ImbAlgorithm):
     """CoSSL (Fan et al., 2022): a teacher head warmed up on class-balanced features (tail-class feature
     enhancement), then trained on feature mixups of class-balanced labeled and unlabeled images; it is the head
@@ -238,8 +243,15 @@ class CoSSL(ImbAlgorithm):
     def imb_init(self) -> None:
         self.counts = [int(n) for n in self.ctx.labeled_counts.tolist()]
         self.mixup_prob: list[float] | None = None       # USB sets it at the warm-up
-        # The trainer's teacher batches: step -> TeacherBatch (the class-balanced and the strong unlabeled stream).
+        # Set by the trainer (mutexmatch.training.teacher_streams) or a test: step -> TeacherBatch (the class-balanced
+        # and the strong unlabeled stream), the EMA model -> the warm-up's features, the teacher head's own optimiser
+        # (stepped by teacher_step, which the trainer calls right after its optimiser's step) and the models whose
+        # evaluated head switches.
         self.teacher_batches: Callable[[int], TeacherBatch] | None = None
+        self.warmup_source: Callable[[nn.Module], WarmupFeatures] | None = None
+        self.tfe_optimizer: torch.optim.Optimizer | None = None
+        self.evaluated_models: tuple[nn.Module, ...] = ()
+        self.last_step: int | None = None
 
     def imb_term_weights(self) -> dict[str, float]:
         return {"tea": 1.0}
@@ -263,6 +275,8 @@ class CoSSL(ImbAlgorithm):
                 target.heads[HEAD].weight.copy_(source.weight)
                 target.heads[HEAD].bias.copy_(source.bias)
                 target.evaluated_head = HEAD
+        for m in self.evaluated_models:
+            m.evaluated_head = HEAD
         self.mixup_prob = mixup_probabilities(self.counts)
 
     def mix_draws(self, labels: Sequence[int]) -> tuple[list[bool], list[float]]:
@@ -287,16 +301,23 @@ class CoSSL(ImbAlgorithm):
             raise ValueError("imb_algorithm.name='cossl': its teacher step needs the EMA model "
                              "(TrainContext.ema_model)")
         mixed, lams = self.mix_draws(batch.labels)
+        was_training = ema.training
+        ema.train()     # USB's ema_model is never put in eval mode: BatchNorm by batch (the buffers are the model's)
         with torch.no_grad():
-            fx, fu = ema(batch.x), ema(batch.u)[:len(batch.x)]
+            fx, fu = ema(batch.x).float(), ema(batch.u)[:len(batch.x)].float()
+        ema.train(was_training)
+        with torch.no_grad():
             lam = torch.tensor(lams, dtype=fx.dtype, device=fx.device)[:, None]
             mask = torch.tensor(mixed, device=fx.device)
             return torch.where(mask[:, None], lam * fx + (1 - lam) * fu, fx), mask
 
     def compute(self, model: nn.Module, inp: StepInputs) -> StepOutput:
         out = super().compute(model, inp)                                   # type: ignore[misc]
+        self.last_step = inp.step
         if not self.teaching(inp.step):    # USB logs no tea_loss before; ours 0
             return self.add_terms(out, {"tea": torch.zeros((), device=out.loss.device)}, {})
+        if self.mixup_prob is None and self.warmup_source is not None:   # the warm-up epoch's first step
+            self.warm_up(model, self.ctx.ema_model, self.warmup_source(self.ctx.ema_model))
         if self.teacher_batches is None:
             raise ValueError("imb_algorithm.name='cossl': no teacher batches (CoSSL.teacher_batches unset)")
         batch = self.teacher_batches(inp.step)
@@ -305,9 +326,21 @@ class CoSSL(ImbAlgorithm):
         return self.add_terms(out, {"tea": F.cross_entropy(logits, batch.y)}, {"tea_feats": feats,
                                                                              "tea_mixed": mixed})
 
+    def teacher_step(self) -> None:
+        """USB's ``tfe_optimizer.step()`` after the main optimiser's, from the warm-up epoch on (the gradient the
+        main optimiser applied to the teacher head is applied again)."""
+        if self.tfe_optimizer is not None and self.last_step is not None and self.teaching(self.last_step):
+            self.tfe_optimizer.step()
+
     def imb_state_dict(self) -> dict[str, Any]:
-        return {"mixup_prob": self.mixup_prob}
+        return {"mixup_prob": self.mixup_prob,
+                "tfe_optimizer": None if self.tfe_optimizer is None else self.tfe_optimizer.state_dict()}
 
     def imb_load_state_dict(self, state: Any) -> None:
         super().imb_load_state_dict(state)
         self.mixup_prob = None if state["mixup_prob"] is None else [float(p) for p in state["mixup_prob"]]
+        if self.tfe_optimizer is not None and state["tfe_optimizer"] is not None:
+            self.tfe_optimizer.load_state_dict(state["tfe_optimizer"])
+        if self.mixup_prob is not None:     # warmed up: the teacher head is evaluated (an attribute, not a weight)
+            for m in self.evaluated_models:
+                m.evaluated_head = HEAD

@@ -46,6 +46,7 @@ from mutexmatch.training import preemption
 from mutexmatch.training.rng import rng_state, seed_everything, set_rng_state
 from mutexmatch.training.run_files import check_resumed_files, write_run_files
 from mutexmatch.training.runfolder import RunFolder, RunFolderError, checkpoint_step
+from mutexmatch.training.teacher_streams import attach_teacher_streams
 
 __all__ = ["Trainer", "NonFiniteLossError"]
 
@@ -130,6 +131,7 @@ class Trainer:
         self.scaler = grad_scaler(cfg, self.device)
         self.batches = BatchSource(cfg, self.bundle, self.split, alg_cls.step, alg_cls.uses_unlabeled, self.device)
         self.prefetcher = self.batches.prefetcher
+        attach_teacher_streams(self)   # CoSSL: its teacher's batch streams and optimiser (teacher_streams.py)
 
     def _warn_if_exploding(self, loss: float) -> None:
         """A loss grown :data:`EXPLOSION` times since this process's first evaluation without turning non-finite

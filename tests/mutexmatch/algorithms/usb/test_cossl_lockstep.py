@@ -15,8 +15,6 @@ ours' EMA model is our net too; USB's ``ema_model`` gets a Linear TPC of our TPC
 re-initialises a copy of it; its logits are never read by the step), USB's model the harness's scaled TPC. The
 teacher batches (class-balanced labeled, strong unlabeled) come from USB's ``loader_dict`` and the same lists feed
 ours; Python's ``random`` is seeded alike before each side's draws.
-
-CoSSL is not registered yet (its trainer streams are not wired): the module fixture registers it for these tests.
 """
 from __future__ import annotations
 
@@ -32,23 +30,13 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from mutexmatch.imb_algorithms import IMB_ALGORITHMS, register_imb_algorithm
-from mutexmatch.imb_algorithms.cossl import CoSSL, TeacherBatch, WarmupFeatures
+from mutexmatch.imb_algorithms import IMB_ALGORITHMS
+from mutexmatch.imb_algorithms.cossl import TeacherBatch, WarmupFeatures
 
 from .test_fixmatch_lockstep import FixMatchLockstep
 from .test_mixmatch_lockstep import ReMixMatchLockstep
 
 WARM_AT = 16    # USB epochs of 16 steps (num_train_iter 64, epoch 4): warm-up before step 16, 16 Adam steps
-
-
-@pytest.fixture(scope="module", autouse=True)
-def cossl_registered():
-    added = "cossl" not in IMB_ALGORITHMS
-    if added:
-        register_imb_algorithm("cossl")(CoSSL)
-    yield
-    if added:
-        IMB_ALGORITHMS.pop("cossl")
 
 
 class _UsbTpc(nn.Module):
