@@ -90,7 +90,8 @@ ADDED_41 = {"zoo_digits.yaml": {"rda"},   # issue 41 item 4: RDA's row (new tria
                                         "remixmatch_crest_plus", "remixmatch_abc", "remixmatch_saw",
                                         # then DASO, two levels per base (USB's T_dist per dataset)
                                         "fixmatch_daso", "fixmatch_daso_tdist0.3", "remixmatch_daso",
-                                        "remixmatch_daso_tdist0.3"}}
+                                        "remixmatch_daso_tdist0.3",
+                                        "fixmatch_cossl", "remixmatch_cossl"}}   # then CoSSL
 
 # issue 41 item 5: imbalanced_digits gained the imbalance algorithms that landed after it (new trials)
 ADDED_41["imbalanced_digits.yaml"] = {"fixmatch_darp", "fixmatch_saw", "fixmatch_adsh", "fixmatch_tras",

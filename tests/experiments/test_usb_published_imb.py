@@ -11,8 +11,9 @@ It holds accuracies, mean±std over 3 seeds, under three header rows (dataset; `
 dataset and ``data.imbalance``), not by its name; every cell the YAML prints is its CSV cell with two decimals, and
 every CSV row with a number is printed: each row the sweep runs (a base, or a base + imbalance algorithm level that
 runs that composition) as the published cells of its level (of its two levels for DASO, whose T_dist USB sets per
-dataset: each level the cells it runs), the others (a composition this code cannot run) as quoted rows. A published
-cell and a quoted cell are checked alike."""
+dataset: each level the cells it runs; none where USB's cell is empty, ReMixMatch + CoSSL at CIFAR-100 gamma 15),
+the others (a composition this code cannot run) as quoted rows. A published cell and a quoted cell are checked
+alike."""
 
 from __future__ import annotations
 
@@ -39,7 +40,10 @@ USB_IMB = {"abc": {"tau": 0.95, "lambda_abc": 1.0, "epoch_steps": 1024},
            "debiaspl": {"form": "usb", "tau": 0.4, "ema_p": 0.999, "usb_ema_m": 0.999},
            "crest": {"num_gens": 6, "alpha": 3.0}, "crest+": {"num_gens": 6, "alpha": 3.0, "dist_align_t": 0.5},
            "daso": {"form": "usb", "queue_len": 256, "t_proto": 0.05, "interp_alpha": 0.5, "with_dist_aware": True,
-                    "assign_loss_ratio": 1.0, "num_pl_dist_iter": 100, "num_pretrain_iter": 5120}}
+                    "assign_loss_ratio": 1.0, "num_pl_dist_iter": 100, "num_pretrain_iter": 5120},
+           "cossl": {"form": "usb", "max_lam": 0.6, "tfe_augment": "strong", "tfe_u_ratio": 1, "warm_epoch": 200,
+                     "tfe_warm_epoch": 10, "tfe_warm_lr": 0.02, "tfe_warm_ema_decay": 0.999, "tfe_warm_wd": 5e-4,
+                     "tfe_warm_bs": 64, "epoch_steps": 1024}}
 # ... and the key that differs by dataset: daso_T_dist 1.5 on CIFAR-10, 0.3 on CIFAR-100 and STL-10
 USB_IMB_PER_DATASET = {"daso": {"cifar10": {"t_dist": 1.5}, "cifar100": {"t_dist": 0.3}, "stl10": {"t_dist": 0.3}}}
 CREST_GENERATION = 65536   # CReST's configs: num_train_iter 65536 (epoch 128) per generation, as USB runs it
@@ -102,16 +106,22 @@ def test_every_printed_usb_cell_is_its_csv_cell_and_every_csv_number_is_printed(
     runs: dict[str, set[str]] = {}
     for cell in expand_cells(load_spec(YAML, tmp_path)):
         runs.setdefault(cell.as_dict()["method"], set()).add(cell.as_dict()["setting"])
-    assert {row: set(cells) for row, cells in table["published"].items()} == runs   # a run row: the cells it runs
+    numbered = {row: {s for s in settings if usb[_csv_row(row)][column_of[s]] != "None"} for row in runs}
+    # a run row: the cells it runs, but where USB has no number (its "-": no published cell)
+    assert {row: set(cells) for row, cells in table["published"].items()} == {
+        row: ran & numbered[row] for row, ran in runs.items()}
     assert all(set(cells) == set(settings) for cells in quoted.values())   # every column, "-" where USB has none
     by_csv_row: dict[str, list[str]] = {}
     for row, cells in printed.items():
         by_csv_row.setdefault(_csv_row(row), []).extend(cells)
     # each CSV row's cells printed once, over its levels (DASO: one level per T_dist) or its quoted row
-    assert all(sorted(cells) == sorted(settings) for cells in by_csv_row.values()), by_csv_row
+    assert all(len(cells) == len(set(cells)) for cells in by_csv_row.values()), by_csv_row
+    assert all({s for s in settings if usb[row][column_of[s]] != "None"} <= set(cells)
+               for row, cells in by_csv_row.items()), by_csv_row
     with_a_number = {name for name, cells in usb.items() if any(c != "None" for c in cells)}
     assert set(by_csv_row) == with_a_number
     assert "remixmatch_adsh" not in with_a_number and "fixmatch_crest+" in with_a_number
+    assert "remixmatch_cossl" in runs and "c100-lb150-r15" not in table["published"]["remixmatch_cossl"]
 
 
 def test_each_run_row_runs_the_csv_row_its_numbers_come_from(tmp_path: Path) -> None:
@@ -126,8 +136,8 @@ def test_each_run_row_runs_the_csv_row_its_numbers_come_from(tmp_path: Path) -> 
         ran.setdefault(cell.as_dict()["method"], set()).add(
             cfg.algorithm.name + ("" if imb is None else f"_{imb.name}"))
     assert {level: {_csv_row(level)} for level in ran} == ran
-    # the bases and the 13 compositions USB publishes that compose here (issue 41 item 5), DASO's two levels each
-    assert len(ran) == 3 + 13 + 2 and len({_csv_row(level) for level in ran}) == 3 + 13
+    # the bases and the 15 compositions USB publishes that compose here (issue 41 item 5), DASO's two levels each
+    assert len(ran) == 3 + 15 + 2 and len({_csv_row(level) for level in ran}) == 3 + 15
 
 
 def test_the_runs_use_usbs_classic_cv_imb_settings(tmp_path: Path) -> None:
@@ -138,7 +148,7 @@ def test_the_runs_use_usbs_classic_cv_imb_settings(tmp_path: Path) -> None:
     spec = load_spec(YAML, tmp_path)
     assert spec.folds == [0, 1, 2]
     cells = expand_cells(spec)
-    assert len(cells) == 14 * 11 + 2 * 11   # DASO: two levels per base, each on its own datasets
+    assert len(cells) == 16 * 11 + 2 * 11   # DASO: two levels per base, each on its own datasets
     for cell in cells:
         cfg = parse_config(trial_config(spec, cell, 0, project_dir=tmp_path))
         where = cell.id
