@@ -68,15 +68,20 @@ class TeacherStreams:
                weak_augment(x, **self.aug, generator=gen[0]))
         return normalize(out, self.info.mean, self.info.std, channels_last=self.cfg.model.channels_last)
 
-    def __call__(self, step: int) -> TeacherBatch:
-        """Step ``step``'s teacher batch."""
-        host = torch.Generator().manual_seed(self._seed(step))
-        pick = torch.multinomial(self.weights, self.batch, replacement=True, generator=host)
+    def pool_positions(self, step: int) -> Tensor:
+        """Pool positions of step ``step``'s unlabeled images: the (step % P)-th batch of pass step // P's
+        permutation, P = N_u // (tfe_u_ratio B) batches a pass (the last partial one dropped)."""
         per_pass = len(self.pool) // self.u_batch
         order = torch.randperm(len(self.pool), generator=torch.Generator().manual_seed(
             self._seed(PASS_KEY + step // per_pass)))
         start = (step % per_pass) * self.u_batch
-        ulb = self.pool[order[start:start + self.u_batch]]
+        return order[start:start + self.u_batch]
+
+    def __call__(self, step: int) -> TeacherBatch:
+        """Step ``step``'s teacher batch."""
+        host = torch.Generator().manual_seed(self._seed(step))
+        pick = torch.multinomial(self.weights, self.batch, replacement=True, generator=host)
+        ulb = self.pool[self.pool_positions(step)]
         gen = self._generators(step)
         x = self._view(self.lb_x[pick.to(self.device)], self.strong_labeled, gen)
         u = self._view(self.ulb_x[ulb.to(self.device)], True, gen)

@@ -106,3 +106,24 @@ def usb_get_optimizer():
     _require_semilearn()
     from semilearn.core.utils import get_optimizer
     return get_optimizer
+
+
+def test_teacher_streams_balance_the_classes_and_pass_over_the_pool(tmp_path):
+    """The labeled stream draws every class about equally (USB's WeightedRandomSampler at rates 1/N_c) from a
+    long-tailed labeled set, each step its own draw; the unlabeled stream visits pool images without repeats within a
+    pass (USB's shuffle), a new order each pass; both of the right sizes."""
+    trainer = Trainer(parse_config(_raw(tmp_path, "streams")))
+    streams, alg = trainer.algorithm.teacher_batches, trainer.algorithm
+    b = trainer.cfg.train.batch_size
+    batches = [streams(step) for step in range(400)]
+    assert all(x.y.tolist() == list(x.labels) and len(x.labels) == b and len(x.u) == b for x in batches)
+    assert sum(batches[i].labels != batches[i + 1].labels for i in range(100)) > 90    # a draw a step
+    freq = torch.bincount(torch.tensor([y for x in batches for y in x.labels]), minlength=len(alg.counts)).float()
+    freq /= freq.sum()
+    assert max(alg.counts) >= 5 * min(alg.counts) and float(freq.min()) > 0.5 / len(alg.counts)
+    assert float(freq.max()) < 1.5 / len(alg.counts)
+    per_pass = len(streams.pool) // streams.u_batch
+    first = torch.cat([streams.pool[streams.pool_positions(s)] for s in range(per_pass)])
+    assert len(first.unique()) == len(first) == per_pass * streams.u_batch
+    assert not torch.equal(streams.pool_positions(0), streams.pool_positions(per_pass))
+
