@@ -57,6 +57,8 @@ def test_cossl_warms_up_teaches_and_resumes_bit_identical(tmp_path, form):
     assert full.ema.module.evaluated_head == HEAD and full.model.evaluated_head == HEAD
     assert not torch.equal(full.model.heads[HEAD].weight, init)
     assert alg.tfe_optimizer.state_dict()["state"], "the teacher's own optimiser stepped"
+    held = {id(p) for g in full.optimizer.param_groups for p in g["params"]}
+    assert all(id(p) in held for p in full.model.heads[HEAD].parameters())   # applied twice, as USB
     lines = [json.loads(x) for x in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()]
     tea = [x["train/tea"] for x in lines if "train/tea" in x]
     assert tea[0] == 0 and tea[-1] > 0      # 0 until the warm-up (steps 0-2), then the teacher term
