@@ -60,7 +60,9 @@ TRAS gained ``form`` (usb, the default, as before; official), declared with ``ea
 9 TRAS trials carry the hash without it as their oldest (``earlier_config_hashes`` reads the imb_algorithm section
 too), so the legacy digest above did not move and the current one did (before: bd38653a6b57e9bd). Then
 imbalanced_digits gained the fixmatch_tras_official row (9 trials; the digests before it: 852c1fbce126ef05 legacy,
-90a732f48d27e1a1 current, 108 trials), checked the same way: the 108 earlier lines alone give those digests.
+90a732f48d27e1a1 current, 108 trials), checked the same way: the 108 earlier lines alone give those digests. Then
+DASO's and CoSSL's rows (27 trials; before them: 6732e34139ff3228 legacy, 9ba2a7249ccbb3f7 current, 117 trials), checked
+the same way: the 117 earlier lines alone give those digests.
 
 Issue 41 item 5 ran usb_classic_cv_imb's base + imbalance algorithm rows (11 levels, 363 trials; the digests before
 them: b09ae46b557ebb29 legacy, a031572e4cc05423 current, 99 trials), checked the same way: the 99 earlier lines
@@ -97,7 +99,7 @@ PINNED = {  # YAML: (first grid trial's config hash, digest of every planned tri
     "ablation_tnc_schemes.yaml": ("554c45e44f01d09b", "80f8d2440dfb436b", 35),
     "cifar10_cpu.yaml": ("3461dd09085c22bc", "e8f59705e64d96e3", 20),        # issue 43; before: 85e866e06a8a90eb, 15
     "cifar10_lt_cpu.yaml": ("34fc935c2d008238", "fcdf4aa7bd111797", 4),   # issue 41 item 5 (new)
-    "imbalanced_digits.yaml": ("020a21b5f0bf2924", "6732e34139ff3228", 117),  # TRAS official; before: 852c1fbce126ef05, 108
+    "imbalanced_digits.yaml": ("020a21b5f0bf2924", "b3a664e1b57f37b2", 144),  # DASO, CoSSL; before: 6732e34139ff3228, 117
     "digits_lambda_sg.yaml": ("1a490717146046fb", "5514482f8a80c9cc", 45),
     "digits_shrinkmatch.yaml": ("8fc7a0fbc37bdd88", "b83f6e352e5c6112", 15),      # issue 43 item 4 (new)
     "pseudo_label_accuracy.yaml": ("d5a0480da493193b", "ff9943fc18db79f8", 70),
@@ -125,7 +127,7 @@ PINNED_CURRENT = {  # YAML: (first grid trial's config hash, digest of every pla
     "ablation_tnc_schemes.yaml": ("a758e5cfefadc5db", "bd0fafc2e70e1cb8"),
     "cifar10_cpu.yaml": ("5e169afbfac87ec8", "e3da2e110451dabe"),            # issue 43; before: 3a978a62552e6842
     "cifar10_lt_cpu.yaml": ("856928dba3fbb261", "0d92c876b40b2b80"),      # issue 41 item 5 (new)
-    "imbalanced_digits.yaml": ("1edad8972420de24", "9ba2a7249ccbb3f7"),      # TRAS official; before: 90a732f48d27e1a1
+    "imbalanced_digits.yaml": ("1edad8972420de24", "12dc731f272f040c"),      # DASO, CoSSL; before: 9ba2a7249ccbb3f7
     "digits_lambda_sg.yaml": ("0962cc01db2d2219", "0646b1c2c9f666cb"),
     "digits_shrinkmatch.yaml": ("572858df260ea442", "0d53c22cd4f83af4"),         # issue 43 item 4 (new)
     "pseudo_label_accuracy.yaml": ("c5043f96e3fd581c", "e5085fc1c3ebd45c"),

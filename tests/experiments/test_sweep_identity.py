@@ -96,7 +96,8 @@ ADDED_41 = {"zoo_digits.yaml": {"rda"},   # issue 41 item 4: RDA's row (new tria
 # issue 41 item 5: imbalanced_digits gained the imbalance algorithms that landed after it (new trials)
 ADDED_41["imbalanced_digits.yaml"] = {"fixmatch_darp", "fixmatch_saw", "fixmatch_adsh", "fixmatch_tras",
                                       "fixmatch_crest", "fixmatch_crest_plus",
-                                      "fixmatch_tras_official"}   # then TRAS's official form
+                                      "fixmatch_tras_official",   # then TRAS's official form
+                                      "fixmatch_daso", "fixmatch_cossl", "fixmatch_cossl_fixed"}   # then DASO, CoSSL
 
 
 # the YAMLs whose CoMatch trials gained a current-rule hash (their golden ones kept as the oldest)
