@@ -28,7 +28,8 @@ one it mixes every class at the tail's rate). ``form: fixed`` reads the sample's
 
 USB's optimiser also holds the teacher head (``set_optimizer`` runs after ``CoSSL_Net`` wraps the model): after the
 warm-up the head's gradient is applied twice a step, by the main optimiser and then by ``tfe_optimizer`` (SGD,
-``tfe_warm_lr``, ``tfe_warm_wd``, USB's ``get_optimizer``), before ``zero_grad``: :func:`teacher_optimizer`.
+``tfe_warm_lr``, ``tfe_warm_wd``, USB's ``get_optimizer``), before ``zero_grad``:
+:func:`mutexmatch.training.teacher_streams.teacher_optimizer`.
 """
 from __future__ import annotations
 
@@ -195,20 +196,6 @@ def mixup_probabilities(counts: Sequence[int]) -> list[float]:
     """USB's ``mixup_prob``: (max_k N_k - N_c) / max_k N_k per class."""
     most = max(counts)
     return [(most - n) / most for n in counts]
-
-
-def teacher_optimizer(head: nn.Module, params: CoSSLParams, optim_name: str, momentum: float, nesterov: bool
-                      ) -> torch.optim.Optimizer:
-    """USB's ``tfe_optimizer`` (``get_optimizer(teacher_classifier, args.optim, tfe_warm_lr, momentum,
-    tfe_warm_wd)``): SGD (``optim.name`` sgd) or AdamW (adamw), weight decay on the weight, none on the bias (its
-    ``param_groups_weight_decay``: 1-d parameters)."""
-    decay = [p for p in head.parameters() if p.ndim > 1]
-    rest = [p for p in head.parameters() if p.ndim <= 1]
-    groups = [{"params": decay, "weight_decay": params.tfe_warm_wd}, {"params": rest, "weight_decay": 0.0}]
-    if optim_name == "adamw":
-        return torch.optim.AdamW(groups, lr=params.tfe_warm_lr, weight_decay=params.tfe_warm_wd)
-    return torch.optim.SGD(groups, lr=params.tfe_warm_lr, momentum=momentum, weight_decay=params.tfe_warm_wd,
-                           nesterov=nesterov)
 
 
 # ----------------------------------------------------------------------------------------------------------------------

@@ -57,10 +57,8 @@ def start_due_generation(trainer: Any) -> None:
         return
     alg.end_generation(trainer.evaluator.pool_logits(trainer.ema.module))
     cfg, x = trainer.cfg, trainer.bundle.train.x
-    net = build_network(cfg, type(alg), trainer.num_classes, trainer.bundle.info.channels, x.shape[-1],
-                        trainer.device, trainer.autocast, trainer.dp)
-    trainer.model, trainer.ema, trainer.forward, trainer.features, trainer.teacher = (
-        net.model, net.ema, net.forward, net.features, net.teacher)
+    build_network(cfg, type(alg), trainer.num_classes, trainer.bundle.info.channels, x.shape[-1], trainer.device,
+                  trainer.autocast, trainer.dp).install(trainer)
     alg.ctx = dataclasses.replace(alg.ctx, ema_model=trainer.ema.module)
     trainer.optimizer = optimizer(trainer.model, cfg, trainer.device)
     trainer.scheduler = lr_schedule(trainer.optimizer, schedule_config(cfg, alg))

@@ -121,10 +121,8 @@ class Trainer:
         self.autocast = autocast_factory(self.device, cfg.train.precision)
         self.evaluator = Evaluator(cfg, self.bundle, self.split, self.device, self.autocast, self.dp)
         # draws the weights (the model's, then its extra heads'); the algorithm draws nothing
-        net = build_network(cfg, alg_cls, self.num_classes, self.bundle.info.channels, x.shape[-1], self.device,
-                            self.autocast, self.dp, from_file=from_file)
-        self.model, self.ema, self.forward, self.features, self.teacher = (
-            net.model, net.ema, net.forward, net.features, net.teacher)
+        build_network(cfg, alg_cls, self.num_classes, self.bundle.info.channels, x.shape[-1], self.device,
+                      self.autocast, self.dp, from_file=from_file).install(self)
         self.algorithm = alg_cls(alg_cls.params_from(cfg.algorithm), self._context(alg_cls.uses_unlabeled))
         self.optimizer = optimizer(self.model, cfg, self.device)
         self.scheduler = lr_schedule(self.optimizer, schedule_config(cfg, self.algorithm))   # CReST: a generation

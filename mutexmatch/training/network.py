@@ -35,6 +35,12 @@ class Network:
     features: Callable         # StepInputs.forward: fp32 features under autocast, BatchNorm updated or not
     teacher: Callable          # StepInputs.teacher: the EMA model's logits, no gradient, no statistics touched
 
+    def install(self, trainer: object) -> None:
+        """Make this the trainer's network (its model, EMA and forwards): at the build and at a generation's
+        re-initialisation (:mod:`mutexmatch.training.generations`)."""
+        trainer.model, trainer.ema, trainer.forward, trainer.features, trainer.teacher = (   # type: ignore[attr-defined]
+            self.model, self.ema, self.forward, self.features, self.teacher)
+
 
 def start_from_file(backbone: nn.Module, cfg: RunConfig) -> None:
     """Load ``model.pretrained`` into ``backbone`` by USB's rules, saying what was loaded and what was not (one line

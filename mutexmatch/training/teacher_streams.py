@@ -24,7 +24,8 @@ import torch
 from torch import Tensor, nn
 
 from mutexmatch.data.augment import normalize, strong_augment, weak_augment, weak_crop
-from mutexmatch.imb_algorithms.cossl import HEAD, CoSSL, CoSSLParams, TeacherBatch, WarmupFeatures, teacher_optimizer
+from mutexmatch.imb_algorithms.cossl import HEAD, CoSSL, CoSSLParams, TeacherBatch, WarmupFeatures
+from mutexmatch.training.layer_decay import usb_param_groups
 
 # Seeds of the streams' generators: train.seed * SEED_STRIDE + key (step keys, then the warm-up's and the passes').
 SEED_STRIDE = 1_000_003
@@ -108,6 +109,18 @@ class TeacherStreams:
                 strong.append(self._features(ema, images, True, gen))
         ema.train(was_training)
         return WarmupFeatures(imprint, labeled, self.lb_y, torch.cat(weak), torch.cat(strong))
+
+
+def teacher_optimizer(head: nn.Module, params: CoSSLParams, optim_name: str, momentum: float, nesterov: bool
+                      ) -> torch.optim.Optimizer:
+    """USB's ``tfe_optimizer`` (``get_optimizer(teacher_classifier, args.optim, tfe_warm_lr, momentum,
+    tfe_warm_wd)``): SGD (``optim.name`` sgd) or AdamW (adamw) over USB's parameter groups (weight decay on the
+    weight, none on the bias), as the trainer's own optimiser builds them."""
+    groups = usb_param_groups(head, params.tfe_warm_lr, params.tfe_warm_wd, 1.0)
+    if optim_name == "adamw":
+        return torch.optim.AdamW(groups, lr=params.tfe_warm_lr, weight_decay=params.tfe_warm_wd)
+    return torch.optim.SGD(groups, lr=params.tfe_warm_lr, momentum=momentum, weight_decay=params.tfe_warm_wd,
+                           nesterov=nesterov)
 
 
 def attach_teacher_streams(trainer: Any) -> None:

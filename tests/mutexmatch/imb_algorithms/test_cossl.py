@@ -14,8 +14,9 @@ import torch
 from torch import nn
 
 from mutexmatch.config import parse_config
-from mutexmatch.imb_algorithms.cossl import HEAD, CoSSLParams, teacher_optimizer
+from mutexmatch.imb_algorithms.cossl import HEAD, CoSSLParams
 from mutexmatch.training import Trainer
+from mutexmatch.training.teacher_streams import teacher_optimizer
 
 WARM_STEP = 3     # warm_epoch 1 of 3-step epochs
 
