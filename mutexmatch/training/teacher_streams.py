@@ -44,6 +44,7 @@ class TeacherStreams:
         self.lb_labels = trainer.bundle.train.y[labeled]                     # on the host
         self.lb_y = self.lb_labels.to(self.device)
         counts = torch.bincount(self.lb_labels, minlength=trainer.num_classes).double()
+        _require_every_class(counts.long().tolist(), trainer.cfg.data.imbalance)
         self.weights = 1.0 / counts[self.lb_labels]
         self.pool, self.ulb_x = torch.from_numpy(split.unlabeled), src.ulb_x
         self.batch = self.cfg.train.batch_size
@@ -109,6 +110,21 @@ class TeacherStreams:
                 strong.append(self._features(ema, images, True, gen))
         ema.train(was_training)
         return WarmupFeatures(imprint, labeled, self.lb_y, torch.cat(weak), torch.cat(strong))
+
+
+def _require_every_class(counts: list[int], imbalance: Any) -> None:
+    """Refused before the first step: CoSSL's warm-up imprints the mean feature of every class and mixes each tail
+    class's own features (USB's weight_imprint and TFE), which a class with no labeled image does not have: USB
+    would reach the warm-up, hours in, and fail there (numpy's choice from an empty list) or imprint NaN."""
+    empty = [c for c, n in enumerate(counts) if n == 0]
+    if not empty:
+        return
+    split = ("" if imbalance is None else f" (data.imbalance: labeled_head={imbalance.labeled_head}, "
+             f"labeled_ratio={imbalance.labeled_ratio}, rule={imbalance.rule!r})")
+    raise ValueError(f"imb_algorithm.name='cossl': class{'es' if len(empty) > 1 else ''} "
+                     f"{', '.join(map(str, empty))} ha{'ve' if len(empty) > 1 else 's'} no labeled image in this "
+                     f"split{split}, labeled per class {counts}; CoSSL's warm-up needs at least one of every class: "
+                     "raise labeled_head, lower |labeled_ratio| or use rule 'ceil'")
 
 
 def teacher_optimizer(head: nn.Module, params: CoSSLParams, optim_name: str, momentum: float, nesterov: bool

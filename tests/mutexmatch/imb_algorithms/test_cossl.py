@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from mutexmatch.config import parse_config
+from mutexmatch.data.longtail import imbalance_counts
 from mutexmatch.imb_algorithms.cossl import HEAD, CoSSLParams
 from mutexmatch.training import Trainer
 from mutexmatch.training.teacher_streams import teacher_optimizer
@@ -130,3 +131,21 @@ def test_teacher_streams_balance_the_classes_and_pass_over_the_pool(tmp_path):
     assert len(first.unique()) == len(first) == per_pass * streams.u_batch
     assert not torch.equal(streams.pool_positions(0), streams.pool_positions(per_pass))
 
+
+
+def test_a_class_without_a_labeled_image_is_refused_before_the_first_step(tmp_path):
+    """labeled_head 10, ratio 11: the tail class gets int(10 / 11) = 0 labeled images, which CoSSL's warm-up (weight
+    imprinting, TFE) cannot use; refused when the trainer is built, naming the class, the split and the way out,
+    where USB would fail at the warm-up. rule 'ceil' gives it one image and builds."""
+    raw = _raw(tmp_path, "empty")
+    imb = raw["data"]["imbalance"]
+    imb["labeled_ratio"] = 11
+    raw["data"]["num_labels"] = sum(imbalance_counts(10, 11, 10))
+    with pytest.raises(ValueError, match=r"imb_algorithm.name='cossl': class 9 has no labeled image in this split "
+                                         r"\(data.imbalance: labeled_head=10, labeled_ratio=11(\.0)?, rule='int'\)"):
+        Trainer(parse_config(raw))
+    assert not (tmp_path / "empty" / "metrics.jsonl").exists()
+    imb["rule"] = "ceil"
+    raw["data"]["num_labels"] = sum(imbalance_counts(10, 11, 10, "ceil"))
+    raw["output_dir"] = str(tmp_path / "ceil")
+    assert min(Trainer(parse_config(raw)).algorithm.counts) == 1
