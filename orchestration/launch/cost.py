@@ -1,13 +1,23 @@
 """Cost estimate for ``--dry-run``: a few real training steps and a timed evaluation slice per distinct setup.
 
 Trials that differ only in fold, seed or loss weights cost the same per step, so one measurement is made per
-distinct (dataset, image size, backbone, batch size, μ, algorithm, precision, memory format, validation split,
-evaluation batch): a :class:`mutexmatch.train.Trainer` is built on the device the trials will use, ``warmup`` steps
-are run and ``steps`` more are timed; one evaluation is timed on a slice of the test set and scaled to the whole
-evaluation (EMA and raw model on the test set, EMA model on the validation split). A trial then costs
-``iterations × step_s + evaluations × eval_s``; Ray and MLflow start-up is not in it, but said apart
-(:data:`STARTUP_S`; per trial: ``benchmarks/orchestration_overhead.py``). A trial of ``resources.workers`` N > 1 data-parallel ranks takes that
-time / N (:func:`trial_wall_s`) and holds N workers' devices (:func:`devices_per_trial`): N × its wall time.
+distinct (dataset, image size, backbone, batch size, μ, algorithm, imbalance algorithm and its parameters,
+precision, memory format, validation split, evaluation batch): a :class:`mutexmatch.train.Trainer` is built on the
+device the trials will use, ``warmup`` steps are run and ``steps`` more are timed; one evaluation is timed on a
+slice of the test set and scaled to the whole evaluation (EMA and raw model on the test set, EMA model on the
+validation split). A trial then costs ``iterations × step_s + evaluations × eval_s``; Ray and MLflow start-up is not
+in it, but said apart (:data:`STARTUP_S`; per trial: ``benchmarks/orchestration_overhead.py``). A trial of
+``resources.workers`` N > 1 data-parallel ranks takes that time / N (:func:`trial_wall_s`) and holds N workers'
+devices (:func:`devices_per_trial`): N × its wall time.
+
+Not in the timed steps (the first few of a run), by USB's classic-CV-imb schedule: work an imbalance algorithm
+starts later or does between steps. CoSSL's teacher forwards ((1 + ``tfe_u_ratio``) B EMA-model images a step,
+forward only) from epoch ``warm_epoch`` on, 56 of 256 epochs, about 1 % of the run at B = 64, μ = 7, and its
+warm-up; the pass over the unlabeled pool at each 1,024-step epoch (Adsh, SAW; CReST at each generation), N_u
+forward-only images against 1,024 × B (1 + 2μ) trained ones: about 0.3 % for CIFAR-10-LT's pool of ≈ 10,000, 3 %
+for STL-10's 100,000; DARP's refinement every 10 steps, host arithmetic on the pool's pseudo-labels. DASO's and
+TRAS's switches (after 2 % and 4 % of the run) add only small products of the step's features with prototypes or a
+linear head.
 """
 
 from __future__ import annotations
@@ -61,7 +71,9 @@ def _cost_key(raw: dict[str, Any]) -> str:
     key = {"dataset": d.dataset, "image_size": d.image_size, "val": d.val_per_class, "backbone": cfg.model.backbone,
            "cl": cfg.model.channels_last, "alg": cfg.algorithm.name, "b": t.batch_size, "mu": t.mu,
            "prec": t.precision, "compile": t.compile, "eb": t.eval_batch_size, "threads": t.num_threads,
-           "device": t.device}
+           "device": t.device,
+           # a composed imbalance algorithm steps otherwise (ABC's head, DASO's and CoSSL's EMA-model forwards)
+           "imb": None if cfg.imb_algorithm is None else cfg.imb_algorithm.model_dump(mode="json")}
     return json.dumps(key, sort_keys=True)
 
 

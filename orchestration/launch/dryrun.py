@@ -110,7 +110,9 @@ def committed_costs() -> CommittedCosts | None:
 
 def _step_images(cfg: Any) -> int:
     """Images one training step of ``cfg`` forwards: its algorithm's declared views (``Algorithm.step``; B (1 + 2 mu)
-    for the default step, B (1 + 3 mu) for CoMatch's two strong views) and extra forwards."""
+    for the default step, B (1 + 3 mu) for CoMatch's two strong views) and extra forwards. An imbalance algorithm's
+    forward-only EMA-model images (DASO's B a step, CoSSL's (1 + tfe_u_ratio) B after its warm-up) are not counted:
+    a few percent of a step that trains B (1 + 2 mu) images."""
     from mutexmatch.algorithms import ALGORITHMS
 
     alg = ALGORITHMS[cfg.algorithm.name]

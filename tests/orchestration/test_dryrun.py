@@ -61,3 +61,35 @@ def test_a_plan_whose_cells_all_train_still_exits_0(tmp_path, monkeypatch, capsy
                                "launch, measured on a 2-core CPU machine (imports, the MLflow store, Ray and Tune, "
                                "each trial's worker process, shut-down)")
     assert "overhead not included" not in out
+
+
+IMB_SPEC = """name: dryimb
+base: {data: {dataset: digits, num_labels: 35, imbalance: {labeled_head: 10, labeled_ratio: 11}},
+       train: {iterations: 2, eval_interval: 2, batch_size: 4, mu: 2}}
+folds: [0, 1]
+axes: {method: {fm: {algorithm: {name: fixmatch}},
+                abc: {algorithm: {name: fixmatch}, imb_algorithm: {name: abc}},
+                abc_tau: {algorithm: {name: fixmatch}, imb_algorithm: {name: abc, tau: 0.9}}}}
+"""
+
+
+def test_each_imbalance_algorithm_gets_its_own_measured_step(tmp_path, monkeypatch, capsys) -> None:
+    """FixMatch and FixMatch + ABC step differently (ABC's head and loss): one measurement each (and one per set of
+    the imbalance algorithm's parameters), not FixMatch's step for both; the folds share theirs."""
+    import orchestration.launch.cost as cost
+    from orchestration.sweep import main
+
+    seen: list[tuple[str | None, float | None]] = []
+
+    def fake(raw, *, device, num_threads):
+        imb = raw.get("imb_algorithm")
+        seen.append((imb and imb["name"], imb and imb.get("tau")))
+        return cost.StepCost(step_s=1.0 if imb else 0.5, eval_s=0.0, device="cpu")
+
+    monkeypatch.setattr(cost, "measure_cost", fake)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.yaml").write_text(IMB_SPEC)
+    assert main(["s.yaml", "--dry-run"]) == 0
+    assert sorted(seen, key=str) == [("abc", 0.9), ("abc", None), (None, None)]
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.startswith("method=")}
+    assert "1 s" in rows["method=fm"] and "2 s" in rows["method=abc"] and "2 s" in rows["method=abc_tau"]
