@@ -123,8 +123,8 @@ def _legacy_hash(d: dict[str, Any]) -> str | None:
 
 def earlier_config_hashes(cfg: RunConfig) -> tuple[str, ...]:
     """The hashes (current rule, then legacy) the code before issue 32 gave this config, where its algorithm's (and
-    its imbalance algorithm's) parameters added since (``earlier``) all ask for what that code computed (``AlgorithmParams.stored_before``);
-    () where one asks for the new behaviour: a run stored under the old default is found by a config that asks for
+    its imbalance algorithm's) parameters added since (``earlier``) all ask for what that code computed
+    (``AlgorithmParams.stored_before``); () where one asks for the new behaviour: a run stored under the old default is found by a config that asks for
     the old behaviour, never by one that takes the new default."""
     from mutexmatch.algorithms import ALGORITHMS
 

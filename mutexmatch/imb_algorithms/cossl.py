@@ -47,6 +47,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
 from mutexmatch.algorithms.base import StepInputs, StepOutput
+from mutexmatch.data.prefetch import to_device
 from mutexmatch.imb_algorithms.base import (EPOCH_STEPS_DOC, ImbAlgorithm, ImbParams, register_imb_algorithm,
                                             usb_epoch)
 from mutexmatch.params import USB_EPOCH_STEPS, Fraction, Positive, PositiveSteps, Probability, Steps, Weight
@@ -293,9 +294,9 @@ class CoSSL(ImbAlgorithm):
         with torch.no_grad():
             fx, fu = ema(batch.x).float(), ema(batch.u)[:len(batch.x)].float()
         ema.train(was_training)
-        with torch.no_grad():
-            lam = torch.tensor(lams, dtype=fx.dtype, device=fx.device)[:, None]
-            mask = torch.tensor(mixed, device=fx.device)
+        with torch.no_grad():     # the draws were made on the host: copied without making it wait
+            lam = to_device(torch.tensor(lams, dtype=fx.dtype), fx.device)[:, None]
+            mask = to_device(torch.tensor(mixed), fx.device)
             return torch.where(mask[:, None], lam * fx + (1 - lam) * fu, fx), mask
 
     def compute(self, model: nn.Module, inp: StepInputs) -> StepOutput:

@@ -24,6 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from mutexmatch.data.augment import normalize, strong_augment, weak_augment, weak_crop
+from mutexmatch.data.prefetch import to_device
 from mutexmatch.imb_algorithms.cossl import HEAD, CoSSL, CoSSLParams, TeacherBatch, WarmupFeatures
 from mutexmatch.training.layer_decay import usb_param_groups
 
@@ -43,9 +44,9 @@ class TeacherStreams:
         self.lb_x = src.train_x[labeled.to(self.device)]
         self.lb_labels = trainer.bundle.train.y[labeled]                     # on the host
         self.lb_y = self.lb_labels.to(self.device)
-        counts = torch.bincount(self.lb_labels, minlength=trainer.num_classes).double()
-        _require_every_class(counts.long().tolist(), trainer.cfg.data.imbalance)
-        self.weights = 1.0 / counts[self.lb_labels]
+        counts = torch.bincount(self.lb_labels, minlength=trainer.num_classes)
+        _require_every_class(counts.tolist(), trainer.cfg.data.imbalance)
+        self.weights = 1.0 / counts.double()[self.lb_labels]
         self.pool, self.ulb_x = torch.from_numpy(split.unlabeled), src.ulb_x
         self.batch = self.cfg.train.batch_size
         self.u_batch = params.tfe_u_ratio * self.batch
@@ -55,6 +56,7 @@ class TeacherStreams:
         pad, pad_mode = weak_crop(self.info, self.cfg.data.crop_ratio)
         self.aug = {"flip": self.info.flip, "pad": pad, "pad_mode": pad_mode}
         self.strong_labeled = params.tfe_augment == "strong"
+        self._order: tuple[int, Tensor] = (-1, torch.empty(0, dtype=torch.long))   # (pass, its permutation)
 
     def _seed(self, key: int) -> int:
         return self.cfg.train.seed * SEED_STRIDE + key
@@ -74,21 +76,23 @@ class TeacherStreams:
         """Pool positions of step ``step``'s unlabeled images: the (step % P)-th batch of pass step // P's
         permutation, P = N_u // (tfe_u_ratio B) batches a pass (the last partial one dropped)."""
         per_pass = len(self.pool) // self.u_batch
-        order = torch.randperm(len(self.pool), generator=torch.Generator().manual_seed(
-            self._seed(PASS_KEY + step // per_pass)))
+        if self._order[0] != step // per_pass:      # drawn once a pass, not once a step
+            self._order = (step // per_pass, torch.randperm(len(self.pool), generator=torch.Generator().manual_seed(
+                self._seed(PASS_KEY + step // per_pass))))
         start = (step % per_pass) * self.u_batch
-        return order[start:start + self.u_batch]
+        return self._order[1][start:start + self.u_batch]
 
     def __call__(self, step: int) -> TeacherBatch:
-        """Step ``step``'s teacher batch."""
+        """Step ``step``'s teacher batch, drawn on the host and copied without making the host wait
+        (:func:`~mutexmatch.data.prefetch.to_device`)."""
         host = torch.Generator().manual_seed(self._seed(step))
         pick = torch.multinomial(self.weights, self.batch, replacement=True, generator=host)
         ulb = self.pool[self.pool_positions(step)]
         gen = self._generators(step)
-        x = self._view(self.lb_x[pick.to(self.device)], self.strong_labeled, gen)
-        u = self._view(self.ulb_x[ulb.to(self.device)], True, gen)
+        x = self._view(self.lb_x[to_device(pick, self.device)], self.strong_labeled, gen)
+        u = self._view(self.ulb_x[to_device(ulb, self.device)], True, gen)
         labels = self.lb_labels[pick]
-        return TeacherBatch(x, labels.to(self.device), labels.tolist(), u)
+        return TeacherBatch(x, to_device(labels, self.device), labels.tolist(), u)
 
     def _features(self, ema: nn.Module, images: Tensor, strong: bool,
                   gen: tuple[torch.Generator, torch.Generator | None]) -> Tensor:
