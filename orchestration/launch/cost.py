@@ -11,7 +11,8 @@ in it, but said apart (:data:`STARTUP_S`; per trial: ``benchmarks/orchestration_
 devices (:func:`devices_per_trial`): N × its wall time.
 
 Not in the timed steps (the first few of a run), by USB's classic-CV-imb schedule: work an imbalance algorithm
-starts later or does between steps. CoSSL's teacher forwards ((1 + ``tfe_u_ratio``) B EMA-model images a step,
+starts later or does between steps; the shares below are counted in images (a forward-only image taken as a third
+of a trained one), not measured. CoSSL's teacher forwards ((1 + ``tfe_u_ratio``) B EMA-model images a step,
 forward only) from epoch ``warm_epoch`` on, 56 of 256 epochs, about 1 % of the run at B = 64, μ = 7, and its
 warm-up; the pass over the unlabeled pool at each 1,024-step epoch (Adsh, SAW; CReST at each generation), N_u
 forward-only images against 1,024 × B (1 + 2μ) trained ones: about 0.3 % for CIFAR-10-LT's pool of ≈ 10,000, 3 %
